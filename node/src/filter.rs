@@ -1,0 +1,1178 @@
+//! Selecting peers by the [`Options`] they advertise.
+//!
+//! A [`Filter`] is a list of conditions, each on one key, plus optional Rust predicates. A
+//! peer matches when **every** condition and every predicate holds (several conditions on
+//! one key, and conditions on several keys, are all ANDed). A filter with no condition
+//! ([`Filter::any`]) matches every peer.
+//!
+//! | operator         | builder                          | holds when the peer's value...                       |
+//! |------------------|----------------------------------|------------------------------------------------------|
+//! | exact / `$eq`    | [`eq`](Filter::eq)               | equals the operand                                   |
+//! | `$ne`            | [`ne`](Filter::ne)               | does not equal the operand, **or the key is missing** |
+//! | `$gt` `$gte`     | [`gt`](Filter::gt) [`gte`](Filter::gte) | is greater (or equal)                         |
+//! | `$lt` `$lte`     | [`lt`](Filter::lt) [`lte`](Filter::lte) | is less (or equal)                            |
+//! | `$between`       | [`between`](Filter::between)     | lies in `[low, high]`, both ends included            |
+//! | `$in`            | [`is_in`](Filter::is_in)         | equals one of the operands                           |
+//! | `$nin`           | [`not_in`](Filter::not_in)       | equals none of the operands, **or the key is missing** |
+//! | `$contains`      | [`contains`](Filter::contains)   | is a list holding the operand, or a string holding it as a substring |
+//! | `$containsAny`   | [`contains_any`](Filter::contains_any) | is a list (or string) containing at least one operand |
+//! | `$containsNone`  | [`contains_none`](Filter::contains_none) | is a list (or string) containing no operand, **or the key is missing** |
+//! | `$regex` / regex | [`regex`](Filter::regex) [`matching`](Filter::matching) | is a string the regex finds a match in (unanchored) |
+//!
+//! The rules behind the table:
+//! - **Missing key**: every operator fails, except `$ne`, `$nin` and `$containsNone`, which
+//!   ask for an absence and so hold.
+//! - **Equality** (`$eq $ne $in $nin`, list elements in `$contains*`) compares values:
+//!   `Int(5)` equals `Float(5.0)`, lists are equal element by element, values of different
+//!   types are never equal (so `$ne` holds between them).
+//! - **Order** (`$gt $gte $lt $lte $between`) compares two numbers by value (Int against
+//!   Float exactly, without rounding) and two strings lexicographically. Any other pair
+//!   (a bool, a list, a number against a string, NaN) fails.
+//! - **Containment** on a value that is neither a list nor a string fails, `$containsNone`
+//!   included.
+//!
+//! Regexes are compiled once, when the filter is built; a bad one is
+//! [`Error::InvalidFilter`].
+//!
+//! # Wire form
+//!
+//! A filter without a predicate travels as a [`FilterSpec`], shaped as in the JavaScript
+//! zeronode: a map from key to a plain value (exact match) or a map of operators.
+//!
+//! ```
+//! use node::filter::Filter;
+//! use node::options::{options, Value};
+//!
+//! let filter = Filter::new()
+//!     .eq("role", "worker")
+//!     .gt("load", 5)
+//!     .lte("load", 10)
+//!     .regex("region", "^eu-")?;
+//! let json = filter.to_json()?;
+//! assert_eq!(
+//!     json.to_string(),
+//!     r#"{"load":{"$gt":5,"$lte":10},"region":{"$regex":"^eu-"},"role":"worker"}"#
+//! );
+//!
+//! let peer = options([
+//!     ("role", Value::from("worker")),
+//!     ("load", Value::from(7.5)),
+//!     ("region", Value::from("eu-west")),
+//! ]);
+//! assert!(Filter::from_json(&json)?.matches(&peer));
+//! # Ok::<(), node::Error>(())
+//! ```
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use regex::Regex;
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{self, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use crate::options::{Options, Value};
+use crate::Error;
+
+/// Selects peers whose [`Options`] match; see the [module docs](self) for the semantics.
+///
+/// Built with chained calls, each adding one condition:
+///
+/// ```
+/// use node::filter::Filter;
+/// use node::options::{options, Value};
+///
+/// let filter = Filter::new()
+///     .eq("role", "worker")
+///     .between("load", 0, 10)
+///     .contains_any("tags", ["gpu", "tpu"]);
+/// let peer = options([
+///     ("role", Value::from("worker")),
+///     ("load", Value::from(3)),
+///     ("tags", Value::from(vec!["gpu", "ssd"])),
+/// ]);
+/// assert!(filter.matches(&peer));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Conditions on keys, all ANDed, in the order they were added.
+    conditions: Vec<Condition>,
+    /// Rust closures, ANDed after the conditions. Any one of them keeps the filter local.
+    predicates: Vec<Predicate>,
+}
+
+/// One operator applied to one key.
+#[derive(Clone, Debug)]
+struct Condition {
+    key: String,
+    op: Op,
+}
+
+/// An operator with its operand, already checked and compiled.
+#[derive(Clone, Debug)]
+enum Op {
+    Eq(Value),
+    Ne(Value),
+    Gt(Value),
+    Gte(Value),
+    Lt(Value),
+    Lte(Value),
+    Between(Value, Value),
+    In(Vec<Value>),
+    Nin(Vec<Value>),
+    Contains(Value),
+    ContainsAny(Vec<Value>),
+    ContainsNone(Vec<Value>),
+    Regex(Regex),
+}
+
+/// The operator names the wire form accepts, for the "unknown operator" message.
+const OPERATORS: &str =
+    "$eq $ne $gt $gte $lt $lte $between $in $nin $contains $containsAny $containsNone $regex";
+
+/// A user's closure over a peer's options.
+#[derive(Clone)]
+struct Predicate(Arc<dyn Fn(&Options) -> bool + Send + Sync>);
+
+impl fmt::Debug for Predicate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<predicate>")
+    }
+}
+
+impl Filter {
+    /// A filter with no condition yet: it matches every peer until conditions are added.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A filter that matches every peer; the same as [`Filter::new`], named for the reader.
+    pub fn any() -> Self {
+        Self::default()
+    }
+
+    /// A filter holding an arbitrary Rust closure. More conditions can be chained after it.
+    ///
+    /// Such a filter runs only where it was built: [`to_spec`](Filter::to_spec) refuses it.
+    ///
+    /// ```
+    /// use node::filter::Filter;
+    /// use node::options::options;
+    ///
+    /// let even_shard = Filter::predicate(|opts| {
+    ///     opts.get("shard").and_then(|v| v.as_i64()).is_some_and(|s| s % 2 == 0)
+    /// });
+    /// assert!(even_shard.matches(&options([("shard", 4)])));
+    /// ```
+    pub fn predicate<F>(f: F) -> Self
+    where
+        F: Fn(&Options) -> bool + Send + Sync + 'static,
+    {
+        Self::new().with_predicate(f)
+    }
+
+    /// Adds a Rust closure that must also hold (see [`Filter::predicate`]).
+    pub fn with_predicate<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Options) -> bool + Send + Sync + 'static,
+    {
+        self.predicates.push(Predicate(Arc::new(f)));
+        self
+    }
+
+    /// The value under `key` equals `value` (the JavaScript exact match, or `$eq`).
+    #[doc(alias = "$eq")]
+    pub fn eq(self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.with(key, Op::Eq(value.into()))
+    }
+
+    /// The value under `key` differs from `value`, or the key is missing (`$ne`).
+    #[doc(alias = "$ne")]
+    pub fn ne(self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.with(key, Op::Ne(value.into()))
+    }
+
+    /// The value under `key` is greater than `value` (`$gt`).
+    #[doc(alias = "$gt")]
+    pub fn gt(self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.with(key, Op::Gt(value.into()))
+    }
+
+    /// The value under `key` is greater than or equal to `value` (`$gte`).
+    #[doc(alias = "$gte")]
+    pub fn gte(self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.with(key, Op::Gte(value.into()))
+    }
+
+    /// The value under `key` is less than `value` (`$lt`).
+    #[doc(alias = "$lt")]
+    pub fn lt(self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.with(key, Op::Lt(value.into()))
+    }
+
+    /// The value under `key` is less than or equal to `value` (`$lte`).
+    #[doc(alias = "$lte")]
+    pub fn lte(self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.with(key, Op::Lte(value.into()))
+    }
+
+    /// The value under `key` lies in `[low, high]`, both ends included (`$between`).
+    #[doc(alias = "$between")]
+    pub fn between(
+        self,
+        key: impl Into<String>,
+        low: impl Into<Value>,
+        high: impl Into<Value>,
+    ) -> Self {
+        self.with(key, Op::Between(low.into(), high.into()))
+    }
+
+    /// The value under `key` equals one of `values` (`$in`).
+    #[doc(alias = "$in")]
+    pub fn is_in<V: Into<Value>>(
+        self,
+        key: impl Into<String>,
+        values: impl IntoIterator<Item = V>,
+    ) -> Self {
+        self.with(key, Op::In(collect(values)))
+    }
+
+    /// The value under `key` equals none of `values`, or the key is missing (`$nin`).
+    #[doc(alias = "$nin")]
+    pub fn not_in<V: Into<Value>>(
+        self,
+        key: impl Into<String>,
+        values: impl IntoIterator<Item = V>,
+    ) -> Self {
+        self.with(key, Op::Nin(collect(values)))
+    }
+
+    /// The value under `key` is a list holding `value`, or a string holding it as a
+    /// substring (`$contains`).
+    #[doc(alias = "$contains")]
+    pub fn contains(self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.with(key, Op::Contains(value.into()))
+    }
+
+    /// The value under `key` is a list (or string) containing at least one of `values`
+    /// (`$containsAny`).
+    #[doc(alias = "$containsAny")]
+    pub fn contains_any<V: Into<Value>>(
+        self,
+        key: impl Into<String>,
+        values: impl IntoIterator<Item = V>,
+    ) -> Self {
+        self.with(key, Op::ContainsAny(collect(values)))
+    }
+
+    /// The value under `key` is a list (or string) containing none of `values`, or the key
+    /// is missing (`$containsNone`).
+    #[doc(alias = "$containsNone")]
+    pub fn contains_none<V: Into<Value>>(
+        self,
+        key: impl Into<String>,
+        values: impl IntoIterator<Item = V>,
+    ) -> Self {
+        self.with(key, Op::ContainsNone(collect(values)))
+    }
+
+    /// The value under `key` is a string in which `pattern` finds a match (`$regex`).
+    ///
+    /// The pattern uses the [`regex`] crate's syntax and is compiled here, once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidFilter`] if `pattern` is not a valid regex.
+    #[doc(alias = "$regex")]
+    pub fn regex(self, key: impl Into<String>, pattern: impl AsRef<str>) -> Result<Self, Error> {
+        let key = key.into();
+        let regex = compile(&key, pattern.as_ref())?;
+        Ok(self.with(key, Op::Regex(regex)))
+    }
+
+    /// The value under `key` is a string in which the compiled `regex` finds a match: the
+    /// JavaScript form where a `RegExp` is given as the key's exact value.
+    ///
+    /// It travels as `{"$regex": "<pattern>"}`.
+    pub fn matching(self, key: impl Into<String>, regex: Regex) -> Self {
+        self.with(key, Op::Regex(regex))
+    }
+
+    /// Whether a peer advertising `options` is selected.
+    pub fn matches(&self, options: &Options) -> bool {
+        self.conditions
+            .iter()
+            .all(|c| c.op.holds(options.get(&c.key)))
+            && self.predicates.iter().all(|p| (p.0)(options))
+    }
+
+    /// Whether this filter has no condition and no predicate, so it matches every peer.
+    pub fn is_any(&self) -> bool {
+        self.conditions.is_empty() && self.predicates.is_empty()
+    }
+
+    /// Whether this filter holds a Rust predicate, which keeps it from travelling.
+    pub fn has_predicate(&self) -> bool {
+        !self.predicates.is_empty()
+    }
+
+    /// The wire form of this filter, for another node to rebuild with
+    /// [`from_spec`](Filter::from_spec).
+    ///
+    /// A key with a single `eq` condition becomes a plain value; any other key becomes a map
+    /// of operators.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::PredicateNotSerializable`] if the filter holds a predicate.
+    /// - [`Error::InvalidFilter`] if one key has the same operator twice (say two `gt`), which
+    ///   a map of operators cannot hold.
+    pub fn to_spec(&self) -> Result<FilterSpec, Error> {
+        if self.has_predicate() {
+            return Err(Error::PredicateNotSerializable);
+        }
+        let mut by_key: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+        for condition in &self.conditions {
+            by_key
+                .entry(&condition.key)
+                .or_default()
+                .push(&condition.op);
+        }
+        let mut clauses = BTreeMap::new();
+        for (key, ops) in by_key {
+            let clause = match ops.as_slice() {
+                [Op::Eq(value)] => Clause::Exact(value.clone()),
+                _ => {
+                    let mut operators = BTreeMap::new();
+                    for op in ops {
+                        if operators
+                            .insert(op.name().to_owned(), op.operand())
+                            .is_some()
+                        {
+                            return Err(invalid(format!(
+                                "key `{key}` has `{}` twice; the wire form holds each \
+                                 operator once per key",
+                                op.name()
+                            )));
+                        }
+                    }
+                    Clause::Operators(operators)
+                }
+            };
+            clauses.insert(key.to_owned(), clause);
+        }
+        Ok(FilterSpec(clauses))
+    }
+
+    /// Rebuilds a filter from its wire form, checking every operator and operand and
+    /// compiling every regex.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidFilter`], naming the key and what is wrong: an unknown operator, an
+    /// empty map of operators, an operand of the wrong shape (`$between` needs
+    /// `[low, high]`; `$in $nin $containsAny $containsNone` need a list; `$regex` needs a
+    /// string) or a bad regex.
+    pub fn from_spec(spec: FilterSpec) -> Result<Self, Error> {
+        let mut filter = Self::new();
+        for (key, clause) in spec.0 {
+            match clause {
+                Clause::Exact(value) => filter = filter.with(key, Op::Eq(value)),
+                Clause::Operators(operators) => {
+                    if operators.is_empty() {
+                        return Err(invalid(format!(
+                            "key `{key}` has an empty map of operators"
+                        )));
+                    }
+                    for (name, operand) in operators {
+                        let op = Op::parse(&key, &name, operand)?;
+                        filter = filter.with(key.clone(), op);
+                    }
+                }
+            }
+        }
+        Ok(filter)
+    }
+
+    /// Builds a filter from the JSON of its wire form, e.g.
+    /// `{"role": "worker", "load": {"$lt": 5}}`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidFilter`] if the JSON is not a map of key to value or operators (a
+    /// `null` or a nested object where a value is expected), or for any reason
+    /// [`from_spec`](Filter::from_spec) gives.
+    pub fn from_json(json: &serde_json::Value) -> Result<Self, Error> {
+        let spec = FilterSpec::deserialize(json).map_err(|e| invalid(e.to_string()))?;
+        Self::from_spec(spec)
+    }
+
+    /// The JSON of this filter's wire form.
+    ///
+    /// # Errors
+    ///
+    /// As [`to_spec`](Filter::to_spec); also [`Error::InvalidFilter`] if an operand is a
+    /// non-finite float, which JSON cannot hold.
+    pub fn to_json(&self) -> Result<serde_json::Value, Error> {
+        serde_json::to_value(self.to_spec()?).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// Adds one condition; every public builder ends here.
+    fn with(mut self, key: impl Into<String>, op: Op) -> Self {
+        self.conditions.push(Condition {
+            key: key.into(),
+            op,
+        });
+        self
+    }
+}
+
+impl Op {
+    /// Checks an operator and its operand as they came off the wire.
+    fn parse(key: &str, name: &str, operand: Value) -> Result<Self, Error> {
+        let op = match name {
+            "$eq" => Op::Eq(operand),
+            "$ne" => Op::Ne(operand),
+            "$gt" => Op::Gt(operand),
+            "$gte" => Op::Gte(operand),
+            "$lt" => Op::Lt(operand),
+            "$lte" => Op::Lte(operand),
+            "$between" => {
+                let bounds = match operand {
+                    Value::List(items) => <[Value; 2]>::try_from(items).ok(),
+                    _ => None,
+                };
+                let [low, high] = bounds.ok_or_else(|| {
+                    invalid(format!(
+                        "`$between` on key `{key}` needs a list [low, high] of two values"
+                    ))
+                })?;
+                Op::Between(low, high)
+            }
+            "$in" => Op::In(list_operand(key, name, operand)?),
+            "$nin" => Op::Nin(list_operand(key, name, operand)?),
+            "$contains" => Op::Contains(operand),
+            "$containsAny" => Op::ContainsAny(list_operand(key, name, operand)?),
+            "$containsNone" => Op::ContainsNone(list_operand(key, name, operand)?),
+            "$regex" => match operand {
+                Value::String(pattern) => Op::Regex(compile(key, &pattern)?),
+                other => {
+                    return Err(invalid(format!(
+                        "`$regex` on key `{key}` needs a string, got a {}",
+                        other.type_name()
+                    )))
+                }
+            },
+            _ => {
+                return Err(invalid(format!(
+                    "unknown operator `{name}` on key `{key}` (known: {OPERATORS})"
+                )))
+            }
+        };
+        Ok(op)
+    }
+
+    /// The operator's wire name.
+    fn name(&self) -> &'static str {
+        match self {
+            Op::Eq(_) => "$eq",
+            Op::Ne(_) => "$ne",
+            Op::Gt(_) => "$gt",
+            Op::Gte(_) => "$gte",
+            Op::Lt(_) => "$lt",
+            Op::Lte(_) => "$lte",
+            Op::Between(..) => "$between",
+            Op::In(_) => "$in",
+            Op::Nin(_) => "$nin",
+            Op::Contains(_) => "$contains",
+            Op::ContainsAny(_) => "$containsAny",
+            Op::ContainsNone(_) => "$containsNone",
+            Op::Regex(_) => "$regex",
+        }
+    }
+
+    /// The operand as it travels.
+    fn operand(&self) -> Value {
+        match self {
+            Op::Eq(v)
+            | Op::Ne(v)
+            | Op::Gt(v)
+            | Op::Gte(v)
+            | Op::Lt(v)
+            | Op::Lte(v)
+            | Op::Contains(v) => v.clone(),
+            Op::Between(low, high) => Value::List(vec![low.clone(), high.clone()]),
+            Op::In(vs) | Op::Nin(vs) | Op::ContainsAny(vs) | Op::ContainsNone(vs) => {
+                Value::List(vs.clone())
+            }
+            Op::Regex(regex) => Value::String(regex.as_str().to_owned()),
+        }
+    }
+
+    /// Whether the condition holds for the peer's value under its key (`None`: missing).
+    fn holds(&self, value: Option<&Value>) -> bool {
+        let Some(value) = value else {
+            // Only the operators that ask for an absence hold on a missing key.
+            return matches!(self, Op::Ne(_) | Op::Nin(_) | Op::ContainsNone(_));
+        };
+        let order = |operand: &Value| compare(value, operand);
+        match self {
+            Op::Eq(x) => equal(value, x),
+            Op::Ne(x) => !equal(value, x),
+            Op::Gt(x) => order(x) == Some(Ordering::Greater),
+            Op::Gte(x) => order(x).is_some_and(Ordering::is_ge),
+            Op::Lt(x) => order(x) == Some(Ordering::Less),
+            Op::Lte(x) => order(x).is_some_and(Ordering::is_le),
+            Op::Between(low, high) => {
+                order(low).is_some_and(Ordering::is_ge) && order(high).is_some_and(Ordering::is_le)
+            }
+            Op::In(xs) => xs.iter().any(|x| equal(value, x)),
+            Op::Nin(xs) => !xs.iter().any(|x| equal(value, x)),
+            Op::Contains(x) => contains(value, x),
+            Op::ContainsAny(xs) => xs.iter().any(|x| contains(value, x)),
+            Op::ContainsNone(xs) => is_container(value) && !xs.iter().any(|x| contains(value, x)),
+            Op::Regex(regex) => value.as_str().is_some_and(|s| regex.is_match(s)),
+        }
+    }
+}
+
+/// The wire form of a [`Filter`]: key to [`Clause`], as the JavaScript zeronode writes it.
+///
+/// It encodes in MessagePack and JSON as a plain map:
+/// `{"role": "worker", "load": {"$gt": 5}, "tags": {"$containsAny": ["a", "b"]}}`.
+/// Decoding accepts any operator name; [`Filter::from_spec`] is what checks them, so a bad
+/// filter from a peer becomes an [`Error::InvalidFilter`] naming the problem.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct FilterSpec(pub BTreeMap<String, Clause>);
+
+/// What a [`FilterSpec`] asks of one key.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Clause {
+    /// A plain value: the key must equal it (`"role": "worker"`).
+    Exact(Value),
+    /// Operator name to operand (`"load": {"$gt": 5, "$lte": 10}`), all ANDed.
+    Operators(BTreeMap<String, Value>),
+}
+
+// Hand-written so that a map reads as operators and anything else as a value, without
+// buffering the input the way `#[serde(untagged)]` does.
+impl<'de> Deserialize<'de> for Clause {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ClauseVisitor)
+    }
+}
+
+struct ClauseVisitor;
+
+impl ClauseVisitor {
+    /// Hands a scalar to `Value`'s own deserializer, so both read numbers the same way.
+    fn exact<'de, E, T>(v: T) -> Result<Clause, E>
+    where
+        E: de::Error,
+        T: IntoDeserializer<'de, E>,
+    {
+        Value::deserialize(v.into_deserializer()).map(Clause::Exact)
+    }
+}
+
+impl<'de> Visitor<'de> for ClauseVisitor {
+    type Value = Clause;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a value or a map of operators")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Clause, E> {
+        Self::exact(v)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Clause, E> {
+        Self::exact(v)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Clause, E> {
+        Self::exact(v)
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Clause, E> {
+        Self::exact(v)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Clause, E> {
+        Ok(Clause::Exact(Value::from(v)))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Clause, E> {
+        Ok(Clause::Exact(Value::String(v)))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Clause, A::Error> {
+        Value::deserialize(SeqAccessDeserializer::new(seq)).map(Clause::Exact)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Clause, A::Error> {
+        BTreeMap::deserialize(MapAccessDeserializer::new(map)).map(Clause::Operators)
+    }
+}
+
+fn invalid(reason: String) -> Error {
+    Error::InvalidFilter { reason }
+}
+
+fn compile(key: &str, pattern: &str) -> Result<Regex, Error> {
+    Regex::new(pattern).map_err(|e| invalid(format!("bad regex for key `{key}`: {e}")))
+}
+
+fn collect<V: Into<Value>>(values: impl IntoIterator<Item = V>) -> Vec<Value> {
+    values.into_iter().map(Into::into).collect()
+}
+
+fn list_operand(key: &str, name: &str, operand: Value) -> Result<Vec<Value>, Error> {
+    match operand {
+        Value::List(items) => Ok(items),
+        other => Err(invalid(format!(
+            "`{name}` on key `{key}` needs a list, got a {}",
+            other.type_name()
+        ))),
+    }
+}
+
+/// Equality across number types; lists element by element; other types structurally.
+fn equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Int(_), Value::Float(_)) | (Value::Float(_), Value::Int(_)) => {
+            compare(a, b) == Some(Ordering::Equal)
+        }
+        (Value::List(xs), Value::List(ys)) => {
+            xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| equal(x, y))
+        }
+        _ => a == b,
+    }
+}
+
+/// Order between two numbers or two strings; `None` for anything else, and for NaN.
+fn compare(a: &Value, b: &Value) -> Option<Ordering> {
+    match (a, b) {
+        (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
+        (Value::Float(x), Value::Float(y)) => x.partial_cmp(y),
+        (Value::Int(x), Value::Float(y)) => compare_int_float(*x, *y),
+        (Value::Float(x), Value::Int(y)) => compare_int_float(*y, *x).map(Ordering::reverse),
+        (Value::String(x), Value::String(y)) => Some(x.cmp(y)),
+        _ => None,
+    }
+}
+
+/// Compares an integer with a float exactly: `i as f64` would round above 2^53.
+fn compare_int_float(i: i64, f: f64) -> Option<Ordering> {
+    // 2^63: the first float above every i64. Floats below -2^63 are below every i64.
+    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+    if f.is_nan() {
+        return None;
+    }
+    if f >= TWO_POW_63 {
+        return Some(Ordering::Less);
+    }
+    if f < -TWO_POW_63 {
+        return Some(Ordering::Greater);
+    }
+    // In [-2^63, 2^63) the whole part converts to i64 exactly.
+    let whole = f.trunc();
+    match i.cmp(&(whole as i64)) {
+        // Same whole part: the fraction decides (a positive one puts `f` above `i`).
+        Ordering::Equal => 0.0_f64.partial_cmp(&(f - whole)),
+        other => Some(other),
+    }
+}
+
+fn is_container(value: &Value) -> bool {
+    matches!(value, Value::List(_) | Value::String(_))
+}
+
+/// A list holding `needle` (by [`equal`]), or a string holding a string `needle`.
+fn contains(haystack: &Value, needle: &Value) -> bool {
+    match (haystack, needle) {
+        (Value::List(items), _) => items.iter().any(|item| equal(item, needle)),
+        (Value::String(s), Value::String(sub)) => s.contains(sub.as_str()),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::options::options;
+    use serde_json::json;
+
+    /// A typical peer: every test filters this one.
+    fn peer() -> Options {
+        options([
+            ("role", Value::from("worker")),
+            ("load", Value::from(7)),
+            ("ratio", Value::from(0.5)),
+            ("region", Value::from("eu-west")),
+            ("tags", Value::from(vec!["gpu", "ssd"])),
+            ("up", Value::from(true)),
+        ])
+    }
+
+    fn check(filter: Filter) -> bool {
+        filter.matches(&peer())
+    }
+
+    fn reason(err: Error) -> String {
+        match err {
+            Error::InvalidFilter { reason } => reason,
+            other => panic!("expected InvalidFilter, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn empty_filter_matches_every_peer() {
+        assert!(Filter::any().is_any());
+        assert!(check(Filter::any()));
+        assert!(Filter::new().matches(&Options::new()));
+    }
+
+    #[test]
+    fn eq() {
+        assert!(check(Filter::new().eq("role", "worker")));
+        assert!(check(Filter::new().eq("up", true)));
+        assert!(check(Filter::new().eq("tags", vec!["gpu", "ssd"])));
+        assert!(!check(Filter::new().eq("role", "broker")));
+        assert!(!check(Filter::new().eq("tags", vec!["ssd", "gpu"])));
+    }
+
+    #[test]
+    fn ne() {
+        assert!(check(Filter::new().ne("role", "broker")));
+        assert!(!check(Filter::new().ne("role", "worker")));
+        // A different type is a different value.
+        assert!(check(Filter::new().ne("load", "7")));
+    }
+
+    #[test]
+    fn gt_and_gte() {
+        assert!(check(Filter::new().gt("load", 5)));
+        assert!(!check(Filter::new().gt("load", 7)));
+        assert!(check(Filter::new().gte("load", 7)));
+        assert!(!check(Filter::new().gte("load", 8)));
+    }
+
+    #[test]
+    fn lt_and_lte() {
+        assert!(check(Filter::new().lt("load", 8)));
+        assert!(!check(Filter::new().lt("load", 7)));
+        assert!(check(Filter::new().lte("load", 7)));
+        assert!(!check(Filter::new().lte("load", 6)));
+    }
+
+    #[test]
+    fn strings_order_lexicographically() {
+        assert!(check(Filter::new().gt("region", "eu")));
+        assert!(check(Filter::new().lt("region", "us")));
+        assert!(!check(Filter::new().gte("region", "eu-x")));
+        assert!(check(Filter::new().between("region", "eu", "ev")));
+    }
+
+    #[test]
+    fn between_is_inclusive() {
+        assert!(check(Filter::new().between("load", 7, 10)));
+        assert!(check(Filter::new().between("load", 0, 7)));
+        assert!(check(Filter::new().between("ratio", 0, 1)));
+        assert!(!check(Filter::new().between("load", 8, 10)));
+        assert!(!check(Filter::new().between("load", 10, 0)));
+    }
+
+    #[test]
+    fn is_in_and_not_in() {
+        assert!(check(Filter::new().is_in("role", ["worker", "broker"])));
+        assert!(!check(Filter::new().is_in("role", ["broker"])));
+        assert!(!check(Filter::new().is_in("role", Vec::<Value>::new())));
+        assert!(check(Filter::new().is_in("load", [7.0])));
+        assert!(check(Filter::new().not_in("role", ["broker"])));
+        assert!(!check(Filter::new().not_in("role", ["broker", "worker"])));
+    }
+
+    #[test]
+    fn contains_in_lists_and_strings() {
+        assert!(check(Filter::new().contains("tags", "gpu")));
+        assert!(!check(Filter::new().contains("tags", "tpu")));
+        assert!(check(Filter::new().contains("region", "west")));
+        assert!(!check(Filter::new().contains("region", "east")));
+        let numbers = options([("ports", vec![80, 443])]);
+        assert!(Filter::new().contains("ports", 443.0).matches(&numbers));
+    }
+
+    #[test]
+    fn contains_any() {
+        assert!(check(Filter::new().contains_any("tags", ["tpu", "ssd"])));
+        assert!(!check(Filter::new().contains_any("tags", ["tpu", "hdd"])));
+        assert!(!check(
+            Filter::new().contains_any("tags", Vec::<Value>::new())
+        ));
+        assert!(check(Filter::new().contains_any("region", ["us", "eu"])));
+    }
+
+    #[test]
+    fn contains_none() {
+        assert!(check(Filter::new().contains_none("tags", ["tpu", "hdd"])));
+        assert!(!check(Filter::new().contains_none("tags", ["tpu", "gpu"])));
+        assert!(check(Filter::new().contains_none("region", ["us-"])));
+        assert!(!check(Filter::new().contains_none("region", ["eu-"])));
+    }
+
+    #[test]
+    fn regex_and_matching() {
+        assert!(check(Filter::new().regex("region", "^eu-").unwrap()));
+        assert!(check(Filter::new().regex("region", "west").unwrap()));
+        assert!(!check(Filter::new().regex("region", "^us-").unwrap()));
+        // Only strings are searched.
+        assert!(!check(Filter::new().regex("load", "7").unwrap()));
+        let re = Regex::new("^work").unwrap();
+        assert!(check(Filter::new().matching("role", re.clone())));
+        assert!(!check(Filter::new().matching("region", re)));
+    }
+
+    #[test]
+    fn missing_key_fails_all_but_the_absence_operators() {
+        let absent = || Filter::new();
+        let failing = [
+            absent().eq("gone", 1),
+            absent().gt("gone", 1),
+            absent().gte("gone", 1),
+            absent().lt("gone", 1),
+            absent().lte("gone", 1),
+            absent().between("gone", 0, 2),
+            absent().is_in("gone", [1]),
+            absent().contains("gone", 1),
+            absent().contains_any("gone", [1]),
+            absent().regex("gone", ".*").unwrap(),
+        ];
+        for filter in failing {
+            assert!(!check(filter.clone()), "{filter:?} should fail");
+        }
+        assert!(check(absent().ne("gone", 1)));
+        assert!(check(absent().not_in("gone", [1])));
+        assert!(check(absent().contains_none("gone", [1])));
+    }
+
+    #[test]
+    fn mismatched_types_fail() {
+        assert!(!check(Filter::new().eq("load", "7")));
+        assert!(!check(Filter::new().gt("load", "5")));
+        assert!(!check(Filter::new().lt("role", 5)));
+        assert!(!check(Filter::new().gte("up", false)));
+        assert!(!check(Filter::new().lte("tags", vec!["z"])));
+        assert!(!check(Filter::new().between("load", "0", 10)));
+        assert!(!check(Filter::new().contains("load", 7)));
+        assert!(!check(Filter::new().contains("region", 1)));
+        assert!(!check(Filter::new().contains_none("load", [1])));
+        assert!(!check(Filter::new().gt("ratio", f64::NAN)));
+    }
+
+    #[test]
+    fn int_and_float_compare_by_value() {
+        assert!(check(Filter::new().eq("load", 7.0)));
+        assert!(check(Filter::new().gt("load", 6.5)));
+        assert!(check(Filter::new().lt("load", 7.25)));
+        assert!(check(Filter::new().gt("ratio", 0)));
+        assert!(!check(Filter::new().gte("ratio", 1)));
+        assert!(check(Filter::new().eq("tags", vec!["gpu", "ssd"])));
+        let floats = options([("v", Value::List(vec![Value::Float(1.0)]))]);
+        assert!(Filter::new().eq("v", vec![1]).matches(&floats));
+    }
+
+    #[test]
+    fn int_float_comparison_is_exact_at_the_edges() {
+        let big = (1_i64 << 53) + 1; // not representable as f64
+        let near = (1_i64 << 53) as f64;
+        assert_eq!(compare_int_float(big, near), Some(Ordering::Greater));
+        assert_eq!(compare_int_float(i64::MAX, 9.3e18), Some(Ordering::Less));
+        assert_eq!(
+            compare_int_float(i64::MIN, -9.3e18),
+            Some(Ordering::Greater)
+        );
+        assert_eq!(
+            compare_int_float(i64::MIN, -9_223_372_036_854_775_808.0),
+            Some(Ordering::Equal)
+        );
+        assert_eq!(compare_int_float(-3, -2.5), Some(Ordering::Less));
+        assert_eq!(compare_int_float(-2, -2.5), Some(Ordering::Greater));
+        assert_eq!(compare_int_float(2, 2.0), Some(Ordering::Equal));
+        assert_eq!(compare_int_float(0, f64::INFINITY), Some(Ordering::Less));
+        assert_eq!(compare_int_float(0, f64::NAN), None);
+    }
+
+    #[test]
+    fn conditions_are_anded() {
+        let within = Filter::new().gt("load", 5).lte("load", 10);
+        assert!(check(within));
+        let one_fails = Filter::new().gt("load", 5).lte("load", 6);
+        assert!(!check(one_fails));
+        let across_keys = Filter::new().eq("role", "worker").contains("tags", "gpu");
+        assert!(check(across_keys));
+        let second_key_fails = Filter::new().eq("role", "worker").contains("tags", "tpu");
+        assert!(!check(second_key_fails));
+    }
+
+    #[test]
+    fn predicate_and_conditions() {
+        let high_ratio = |opts: &Options| opts.get("ratio").and_then(Value::as_f64) > Some(0.4);
+        assert!(check(Filter::predicate(high_ratio)));
+        assert!(!check(Filter::predicate(|_| false)));
+        assert!(!check(Filter::predicate(high_ratio).eq("role", "broker")));
+        assert!(!check(
+            Filter::new().eq("role", "worker").with_predicate(|_| false)
+        ));
+        assert!(Filter::predicate(high_ratio).has_predicate());
+        assert!(!Filter::predicate(high_ratio).is_any());
+    }
+
+    #[test]
+    fn predicate_refuses_to_serialize() {
+        let filter = Filter::new().eq("role", "worker").with_predicate(|_| true);
+        assert!(matches!(
+            filter.to_spec(),
+            Err(Error::PredicateNotSerializable)
+        ));
+        assert!(matches!(
+            filter.to_json(),
+            Err(Error::PredicateNotSerializable)
+        ));
+    }
+
+    #[test]
+    fn debug_hides_the_predicate() {
+        let text = format!("{:?}", Filter::predicate(|_| true).eq("role", "worker"));
+        assert!(text.contains("<predicate>"), "{text}");
+        assert!(text.contains("worker"), "{text}");
+    }
+
+    #[test]
+    fn bad_regex_is_invalid_filter() {
+        let err = Filter::new().regex("region", "(eu").unwrap_err();
+        assert!(reason(err).contains("region"));
+        let err = Filter::from_json(&json!({"region": {"$regex": "[z-a]"}})).unwrap_err();
+        assert!(reason(err).contains("bad regex for key `region`"));
+    }
+
+    #[test]
+    fn unknown_operator_is_invalid_filter() {
+        let err = Filter::from_json(&json!({"load": {"$gt": 1, "$near": 5}})).unwrap_err();
+        let reason = reason(err);
+        assert!(
+            reason.contains("unknown operator `$near` on key `load`"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn wrong_operand_shapes_are_invalid_filter() {
+        let cases = [
+            (
+                json!({"load": {"$between": [1]}}),
+                "`$between` on key `load`",
+            ),
+            (json!({"load": {"$between": 3}}), "`$between` on key `load`"),
+            (
+                json!({"role": {"$in": "worker"}}),
+                "`$in` on key `role` needs a list",
+            ),
+            (
+                json!({"role": {"$nin": 1}}),
+                "`$nin` on key `role` needs a list",
+            ),
+            (
+                json!({"tags": {"$containsAny": "a"}}),
+                "`$containsAny` on key `tags`",
+            ),
+            (
+                json!({"tags": {"$containsNone": true}}),
+                "`$containsNone` on key `tags`",
+            ),
+            (
+                json!({"region": {"$regex": 5}}),
+                "`$regex` on key `region` needs a string",
+            ),
+            (
+                json!({"region": {}}),
+                "key `region` has an empty map of operators",
+            ),
+        ];
+        for (json, expected) in cases {
+            let reason = reason(Filter::from_json(&json).unwrap_err());
+            assert!(reason.contains(expected), "{json}: {reason}");
+        }
+    }
+
+    #[test]
+    fn json_that_is_no_spec_is_invalid_filter() {
+        for json in [
+            json!("role=worker"),
+            json!([1, 2]),
+            json!({"role": null}),
+            json!({"meta": {"$eq": {"nested": 1}}}),
+        ] {
+            assert!(matches!(
+                Filter::from_json(&json),
+                Err(Error::InvalidFilter { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn spec_has_the_javascript_shape() {
+        let filter = Filter::new()
+            .eq("role", "worker")
+            .gt("load", 5)
+            .lte("load", 10)
+            .regex("region", "^eu-")
+            .unwrap()
+            .contains_any("tags", ["a", "b"])
+            .between("ratio", 0, 1.5)
+            .not_in("zone", ["x"]);
+        let expected = json!({
+            "role": "worker",
+            "load": {"$gt": 5, "$lte": 10},
+            "region": {"$regex": "^eu-"},
+            "tags": {"$containsAny": ["a", "b"]},
+            "ratio": {"$between": [0, 1.5]},
+            "zone": {"$nin": ["x"]},
+        });
+        assert_eq!(filter.to_json().unwrap(), expected);
+    }
+
+    /// One filter using every operator, for the round trips.
+    fn every_operator() -> Filter {
+        Filter::new()
+            .eq("role", "worker")
+            .ne("role", "broker")
+            .gt("load", 5)
+            .gte("load", 5.5)
+            .lt("load", 10)
+            .lte("load", 9)
+            .between("ratio", 0, 1)
+            .is_in("region", ["eu-west", "us-east"])
+            .not_in("zone", ["z9"])
+            .contains("tags", "gpu")
+            .contains_any("tags", ["ssd", "nvme"])
+            .contains_none("tags", ["tape"])
+            .regex("region", "^eu-")
+            .unwrap()
+            .eq("up", true)
+    }
+
+    #[test]
+    fn spec_round_trip_through_json() {
+        let filter = every_operator();
+        assert!(check(filter.clone()));
+        let spec = filter.to_spec().unwrap();
+        let text = serde_json::to_string(&spec).unwrap();
+        let decoded: FilterSpec = serde_json::from_str(&text).unwrap();
+        assert_eq!(decoded, spec);
+        let rebuilt = Filter::from_spec(decoded).unwrap();
+        assert!(check(rebuilt.clone()));
+        assert_eq!(rebuilt.to_spec().unwrap(), spec);
+        assert_eq!(
+            Filter::from_json(&filter.to_json().unwrap())
+                .unwrap()
+                .to_spec()
+                .unwrap(),
+            spec
+        );
+    }
+
+    #[test]
+    fn spec_round_trip_through_messagepack() {
+        let filter = every_operator();
+        let spec = filter.to_spec().unwrap();
+        let bytes = rmp_serde::to_vec(&spec).unwrap();
+        let decoded: FilterSpec = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(decoded, spec);
+        let rebuilt = Filter::from_spec(decoded).unwrap();
+        assert!(check(rebuilt.clone()));
+        assert_eq!(rebuilt.to_spec().unwrap(), spec);
+        // Named-map encoding is the same bytes as a map built by hand.
+        let by_hand = rmp_serde::to_vec(&json!({"role": "worker"})).unwrap();
+        let encoded = rmp_serde::to_vec(&Filter::new().eq("role", "worker").to_spec().unwrap());
+        assert_eq!(encoded.unwrap(), by_hand);
+    }
+
+    #[test]
+    fn explicit_eq_operator_reads_like_a_plain_value() {
+        let explicit = Filter::from_json(&json!({"role": {"$eq": "worker"}})).unwrap();
+        assert!(check(explicit.clone()));
+        assert_eq!(explicit.to_json().unwrap(), json!({"role": "worker"}));
+    }
+
+    #[test]
+    fn the_same_operator_twice_on_a_key_cannot_travel() {
+        let filter = Filter::new().gt("load", 1).gt("load", 2);
+        assert!(check(filter.clone()));
+        let reason = reason(filter.to_spec().unwrap_err());
+        assert!(reason.contains("key `load` has `$gt` twice"), "{reason}");
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                any::<bool>().prop_map(Value::Bool),
+                (-20_i64..20).prop_map(Value::Int),
+                (-20.0_f64..20.0).prop_map(Value::Float),
+                "[a-c(]{0,3}".prop_map(Value::String),
+            ];
+            leaf.prop_recursive(2, 8, 3, |inner| {
+                prop::collection::vec(inner, 0..3).prop_map(Value::List)
+            })
+        }
+
+        fn clause() -> impl Strategy<Value = Clause> {
+            let name =
+                prop::sample::select(OPERATORS.split(' ').chain(["$bogus"]).collect::<Vec<_>>());
+            prop_oneof![
+                value().prop_map(Clause::Exact),
+                prop::collection::btree_map(name.prop_map(str::to_owned), value(), 0..3)
+                    .prop_map(Clause::Operators),
+            ]
+        }
+
+        fn key() -> impl Strategy<Value = String> {
+            "[a-c]"
+        }
+
+        proptest! {
+            /// Any spec either fails cleanly or rebuilds into a filter whose wire form is
+            /// stable and which decides every peer the same way after a round trip.
+            #[test]
+            fn any_spec_is_rejected_or_round_trips(
+                spec in prop::collection::btree_map(key(), clause(), 0..4),
+                peers in prop::collection::vec(prop::collection::btree_map(key(), value(), 0..4), 1..4),
+            ) {
+                match Filter::from_spec(FilterSpec(spec)) {
+                    Err(err) => {
+                        let is_invalid = matches!(err, Error::InvalidFilter { .. });
+                        prop_assert!(is_invalid, "{:?}", err);
+                    }
+                    Ok(filter) => {
+                        let wire = filter.to_spec().unwrap();
+                        let bytes = rmp_serde::to_vec(&wire).unwrap();
+                        let decoded: FilterSpec = rmp_serde::from_slice(&bytes).unwrap();
+                        let rebuilt = Filter::from_spec(decoded).unwrap();
+                        prop_assert_eq!(rebuilt.to_spec().unwrap(), wire);
+                        for peer in &peers {
+                            prop_assert_eq!(filter.matches(peer), rebuilt.matches(peer));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

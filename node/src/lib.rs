@@ -1,0 +1,6 @@
+//! placeholder: the node layer (being written).
+mod error;
+pub mod filter;
+pub mod options;
+
+pub use error::Error;

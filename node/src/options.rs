@@ -1,0 +1,361 @@
+//! The metadata a node advertises to its peers.
+//!
+//! Every node carries [`Options`]: a map from a key to a [`Value`]. They travel in the
+//! handshake, and other nodes select peers by them with a [`Filter`](crate::filter::Filter).
+//!
+//! A [`Value`] encodes as the natural value of its format (`true`, `5`, `2.5`, `"x"`,
+//! `[..]`), in MessagePack as in JSON, so options read the same on the JavaScript side.
+//!
+//! ```
+//! use node::options::{options, Value};
+//!
+//! let opts = options([
+//!     ("role", Value::from("worker")),
+//!     ("load", Value::from(3)),
+//!     ("tags", Value::from(vec!["gpu", "eu"])),
+//! ]);
+//! assert_eq!(opts["load"].as_f64(), Some(3.0));
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+/// The options a node advertises, by key. Sorted, so they encode the same way every time.
+pub type Options = BTreeMap<String, Value>;
+
+/// Builds [`Options`] from `(key, value)` pairs; a later pair replaces an earlier one.
+///
+/// Values of different types need a [`Value::from`] each, since an array holds one type:
+///
+/// ```
+/// use node::options::{options, Value};
+///
+/// let same_type = options([("role", "worker"), ("zone", "eu-1")]);
+/// let mixed = options([("role", Value::from("worker")), ("load", Value::from(0.5))]);
+/// assert_eq!(same_type.len(), 2);
+/// assert_eq!(mixed["load"], Value::Float(0.5));
+/// ```
+pub fn options<K, V>(pairs: impl IntoIterator<Item = (K, V)>) -> Options
+where
+    K: Into<String>,
+    V: Into<Value>,
+{
+    pairs
+        .into_iter()
+        .map(|(key, value)| (key.into(), value.into()))
+        .collect()
+}
+
+/// One option value.
+///
+/// Equality (`==`) is structural: `Int(5) != Float(5.0)`. Filters compare numbers by their
+/// value instead; see [`crate::filter`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Value {
+    /// `true` or `false`.
+    Bool(bool),
+    /// A whole number.
+    Int(i64),
+    /// A floating-point number.
+    Float(f64),
+    /// A UTF-8 string.
+    String(String),
+    /// A list of values, possibly of mixed types.
+    List(Vec<Value>),
+}
+
+impl Value {
+    /// The boolean, if this is a `Bool`.
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// The integer, if this is an `Int` (a `Float` is not converted).
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// The number, if this is an `Int` or a `Float`.
+    ///
+    /// ```
+    /// use node::options::Value;
+    /// assert_eq!(Value::from(5).as_f64(), Some(5.0));
+    /// assert_eq!(Value::from("5").as_f64(), None);
+    /// ```
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            // Lossy above 2^53 by nature; filters compare Int and Float exactly instead.
+            Value::Int(i) => Some(*i as f64),
+            Value::Float(f) => Some(*f),
+            _ => None,
+        }
+    }
+
+    /// The string, if this is a `String`.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The elements, if this is a `List`.
+    pub fn as_list(&self) -> Option<&[Value]> {
+        match self {
+            Value::List(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    /// Whether this is an `Int` or a `Float`.
+    pub fn is_number(&self) -> bool {
+        matches!(self, Value::Int(_) | Value::Float(_))
+    }
+
+    /// The name of this value's type, for messages: `bool`, `int`, `float`, `string`, `list`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Bool(_) => "bool",
+            Value::Int(_) => "int",
+            Value::Float(_) => "float",
+            Value::String(_) => "string",
+            Value::List(_) => "list",
+        }
+    }
+}
+
+/// Shows the value as a person would type it on a command line: strings without quotes,
+/// floats always with a decimal point (`5.0`), lists as `[a, b]`.
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Int(i) => write!(f, "{i}"),
+            // `{:?}` keeps the `.0`, so a Float never reads as an Int.
+            Value::Float(x) => write!(f, "{x:?}"),
+            Value::String(s) => f.write_str(s),
+            Value::List(items) => {
+                f.write_str("[")?;
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{item}")?;
+                }
+                f.write_str("]")
+            }
+        }
+    }
+}
+
+macro_rules! from_lossless {
+    ($variant:ident as $target:ty: $($source:ty),+) => {$(
+        impl From<$source> for Value {
+            fn from(v: $source) -> Self {
+                Value::$variant(<$target>::from(v))
+            }
+        }
+    )+};
+}
+
+from_lossless!(Bool as bool: bool);
+from_lossless!(Int as i64: i8, i16, i32, i64, u8, u16, u32);
+from_lossless!(Float as f64: f32, f64);
+
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Value::String(v.to_owned())
+    }
+}
+
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Value::String(v)
+    }
+}
+
+impl<T: Into<Value>> From<Vec<T>> for Value {
+    fn from(v: Vec<T>) -> Self {
+        Value::List(v.into_iter().map(Into::into).collect())
+    }
+}
+
+/// Collects into a `List`: `["a", "b"].into_iter().collect::<Value>()`.
+impl<T: Into<Value>> FromIterator<T> for Value {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        Value::List(iter.into_iter().map(Into::into).collect())
+    }
+}
+
+// A hand-written visitor rather than `#[serde(untagged)]`: it reads the value directly
+// (untagged buffers it first) and its error names what a Value may be.
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ValueVisitor)
+    }
+}
+
+struct ValueVisitor;
+
+impl<'de> Visitor<'de> for ValueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a bool, a number, a string or a list")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Int(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        // Above i64::MAX only a float can hold it, as in JavaScript, whose numbers are doubles.
+        Ok(i64::try_from(v).map_or(Value::Float(v as f64), Value::Int))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::Float(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        // The size hint comes from the peer: cap it so a lying length cannot reserve memory.
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::List(items))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_impls_pick_the_natural_variant() {
+        assert_eq!(Value::from(true), Value::Bool(true));
+        assert_eq!(Value::from(5i32), Value::Int(5));
+        assert_eq!(Value::from(5i64), Value::Int(5));
+        assert_eq!(Value::from(5u32), Value::Int(5));
+        assert_eq!(Value::from(2.5f64), Value::Float(2.5));
+        assert_eq!(Value::from("x"), Value::String("x".into()));
+        assert_eq!(Value::from(String::from("x")), Value::String("x".into()));
+        assert_eq!(
+            Value::from(vec![1, 2]),
+            Value::List(vec![Value::Int(1), Value::Int(2)])
+        );
+        assert_eq!(
+            ["a", "b"].into_iter().collect::<Value>(),
+            Value::from(vec!["a", "b"])
+        );
+    }
+
+    #[test]
+    fn accessors() {
+        assert_eq!(Value::from(5).as_f64(), Some(5.0));
+        assert_eq!(Value::from(2.5).as_f64(), Some(2.5));
+        assert_eq!(Value::from("5").as_f64(), None);
+        assert_eq!(Value::from(5).as_i64(), Some(5));
+        assert_eq!(Value::from(5.0).as_i64(), None);
+        assert_eq!(Value::from("x").as_str(), Some("x"));
+        assert_eq!(Value::from(1).as_str(), None);
+        assert_eq!(Value::from(false).as_bool(), Some(false));
+        assert_eq!(Value::from(vec![1]).as_list(), Some(&[Value::Int(1)][..]));
+        assert!(Value::from(1).is_number() && !Value::from(true).is_number());
+        assert_eq!(Value::from(vec![1]).type_name(), "list");
+    }
+
+    #[test]
+    fn display() {
+        assert_eq!(Value::from(true).to_string(), "true");
+        assert_eq!(Value::from(-3).to_string(), "-3");
+        assert_eq!(Value::from(5.0).to_string(), "5.0");
+        assert_eq!(Value::from(2.5).to_string(), "2.5");
+        assert_eq!(Value::from("eu-1").to_string(), "eu-1");
+        let list = Value::List(vec![Value::from("a"), Value::from(1), Value::from(vec![2])]);
+        assert_eq!(list.to_string(), "[a, 1, [2]]");
+    }
+
+    #[test]
+    fn options_builder_collects_pairs() {
+        let opts = options([("role", Value::from("worker")), ("load", Value::from(3))]);
+        assert_eq!(opts.len(), 2);
+        assert_eq!(opts["role"], Value::from("worker"));
+        let last_wins = options([("k", 1), ("k", 2)]);
+        assert_eq!(last_wins["k"], Value::Int(2));
+    }
+
+    #[test]
+    fn json_is_the_natural_value() {
+        let opts = options([
+            ("b", Value::from(true)),
+            ("i", Value::from(5)),
+            ("f", Value::from(2.5)),
+            ("s", Value::from("x")),
+            ("l", Value::from(vec![Value::from(1), Value::from("y")])),
+        ]);
+        let json = serde_json::to_string(&opts).unwrap();
+        assert_eq!(json, r#"{"b":true,"f":2.5,"i":5,"l":[1,"y"],"s":"x"}"#);
+        let back: Options = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, opts);
+    }
+
+    #[test]
+    fn messagepack_round_trip_and_shape() {
+        let opts = options([
+            ("b", Value::from(false)),
+            ("i", Value::from(-7)),
+            ("f", Value::from(5.0)),
+            ("l", Value::from(vec!["a", "b"])),
+        ]);
+        let bytes = rmp_serde::to_vec(&opts).unwrap();
+        let back: Options = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, opts);
+        // A bare value is the bare MessagePack value: 5 is the positive fixint 0x05.
+        assert_eq!(rmp_serde::to_vec(&Value::Int(5)).unwrap(), vec![0x05]);
+        assert_eq!(
+            rmp_serde::to_vec(&Value::from("x")).unwrap(),
+            vec![0xa1, b'x']
+        );
+    }
+
+    #[test]
+    fn huge_unsigned_becomes_float() {
+        let v: Value = serde_json::from_str("18446744073709551615").unwrap();
+        assert_eq!(v, Value::Float(u64::MAX as f64));
+        let v: Value = serde_json::from_str("9223372036854775807").unwrap();
+        assert_eq!(v, Value::Int(i64::MAX));
+    }
+
+    #[test]
+    fn null_and_maps_are_rejected() {
+        let err = serde_json::from_str::<Value>("null").unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("a bool, a number, a string or a list"));
+        assert!(serde_json::from_str::<Value>(r#"{"a":1}"#).is_err());
+    }
+}

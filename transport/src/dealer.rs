@@ -1,0 +1,97 @@
+//! The client side: a DEALER socket.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::error::Result;
+use crate::monitor::Events;
+use crate::options::Options;
+use crate::socket::Core;
+
+/// An asynchronous DEALER socket: sends and receives multipart messages.
+///
+/// A Dealer connected to several Routers sends round-robin among them; zeronode connects
+/// each Dealer to one Router. Cheap to clone: clones share the socket.
+#[derive(Clone)]
+pub struct Dealer {
+    core: Arc<Core>,
+}
+
+impl Dealer {
+    /// A Dealer with default [`Options`]. Must be called inside a tokio runtime.
+    pub fn new() -> Result<Dealer> {
+        Dealer::with_options(Options::default())
+    }
+
+    /// A Dealer with the given options (set [`Options::routing_id`] to choose the id the
+    /// Router sees). Must be called inside a tokio runtime.
+    pub fn with_options(options: Options) -> Result<Dealer> {
+        Ok(Dealer {
+            core: Arc::new(Core::new(zmq::DEALER, &options)?),
+        })
+    }
+
+    /// Connects to a Router's endpoint. libzmq connects in the background and reconnects
+    /// after losses; the Router need not be bound yet.
+    pub fn connect(&self, endpoint: &str) -> Result<()> {
+        self.core.connect(endpoint)
+    }
+
+    /// Drops the connection made by [`connect`](Self::connect).
+    pub fn disconnect(&self, endpoint: &str) -> Result<()> {
+        self.core.disconnect(endpoint)
+    }
+
+    /// Binds to `endpoint` (a Dealer may bind, too) and returns the endpoint actually bound.
+    pub fn bind(&self, endpoint: &str) -> Result<String> {
+        self.core.bind(endpoint)
+    }
+
+    /// Stops listening on `endpoint`.
+    pub async fn unbind(&self, endpoint: &str) -> Result<()> {
+        self.core.unbind(endpoint).await
+    }
+
+    /// Sends a multipart message. Waits at the high-water mark (or fails with
+    /// [`Error::QueueFull`](crate::Error::QueueFull), by option). Before any connection is
+    /// made, messages queue up to the high-water mark.
+    pub async fn send(&self, frames: Vec<Bytes>) -> Result<()> {
+        self.core.send(&frames, None).await
+    }
+
+    /// Like [`send`](Self::send), borrowing the frames.
+    pub async fn send_frames(&self, frames: &[Bytes]) -> Result<()> {
+        self.core.send(frames, None).await
+    }
+
+    /// Receives the next multipart message.
+    pub async fn recv(&self) -> Result<Vec<Bytes>> {
+        self.core.recv().await
+    }
+
+    /// The connection events (connected, disconnected, handshake failed...). Can be taken once.
+    pub fn events(&self) -> Result<Events> {
+        self.core.events()
+    }
+
+    /// Drops every connection and fails further calls with
+    /// [`Error::Closed`](crate::Error::Closed).
+    pub async fn close(&self) {
+        self.core.close().await
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.core.is_closed()
+    }
+}
+
+impl fmt::Debug for Dealer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dealer")
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}

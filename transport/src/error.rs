@@ -1,0 +1,106 @@
+//! The transport layer's error type.
+
+use std::io;
+
+use crate::PeerId;
+
+/// Everything that can go wrong in the transport layer.
+///
+/// Causes reported by libzmq are carried as [`io::Error`]s built from libzmq's errno, so no
+/// `zmq` type leaks into the public API.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A socket was created outside a tokio runtime; the transport needs its reactor.
+    #[error("no tokio runtime: sockets must be created inside a tokio runtime")]
+    NoRuntime,
+    /// The endpoint string is not a valid ZeroMQ endpoint (`tcp://host:port`, `ipc://path`,
+    /// `inproc://name`).
+    #[error("invalid endpoint {endpoint:?}: {source}")]
+    InvalidEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Why libzmq refused it.
+        source: io::Error,
+    },
+    /// Binding failed (the address is in use, not local, not permitted, ...).
+    #[error("cannot bind {endpoint}: {source}")]
+    Bind {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Why it failed.
+        source: io::Error,
+    },
+    /// Connecting failed before any network activity (libzmq connects in the background, so
+    /// an unreachable peer is not an error here: it shows up as connection events).
+    #[error("cannot connect to {endpoint}: {source}")]
+    Connect {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Why it failed.
+        source: io::Error,
+    },
+    /// `unbind` of an endpoint this socket is not bound to.
+    #[error("not bound to {endpoint}")]
+    NotBound {
+        /// The endpoint as given.
+        endpoint: String,
+    },
+    /// `disconnect` of an endpoint this socket is not connected to.
+    #[error("not connected to {endpoint}")]
+    NotConnected {
+        /// The endpoint as given.
+        endpoint: String,
+    },
+    /// A Router was asked to send to a routing id that has no connection (ROUTER_MANDATORY).
+    #[error("unknown peer {peer}")]
+    UnknownPeer {
+        /// The routing id the message was addressed to.
+        peer: PeerId,
+    },
+    /// The send high-water mark is reached and the socket is configured to fail rather than
+    /// wait ([`Backpressure::Fail`](crate::Backpressure::Fail)).
+    #[error("send queue full (high-water mark reached)")]
+    QueueFull,
+    /// A message with no frame cannot be sent.
+    #[error("a message needs at least one frame")]
+    EmptyMessage,
+    /// The socket was closed.
+    #[error("socket closed")]
+    Closed,
+    /// The connection-event stream of this socket was already taken.
+    #[error("the event stream of this socket was already taken")]
+    EventsTaken,
+    /// A socket option was refused by libzmq.
+    #[error("cannot set socket option {name}: {source}")]
+    SetOption {
+        /// The option's name.
+        name: &'static str,
+        /// Why libzmq refused it.
+        source: io::Error,
+    },
+    /// Any other libzmq failure, with the operation that failed.
+    #[error("{operation} failed: {source}")]
+    Socket {
+        /// What the transport was doing.
+        operation: &'static str,
+        /// libzmq's error.
+        source: io::Error,
+    },
+}
+
+/// The transport layer's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Turns a libzmq error into an [`io::Error`] carrying the same errno.
+pub(crate) fn os(err: zmq::Error) -> io::Error {
+    io::Error::from_raw_os_error(err.to_raw())
+}
+
+/// Wraps a libzmq error as [`Error::Socket`].
+pub(crate) fn socket_error(operation: &'static str) -> impl FnOnce(zmq::Error) -> Error {
+    move |err| Error::Socket {
+        operation,
+        source: os(err),
+    }
+}

@@ -1,0 +1,250 @@
+//! Connection events from libzmq's socket monitor.
+//!
+//! libzmq publishes socket events on an inproc PAIR socket as two-frame messages: a 6-byte
+//! frame (u16 event id, u32 value, both little-endian) and the endpoint. We parse them
+//! ourselves (the `zmq` crate's `SocketEvent::from_raw` panics on ids it does not know) and
+//! forward them on a channel read through [`Events`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::error::{socket_error, Result};
+use crate::options::Options;
+use crate::socket::Core;
+
+/// One connection event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// The socket listens on this endpoint.
+    Listening {
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// A connection to this endpoint was established (TCP level; ZMTP handshake follows).
+    Connected {
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// The connect attempt is in progress (the peer may not be there yet).
+    ConnectDelayed {
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// libzmq is retrying a connection.
+    ConnectRetried {
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// A peer connected to this endpoint (bound side).
+    Accepted {
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// The ZMTP handshake completed: messages can flow.
+    HandshakeSucceeded {
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// The ZMTP handshake failed (protocol error, authentication failure, ...).
+    HandshakeFailed {
+        /// The endpoint.
+        endpoint: String,
+        /// Which failure libzmq reported.
+        reason: HandshakeFailure,
+    },
+    /// A connection was lost or closed.
+    Disconnected {
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// A listening or connecting endpoint was closed.
+    Closed {
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// Binding or accepting failed in the background.
+    Failed {
+        /// The endpoint.
+        endpoint: String,
+        /// libzmq's event id (see `zmq_socket_monitor(3)`).
+        event: u16,
+        /// The errno libzmq reported.
+        errno: u32,
+    },
+}
+
+/// Why a ZMTP handshake failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeFailure {
+    /// The peer spoke something that is not ZMTP, or broke the protocol.
+    Protocol,
+    /// The security mechanism refused the peer (wrong key, not on the allow-list).
+    Auth,
+    /// libzmq gave no detail (often: the peer closed during the handshake).
+    NoDetail,
+}
+
+/// The stream of [`Event`]s of one socket. It ends when the socket is closed.
+#[derive(Debug)]
+pub struct Events {
+    rx: mpsc::UnboundedReceiver<Event>,
+}
+
+impl Events {
+    /// The next event, or `None` once the socket is gone.
+    pub async fn recv(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+}
+
+impl futures::Stream for Events {
+    type Item = Event;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Event>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+// libzmq 4.3 event ids (zmq.h).
+const CONNECTED: u16 = 0x0001;
+const CONNECT_DELAYED: u16 = 0x0002;
+const CONNECT_RETRIED: u16 = 0x0004;
+const LISTENING: u16 = 0x0008;
+const ACCEPTED: u16 = 0x0020;
+const CLOSED: u16 = 0x0080;
+const DISCONNECTED: u16 = 0x0200;
+const MONITOR_STOPPED: u16 = 0x0400;
+const HANDSHAKE_FAILED_NO_DETAIL: u16 = 0x0800;
+const HANDSHAKE_SUCCEEDED: u16 = 0x1000;
+const HANDSHAKE_FAILED_PROTOCOL: u16 = 0x2000;
+const HANDSHAKE_FAILED_AUTH: u16 = 0x4000;
+const ALL_EVENTS: i32 = 0xFFFF;
+
+/// Parses one monitor message. `None` for a malformed one (never expected from libzmq) and
+/// for MONITOR_STOPPED.
+pub(crate) fn parse(frames: &[Bytes]) -> Option<Event> {
+    let head = frames.first()?;
+    if head.len() < 6 {
+        return None;
+    }
+    let id = u16::from_le_bytes([head[0], head[1]]);
+    let value = u32::from_le_bytes([head[2], head[3], head[4], head[5]]);
+    let endpoint = frames
+        .get(1)
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .unwrap_or_default();
+    let handshake_failed = |reason| Event::HandshakeFailed {
+        endpoint: endpoint.clone(),
+        reason,
+    };
+    Some(match id {
+        CONNECTED => Event::Connected { endpoint },
+        CONNECT_DELAYED => Event::ConnectDelayed { endpoint },
+        CONNECT_RETRIED => Event::ConnectRetried { endpoint },
+        LISTENING => Event::Listening { endpoint },
+        ACCEPTED => Event::Accepted { endpoint },
+        CLOSED => Event::Closed { endpoint },
+        DISCONNECTED => Event::Disconnected { endpoint },
+        HANDSHAKE_SUCCEEDED => Event::HandshakeSucceeded { endpoint },
+        HANDSHAKE_FAILED_NO_DETAIL => handshake_failed(HandshakeFailure::NoDetail),
+        HANDSHAKE_FAILED_PROTOCOL => handshake_failed(HandshakeFailure::Protocol),
+        HANDSHAKE_FAILED_AUTH => handshake_failed(HandshakeFailure::Auth),
+        MONITOR_STOPPED => return None,
+        other => Event::Failed {
+            endpoint,
+            event: other,
+            errno: value,
+        },
+    })
+}
+
+/// Starts monitoring `socket` and spawns the task that forwards its events.
+pub(crate) fn start(socket: &zmq::Socket) -> Result<Events> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let address = format!(
+        "inproc://zeronode-monitor-{}",
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    socket
+        .monitor(&address, ALL_EVENTS)
+        .map_err(socket_error("start socket monitor"))?;
+    let pair = Arc::new(Core::new(zmq::PAIR, &Options::default())?);
+    pair.connect(&address)?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                frames = pair.recv() => {
+                    let Ok(frames) = frames else { break };
+                    let Some(head) = frames.first() else { continue };
+                    if head.len() >= 2 && u16::from_le_bytes([head[0], head[1]]) == MONITOR_STOPPED {
+                        break;
+                    }
+                    if let Some(event) = parse(&frames) {
+                        tracing::debug!(?event, "socket event");
+                        if tx.send(event).is_err() {
+                            break;
+                        }
+                    }
+                }
+                () = tx.closed() => break,
+            }
+        }
+        pair.close().await;
+    });
+    Ok(Events { rx })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(id: u16, value: u32, endpoint: &str) -> Vec<Bytes> {
+        let mut head = id.to_le_bytes().to_vec();
+        head.extend_from_slice(&value.to_le_bytes());
+        vec![Bytes::from(head), Bytes::from(endpoint.to_owned())]
+    }
+
+    #[test]
+    fn parses_known_events() {
+        assert_eq!(
+            parse(&frames(ACCEPTED, 7, "tcp://127.0.0.1:5")),
+            Some(Event::Accepted {
+                endpoint: "tcp://127.0.0.1:5".into()
+            })
+        );
+        assert_eq!(
+            parse(&frames(HANDSHAKE_FAILED_AUTH, 0, "x")),
+            Some(Event::HandshakeFailed {
+                endpoint: "x".into(),
+                reason: HandshakeFailure::Auth
+            })
+        );
+    }
+
+    #[test]
+    fn unknown_event_ids_do_not_panic() {
+        assert_eq!(
+            parse(&frames(0x8000, 98, "e")),
+            Some(Event::Failed {
+                endpoint: "e".into(),
+                event: 0x8000,
+                errno: 98
+            })
+        );
+    }
+
+    #[test]
+    fn malformed_monitor_frames_are_skipped() {
+        assert_eq!(parse(&[]), None);
+        assert_eq!(parse(&[Bytes::from_static(&[1, 0])]), None);
+        assert_eq!(parse(&frames(MONITOR_STOPPED, 0, "")), None);
+    }
+}

@@ -1,0 +1,212 @@
+//! Socket options, with the defaults zeronode uses.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::error::{os, Error, Result};
+
+/// What `send` does when the send high-water mark is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backpressure {
+    /// Wait (asynchronously) until the queue has room. Nothing is dropped.
+    #[default]
+    Wait,
+    /// Return [`Error::QueueFull`] at once. Nothing is dropped silently: the caller is told.
+    Fail,
+}
+
+/// ZMTP-level heartbeats (libzmq's `ZMQ_HEARTBEAT_*`): libzmq pings the peer and closes a
+/// connection that stays silent, which then shows up as a `Disconnected` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// How often to send a ZMTP PING on an idle connection.
+    pub interval: Duration,
+    /// How long to wait for traffic after a PING before closing the connection.
+    pub timeout: Duration,
+    /// How long the remote side should wait for our traffic before closing (ZMQ_HEARTBEAT_TTL).
+    pub ttl: Duration,
+}
+
+/// Options for a [`Router`](crate::Router) or [`Dealer`](crate::Dealer).
+///
+/// Built by chaining setters on [`Options::default()`]:
+///
+/// ```
+/// use std::time::Duration;
+/// use transport::{Backpressure, Options};
+///
+/// let options = Options::default()
+///     .send_hwm(10)
+///     .linger(Duration::from_millis(100))
+///     .backpressure(Backpressure::Fail);
+/// assert_eq!(options.send_hwm, 10);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Messages queued per peer for sending before backpressure applies (ZMQ_SNDHWM).
+    pub send_hwm: i32,
+    /// Messages queued per peer on receipt before libzmq stops reading (ZMQ_RCVHWM).
+    pub recv_hwm: i32,
+    /// How long queued messages may still be delivered after the socket is closed.
+    pub linger: Duration,
+    /// First delay before libzmq reconnects a dropped connection.
+    pub reconnect_interval: Duration,
+    /// Upper bound of the exponential reconnect backoff (zero: no backoff).
+    pub reconnect_interval_max: Duration,
+    /// Largest inbound message libzmq accepts; a peer that sends more is disconnected.
+    /// `None` means no limit.
+    pub max_message_size: Option<u64>,
+    /// Routing id a Dealer presents to the Router it connects to (the node id, later).
+    /// `None` lets the Router assign one.
+    pub routing_id: Option<Bytes>,
+    /// Router only: sending to an unknown routing id is an error instead of a silent drop.
+    /// On by default; turning it off brings back libzmq's silent drop.
+    pub router_mandatory: bool,
+    /// Router only: a new connection with a routing id already in use takes it over.
+    pub router_handover: bool,
+    /// What `send` does at the high-water mark.
+    pub backpressure: Backpressure,
+    /// ZMTP heartbeats; `None` leaves them off.
+    pub heartbeat: Option<Heartbeat>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            send_hwm: 1000,
+            recv_hwm: 1000,
+            linger: Duration::from_secs(1),
+            reconnect_interval: Duration::from_millis(100),
+            reconnect_interval_max: Duration::from_secs(2),
+            max_message_size: Some(64 * 1024 * 1024),
+            routing_id: None,
+            router_mandatory: true,
+            router_handover: false,
+            backpressure: Backpressure::Wait,
+            heartbeat: None,
+        }
+    }
+}
+
+impl Options {
+    /// Sets both the send and the receive high-water mark.
+    pub fn hwm(self, messages: i32) -> Self {
+        self.send_hwm(messages).recv_hwm(messages)
+    }
+
+    /// Sets the send high-water mark.
+    pub fn send_hwm(mut self, messages: i32) -> Self {
+        self.send_hwm = messages;
+        self
+    }
+
+    /// Sets the receive high-water mark.
+    pub fn recv_hwm(mut self, messages: i32) -> Self {
+        self.recv_hwm = messages;
+        self
+    }
+
+    /// Sets the linger period.
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
+    }
+
+    /// Sets the reconnect interval and its maximum (exponential backoff up to it).
+    pub fn reconnect(mut self, interval: Duration, max: Duration) -> Self {
+        self.reconnect_interval = interval;
+        self.reconnect_interval_max = max;
+        self
+    }
+
+    /// Sets the largest inbound message accepted (`None`: unlimited).
+    pub fn max_message_size(mut self, bytes: Option<u64>) -> Self {
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// Sets the routing id a Dealer presents.
+    pub fn routing_id(mut self, id: impl Into<Bytes>) -> Self {
+        self.routing_id = Some(id.into());
+        self
+    }
+
+    /// Turns ROUTER_MANDATORY on or off.
+    pub fn router_mandatory(mut self, on: bool) -> Self {
+        self.router_mandatory = on;
+        self
+    }
+
+    /// Turns ROUTER_HANDOVER on or off.
+    pub fn router_handover(mut self, on: bool) -> Self {
+        self.router_handover = on;
+        self
+    }
+
+    /// Chooses what `send` does at the high-water mark.
+    pub fn backpressure(mut self, backpressure: Backpressure) -> Self {
+        self.backpressure = backpressure;
+        self
+    }
+
+    /// Turns ZMTP heartbeats on.
+    pub fn heartbeat(mut self, heartbeat: Heartbeat) -> Self {
+        self.heartbeat = Some(heartbeat);
+        self
+    }
+
+    /// Applies the options to a fresh libzmq socket.
+    pub(crate) fn apply(&self, socket: &zmq::Socket, router: bool) -> Result<()> {
+        fn set(name: &'static str, r: zmq::Result<()>) -> Result<()> {
+            r.map_err(|e| Error::SetOption {
+                name,
+                source: os(e),
+            })
+        }
+        set("sndhwm", socket.set_sndhwm(self.send_hwm))?;
+        set("rcvhwm", socket.set_rcvhwm(self.recv_hwm))?;
+        set("linger", socket.set_linger(millis(self.linger)))?;
+        set(
+            "reconnect_ivl",
+            socket.set_reconnect_ivl(millis(self.reconnect_interval)),
+        )?;
+        set(
+            "reconnect_ivl_max",
+            socket.set_reconnect_ivl_max(millis(self.reconnect_interval_max)),
+        )?;
+        let max = self
+            .max_message_size
+            .map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX));
+        set("maxmsgsize", socket.set_maxmsgsize(max))?;
+        if let Some(hb) = self.heartbeat {
+            set(
+                "heartbeat_ivl",
+                socket.set_heartbeat_ivl(millis(hb.interval)),
+            )?;
+            set(
+                "heartbeat_timeout",
+                socket.set_heartbeat_timeout(millis(hb.timeout)),
+            )?;
+            set("heartbeat_ttl", socket.set_heartbeat_ttl(millis(hb.ttl)))?;
+        }
+        if router {
+            set(
+                "router_mandatory",
+                socket.set_router_mandatory(self.router_mandatory),
+            )?;
+            set(
+                "router_handover",
+                socket.set_router_handover(self.router_handover),
+            )?;
+        } else if let Some(id) = &self.routing_id {
+            set("routing_id", socket.set_identity(id))?;
+        }
+        Ok(())
+    }
+}
+
+/// A duration as libzmq's milliseconds, saturating.
+fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
