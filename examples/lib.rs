@@ -1,1 +1,1 @@
-//! placeholder
+//! Examples (being written).

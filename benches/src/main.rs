@@ -1,1 +1,2 @@
+//! The two-process benchmark harness (being written).
 fn main() {}

@@ -1,1 +1,2 @@
+//! The `zeronode` command (being written).
 fn main() {}

@@ -1,1 +1,68 @@
-//! placeholder
+//! # protocol: zeronode's envelope and conversation
+//!
+//! The middle layer. It gives meaning to the frames the `transport` crate moves:
+//!
+//! - the [`Envelope`]: a binary header (magic, version, kind, flags, a 64-bit request id, the
+//!   event name, metadata) and the payload as a frame of its own. Decoding reads the header
+//!   and the event name only; the payload stays the received `Bytes` until a handler asks for
+//!   it, raw or decoded from MessagePack (lazy parsing, no copy);
+//! - the conversation: a [`Client`] (over a Dealer) and a [`Server`] (over a Router) that send
+//!   requests and match their replies by id, each with its own deadline, send ticks, run
+//!   handlers concurrently and answer errors with a code and a message;
+//! - a reserved `_system:` event namespace that `request` and `tick` refuse, kept for the node
+//!   layer's handshake and heartbeats.
+//!
+//! What it never does: know about nodes, their ids, options or heartbeats (the `node` crate),
+//! or touch libzmq directly (the `transport` crate).
+//!
+//! ## Layout
+//! - `envelope.rs`: the wire format, byte by byte, and its decoder (pure);
+//! - `table.rs`: the correlation table of pending requests and their deadlines (pure, tested
+//!   with simulated time);
+//! - `conversation.rs`: the driver shared by Client and Server;
+//! - `client.rs`, `server.rs`, `handler.rs`, `error.rs`.
+//!
+//! ## Example
+//!
+//! ```
+//! # #[tokio::main] async fn main() -> protocol::Result<()> {
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use protocol::{request_fn, Client, RemoteError, Server};
+//!
+//! let server = Server::bind("tcp://127.0.0.1:0").await?;
+//! server.on_request("add", request_fn(|req| async move {
+//!     let (a, b): (i64, i64) = req.decode().map_err(|e| RemoteError::new("BAD_INPUT", e.to_string()))?;
+//!     protocol::encode_value(&(a + b)).map_err(|e| RemoteError::handler(e.to_string()))
+//! }));
+//! let client = Client::connect(server.endpoint(), Duration::from_secs(5)).await?;
+//! let reply = client
+//!     .request("add", protocol::encode_value(&(2, 3))?, Duration::from_secs(1))
+//!     .await?;
+//! assert_eq!(reply.decode_payload::<i64>()?, 5);
+//! # Ok(()) }
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod client;
+mod conversation;
+mod envelope;
+mod error;
+mod handler;
+mod link;
+mod server;
+pub mod table;
+
+pub use client::{Client, Connection, DEFAULT_MAX_PAYLOAD};
+pub use conversation::{Rejected, Stats};
+pub use envelope::{
+    decode_value, encode_value, Envelope, Kind, FIXED_HEADER, MAGIC, MAX_EVENT_LEN, SYSTEM_PREFIX,
+    VERSION,
+};
+pub use error::{DecodeError, Error, ErrorCode, RemoteError, Result};
+pub use handler::{
+    request_fn, tick_fn, Answer, Incoming, RequestFuture, RequestHandler, TickFuture, TickHandler,
+};
+pub use server::Server;
+pub use transport::PeerId;

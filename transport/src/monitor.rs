@@ -6,14 +6,15 @@
 //! forward them on a channel read through [`Events`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::OnceLock;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::error::{socket_error, Result};
-use crate::options::Options;
-use crate::socket::Core;
+use parking_lot::Mutex;
+
+use crate::error::{socket_error, Error, Result};
+use crate::socket::context;
 
 /// One connection event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,7 +166,7 @@ pub(crate) fn parse(frames: &[Bytes]) -> Option<Event> {
     })
 }
 
-/// Starts monitoring `socket` and spawns the task that forwards its events.
+/// Starts monitoring `socket` and returns its event stream.
 pub(crate) fn start(socket: &zmq::Socket) -> Result<Events> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let address = format!(
@@ -175,31 +176,117 @@ pub(crate) fn start(socket: &zmq::Socket) -> Result<Events> {
     socket
         .monitor(&address, ALL_EVENTS)
         .map_err(socket_error("start socket monitor"))?;
-    let pair = Arc::new(Core::new(zmq::PAIR, &Options::default())?);
-    pair.connect(&address)?;
+    let pair = context()
+        .socket(zmq::PAIR)
+        .map_err(socket_error("create monitor socket"))?;
+    pair.connect(&address)
+        .map_err(socket_error("connect monitor socket"))?;
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                frames = pair.recv() => {
-                    let Ok(frames) = frames else { break };
-                    let Some(head) = frames.first() else { continue };
-                    if head.len() >= 2 && u16::from_le_bytes([head[0], head[1]]) == MONITOR_STOPPED {
-                        break;
-                    }
-                    if let Some(event) = parse(&frames) {
-                        tracing::debug!(?event, "socket event");
-                        if tx.send(event).is_err() {
-                            break;
-                        }
-                    }
+    hub()?.register(pair, tx)?;
+    Ok(Events { rx })
+}
+
+/// The one thread that reads every monitor socket of the process.
+///
+/// libzmq writes monitor events with a *blocking* send from its I/O thread: a monitor socket
+/// that nobody reads stalls every socket of the context. So the readers must not depend on
+/// anything that can go away while the monitored socket lives, such as a tokio runtime
+/// being shut down with its tasks. This thread owns all monitor sockets, polls them with
+/// `zmq_poll`, forwards parsed events, and drops a monitor when libzmq says it stopped (the
+/// monitored socket was closed).
+struct Hub {
+    /// Connected to the hub thread's wake-up socket; a byte on it means "new monitors".
+    wake: Mutex<zmq::Socket>,
+    /// Monitors registered but not yet picked up by the hub thread.
+    incoming: Mutex<Vec<(zmq::Socket, mpsc::UnboundedSender<Event>)>>,
+}
+
+const HUB_ADDRESS: &str = "inproc://zeronode-monitor-hub";
+
+fn hub() -> Result<&'static Hub> {
+    static HUB: OnceLock<Hub> = OnceLock::new();
+    static STARTING: Mutex<()> = Mutex::new(());
+    if let Some(hub) = HUB.get() {
+        return Ok(hub);
+    }
+    let _one_at_a_time = STARTING.lock();
+    if let Some(hub) = HUB.get() {
+        return Ok(hub);
+    }
+    let receiver = context()
+        .socket(zmq::PAIR)
+        .map_err(socket_error("create monitor hub"))?;
+    receiver
+        .bind(HUB_ADDRESS)
+        .map_err(socket_error("bind monitor hub"))?;
+    let wake = context()
+        .socket(zmq::PAIR)
+        .map_err(socket_error("create monitor hub"))?;
+    wake.connect(HUB_ADDRESS)
+        .map_err(socket_error("connect monitor hub"))?;
+    let hub = HUB.get_or_init(|| Hub {
+        wake: Mutex::new(wake),
+        incoming: Mutex::new(Vec::new()),
+    });
+    std::thread::Builder::new()
+        .name("zeronode-monitor".into())
+        .spawn(move || run_hub(receiver, hub))
+        .map_err(|source| Error::Socket {
+            operation: "start monitor thread",
+            source,
+        })?;
+    Ok(hub)
+}
+
+impl Hub {
+    fn register(&self, pair: zmq::Socket, tx: mpsc::UnboundedSender<Event>) -> Result<()> {
+        self.incoming.lock().push((pair, tx));
+        self.wake
+            .lock()
+            .send(&[0u8][..], 0)
+            .map_err(socket_error("wake monitor hub"))
+    }
+}
+
+fn run_hub(receiver: zmq::Socket, hub: &'static Hub) {
+    let mut monitors: Vec<(zmq::Socket, mpsc::UnboundedSender<Event>)> = Vec::new();
+    loop {
+        let ready: Vec<bool> = {
+            let mut items = Vec::with_capacity(monitors.len() + 1);
+            items.push(receiver.as_poll_item(zmq::POLLIN));
+            items.extend(monitors.iter().map(|(m, _)| m.as_poll_item(zmq::POLLIN)));
+            if zmq::poll(&mut items, -1).is_err() {
+                continue;
+            }
+            items.iter().map(|i| i.is_readable()).collect()
+        };
+        if ready.first().copied().unwrap_or(false) {
+            while receiver.recv_bytes(zmq::DONTWAIT).is_ok() {}
+            monitors.append(&mut hub.incoming.lock());
+        }
+        let mut stopped = Vec::new();
+        for (index, (monitor, tx)) in monitors.iter().enumerate() {
+            if !ready.get(index + 1).copied().unwrap_or(false) {
+                continue;
+            }
+            while let Ok(frames) = monitor.recv_multipart(zmq::DONTWAIT) {
+                let frames: Vec<Bytes> = frames.into_iter().map(Bytes::from).collect();
+                let Some(head) = frames.first() else { continue };
+                if head.len() >= 2 && u16::from_le_bytes([head[0], head[1]]) == MONITOR_STOPPED {
+                    stopped.push(index);
+                    break;
                 }
-                () = tx.closed() => break,
+                if let Some(event) = parse(&frames) {
+                    tracing::debug!(?event, "socket event");
+                    // A dropped receiver is fine: keep draining, libzmq must never block.
+                    let _ = tx.send(event);
+                }
             }
         }
-        pair.close().await;
-    });
-    Ok(Events { rx })
+        for index in stopped.into_iter().rev() {
+            monitors.swap_remove(index);
+        }
+    }
 }
 
 #[cfg(test)]

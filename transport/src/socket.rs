@@ -25,8 +25,18 @@
 //! 2. After every send, the sender reads ZMQ_EVENTS; if POLLIN is set, it wakes the receiver
 //!    through [`Core::readable`] (a `Notify`, whose stored permit closes the race with a
 //!    receiver about to wait).
-//! 3. A sender blocked at the high-water mark waits on the fd, on [`Core::writable`], and on a
-//!    short timer as a safety net; every receive that finds POLLOUT set wakes blocked senders.
+//! 3. A sender blocked at the high-water mark waits on [`Core::writable`] and on a short timer
+//!    as a safety net; every receive that finds POLLOUT set wakes blocked senders.
+//!
+//! Only a receiver waits on the fd, and receivers take turns (an async mutex), so the single
+//! waker slot of `AsyncFd::poll_read_ready` is enough.
+//!
+//! # Closing
+//!
+//! `close` deregisters the fd from tokio and then closes the libzmq socket (in that order:
+//! the fd belongs to the socket). Both live in `Option`s behind mutexes so that every later
+//! call finds them gone and returns [`Error::Closed`]. Closing the socket drops every
+//! connection, accepted ones included, which a mere `unbind` would not.
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -74,24 +84,29 @@ struct Endpoints {
 
 /// One libzmq socket and what it takes to drive it from tokio.
 pub(crate) struct Core {
-    /// The registration of ZMQ_FD with tokio. Declared before `socket` so it is dropped (and
-    /// deregistered) before the socket closes the descriptor.
-    fd: AsyncFd<ZmqFd>,
-    /// The libzmq socket; see the module docs for why a mutex.
-    socket: Mutex<zmq::Socket>,
+    /// The registration of ZMQ_FD with tokio. Declared before `socket` so that, when the
+    /// Core is dropped without `close`, it is deregistered before the socket closes the fd.
+    fd: Mutex<Option<AsyncFd<ZmqFd>>>,
+    /// The libzmq socket; see the module docs for why a mutex. `None` once closed.
+    socket: Mutex<Option<zmq::Socket>>,
+    /// Receivers take turns: only one waits on the fd at a time.
+    receiving: tokio::sync::Mutex<()>,
     /// Wakes a receiver when someone else's call found POLLIN set (rule 2).
     readable: Notify,
+    /// Set (under the socket lock) by a receiver about to wait, so that senders only pay for
+    /// reading ZMQ_EVENTS when someone could miss a wake-up.
+    receiver_parked: AtomicBool,
     /// Wakes senders blocked at the high-water mark (rule 3).
     writable: Notify,
     /// How many senders are blocked, so receivers only check POLLOUT when it matters.
     blocked_senders: AtomicUsize,
-    /// Set by `close`; every operation checks it first.
+    /// Set by `close`.
     closed: AtomicBool,
     endpoints: Mutex<Endpoints>,
     /// Whether the event stream was handed out already.
     events_taken: AtomicBool,
     backpressure: Backpressure,
-    /// "router", "dealer" or "monitor", for traces.
+    /// "router" or "dealer", for traces.
     kind: &'static str,
 }
 
@@ -102,18 +117,14 @@ impl Core {
             return Err(Error::NoRuntime);
         }
         let router = kind == zmq::ROUTER;
-        let label = match kind {
-            zmq::ROUTER => "router",
-            zmq::DEALER => "dealer",
-            _ => "monitor",
-        };
         let socket = context()
             .socket(kind)
             .map_err(socket_error("create socket"))?;
         options.apply(&socket, router)?;
         let raw = socket.get_fd().map_err(socket_error("read ZMQ_FD"))?;
-        // SAFETY: the descriptor belongs to `socket`, which lives in the same `Core` and is
-        // declared after `fd`, so the registration is dropped before libzmq can close it.
+        // SAFETY: the descriptor belongs to `socket`, which is only closed after this
+        // registration is removed: `close` deregisters first, and on drop `fd` is declared
+        // (and so dropped) before `socket`.
         #[allow(unsafe_code)]
         let registered = unsafe { AsyncFd::register_with_interest(ZmqFd(raw), Interest::READABLE) };
         let fd = registered.map_err(|e| Error::Socket {
@@ -121,48 +132,50 @@ impl Core {
             source: e.into(),
         })?;
         Ok(Core {
-            fd,
-            socket: Mutex::new(socket),
+            fd: Mutex::new(Some(fd)),
+            socket: Mutex::new(Some(socket)),
+            receiving: tokio::sync::Mutex::new(()),
             readable: Notify::new(),
+            receiver_parked: AtomicBool::new(false),
             writable: Notify::new(),
             blocked_senders: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             endpoints: Mutex::new(Endpoints::default()),
             events_taken: AtomicBool::new(false),
             backpressure: options.backpressure,
-            kind: label,
+            kind: if router { "router" } else { "dealer" },
         })
     }
 
-    fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            Err(Error::Closed)
-        } else {
-            Ok(())
+    /// Runs `f` on the socket under the lock, or fails with `Closed`.
+    fn with_socket<T>(&self, f: impl FnOnce(&zmq::Socket) -> Result<T>) -> Result<T> {
+        let guard = self.socket.lock();
+        match guard.as_ref() {
+            Some(socket) => f(socket),
+            None => Err(Error::Closed),
         }
     }
 
     /// Binds and returns the endpoint actually bound (port 0 resolved to the real port).
     pub(crate) fn bind(&self, endpoint: &str) -> Result<String> {
-        self.check_open()?;
-        let socket = self.socket.lock();
-        socket.bind(endpoint).map_err(|e| match e {
-            zmq::Error::EINVAL | zmq::Error::EPROTONOSUPPORT | zmq::Error::ENOCOMPATPROTO => {
-                Error::InvalidEndpoint {
+        let actual = self.with_socket(|socket| {
+            socket.bind(endpoint).map_err(|e| match e {
+                zmq::Error::EINVAL | zmq::Error::EPROTONOSUPPORT | zmq::Error::ENOCOMPATPROTO => {
+                    Error::InvalidEndpoint {
+                        endpoint: endpoint.to_owned(),
+                        source: os(e),
+                    }
+                }
+                _ => Error::Bind {
                     endpoint: endpoint.to_owned(),
                     source: os(e),
-                }
-            }
-            _ => Error::Bind {
-                endpoint: endpoint.to_owned(),
-                source: os(e),
-            },
+                },
+            })?;
+            Ok(match socket.get_last_endpoint() {
+                Ok(Ok(actual)) => actual,
+                _ => endpoint.to_owned(),
+            })
         })?;
-        let actual = match socket.get_last_endpoint() {
-            Ok(Ok(actual)) => actual,
-            _ => endpoint.to_owned(),
-        };
-        drop(socket);
         tracing::debug!(kind = self.kind, endpoint = %actual, "bound");
         self.endpoints.lock().bound.push(actual.clone());
         Ok(actual)
@@ -171,19 +184,16 @@ impl Core {
     /// Stops listening on an endpoint given by `bind` (the resolved form) and waits until the
     /// port is released.
     pub(crate) async fn unbind(&self, endpoint: &str) -> Result<()> {
-        self.check_open()?;
-        let mut endpoints = self.endpoints.lock();
-        let Some(index) = endpoints.bound.iter().position(|e| e == endpoint) else {
-            return Err(Error::NotBound {
-                endpoint: endpoint.to_owned(),
-            });
-        };
-        self.socket
-            .lock()
-            .unbind(endpoint)
-            .map_err(socket_error("unbind"))?;
-        endpoints.bound.swap_remove(index);
-        drop(endpoints);
+        {
+            let mut endpoints = self.endpoints.lock();
+            let Some(index) = endpoints.bound.iter().position(|e| e == endpoint) else {
+                return Err(Error::NotBound {
+                    endpoint: endpoint.to_owned(),
+                });
+            };
+            self.with_socket(|socket| socket.unbind(endpoint).map_err(socket_error("unbind")))?;
+            endpoints.bound.swap_remove(index);
+        }
         tracing::debug!(kind = self.kind, endpoint, "unbound");
         wait_released(endpoint).await;
         Ok(())
@@ -191,18 +201,19 @@ impl Core {
 
     /// Starts connecting (libzmq connects and reconnects in the background).
     pub(crate) fn connect(&self, endpoint: &str) -> Result<()> {
-        self.check_open()?;
-        self.socket.lock().connect(endpoint).map_err(|e| match e {
-            zmq::Error::EINVAL | zmq::Error::EPROTONOSUPPORT | zmq::Error::ENOCOMPATPROTO => {
-                Error::InvalidEndpoint {
+        self.with_socket(|socket| {
+            socket.connect(endpoint).map_err(|e| match e {
+                zmq::Error::EINVAL | zmq::Error::EPROTONOSUPPORT | zmq::Error::ENOCOMPATPROTO => {
+                    Error::InvalidEndpoint {
+                        endpoint: endpoint.to_owned(),
+                        source: os(e),
+                    }
+                }
+                _ => Error::Connect {
                     endpoint: endpoint.to_owned(),
                     source: os(e),
-                }
-            }
-            _ => Error::Connect {
-                endpoint: endpoint.to_owned(),
-                source: os(e),
-            },
+                },
+            })
         })?;
         tracing::debug!(kind = self.kind, endpoint, "connecting");
         self.endpoints.lock().connected.push(endpoint.to_owned());
@@ -211,40 +222,40 @@ impl Core {
 
     /// Drops the connection to an endpoint given to `connect`.
     pub(crate) fn disconnect(&self, endpoint: &str) -> Result<()> {
-        self.check_open()?;
         let mut endpoints = self.endpoints.lock();
         let Some(index) = endpoints.connected.iter().position(|e| e == endpoint) else {
             return Err(Error::NotConnected {
                 endpoint: endpoint.to_owned(),
             });
         };
-        self.socket
-            .lock()
-            .disconnect(endpoint)
-            .map_err(socket_error("disconnect"))?;
+        self.with_socket(|socket| {
+            socket
+                .disconnect(endpoint)
+                .map_err(socket_error("disconnect"))
+        })?;
         endpoints.connected.swap_remove(index);
         tracing::debug!(kind = self.kind, endpoint, "disconnected");
         Ok(())
     }
 
-    /// Releases every endpoint, refuses further use, and waits until bound ports are free.
-    /// Idempotent.
+    /// Closes the socket: every connection drops, bound ports are released (this waits until
+    /// they are), and every later call fails with `Closed`. Idempotent.
     pub(crate) async fn close(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
         let endpoints = std::mem::take(&mut *self.endpoints.lock());
-        {
-            let socket = self.socket.lock();
+        // Deregister from tokio before libzmq may close the descriptor.
+        if let Some(fd) = self.fd.lock().take() {
+            let _deregistered: ZmqFd = fd.into_inner();
+        }
+        if let Some(socket) = self.socket.lock().take() {
+            // Unbind explicitly: libzmq then closes the listeners now rather than after the
+            // linger period.
             for endpoint in &endpoints.bound {
-                if let Err(e) = socket.unbind(endpoint) {
-                    tracing::warn!(kind = self.kind, endpoint, cause = %os(e), "unbind on close failed");
-                }
+                let _ = socket.unbind(endpoint);
             }
-            for endpoint in &endpoints.connected {
-                // A peer that is already gone is fine here.
-                let _ = socket.disconnect(endpoint);
-            }
+            drop(socket);
         }
         // Wake everyone waiting so they observe `closed`.
         self.readable.notify_waiters();
@@ -263,12 +274,12 @@ impl Core {
 
     /// Starts libzmq's socket monitor and returns its event stream (once per socket).
     pub(crate) fn events(&self) -> Result<Events> {
-        self.check_open()?;
-        if self.events_taken.swap(true, Ordering::AcqRel) {
-            return Err(Error::EventsTaken);
-        }
-        let socket = self.socket.lock();
-        monitor::start(&socket)
+        self.with_socket(|socket| {
+            if self.events_taken.swap(true, Ordering::AcqRel) {
+                return Err(Error::EventsTaken);
+            }
+            monitor::start(socket)
+        })
     }
 
     /// Sends one multipart message, waiting at the high-water mark if so configured.
@@ -277,18 +288,20 @@ impl Core {
             return Err(Error::EmptyMessage);
         }
         loop {
-            self.check_open()?;
-            let outcome = {
-                let socket = self.socket.lock();
-                let outcome = send_frames(&socket, peer, frames);
+            let outcome = self.with_socket(|socket| {
+                let outcome = send_frames(socket, peer, frames);
                 // Rule 2: our send may have consumed the edge announcing an inbound message.
-                if let Ok(events) = socket.get_events() {
-                    if events.contains(zmq::POLLIN) {
-                        self.readable.notify_one();
+                // Only a parked receiver can miss it: one that is not parked receives (and so
+                // looks at the socket) before it parks.
+                if self.receiver_parked.load(Ordering::Acquire) {
+                    if let Ok(events) = socket.get_events() {
+                        if events.contains(zmq::POLLIN) {
+                            self.readable.notify_one();
+                        }
                     }
                 }
-                outcome
-            };
+                Ok(outcome)
+            })?;
             match outcome {
                 Ok(()) => {
                     tracing::trace!(kind = self.kind, frames = frames.len(), "sent");
@@ -312,13 +325,6 @@ impl Core {
     async fn wait_writable(&self) {
         self.blocked_senders.fetch_add(1, Ordering::AcqRel);
         tokio::select! {
-            ready = self.fd.readable() => {
-                if let Ok(mut guard) = ready {
-                    guard.clear_ready();
-                }
-                // We may have consumed the receiver's edge: let it look for itself.
-                self.readable.notify_one();
-            }
             _ = self.writable.notified() => {}
             _ = tokio::time::sleep(BLOCKED_SEND_RETRY) => {}
         }
@@ -327,35 +333,62 @@ impl Core {
 
     /// Receives one multipart message.
     pub(crate) async fn recv(&self) -> Result<Vec<Bytes>> {
+        let _turn = self.receiving.lock().await;
         loop {
-            self.check_open()?;
-            {
-                let socket = self.socket.lock();
-                match recv_frames(&socket) {
-                    Ok(frames) => {
-                        if self.blocked_senders.load(Ordering::Acquire) > 0 {
-                            if let Ok(events) = socket.get_events() {
-                                if events.contains(zmq::POLLOUT) {
-                                    self.writable.notify_waiters();
-                                }
-                            }
+            let received = self.with_socket(|socket| {
+                let received = recv_frames(socket);
+                // Parked iff nothing was there; set under the lock, so a sender that takes
+                // the lock after us sees it (rule 2).
+                self.receiver_parked.store(
+                    matches!(received, Err(zmq::Error::EAGAIN)),
+                    Ordering::Release,
+                );
+                if received.is_ok() && self.blocked_senders.load(Ordering::Acquire) > 0 {
+                    if let Ok(events) = socket.get_events() {
+                        if events.contains(zmq::POLLOUT) {
+                            self.writable.notify_waiters();
                         }
-                        tracing::trace!(kind = self.kind, frames = frames.len(), "received");
-                        return Ok(frames);
                     }
-                    Err(zmq::Error::EAGAIN) => {}
-                    Err(e) => return Err(socket_error("receive")(e)),
                 }
+                Ok(received)
+            })?;
+            match received {
+                Ok(frames) => {
+                    tracing::trace!(kind = self.kind, frames = frames.len(), "received");
+                    return Ok(frames);
+                }
+                Err(zmq::Error::EAGAIN) => {}
+                Err(e) => return Err(socket_error("receive")(e)),
             }
             // Rule 1: the receive above returned EAGAIN, so the next command raises an edge.
             tokio::select! {
-                ready = self.fd.readable() => match ready {
-                    Ok(mut guard) => guard.clear_ready(),
-                    Err(source) => return Err(Error::Socket { operation: "poll ZMQ_FD", source }),
-                },
+                ready = self.fd_readable() => ready?,
                 _ = self.readable.notified() => {}
             }
         }
+    }
+
+    /// Waits until ZMQ_FD signals, and clears that readiness (the caller then receives,
+    /// which drains what the signal announced).
+    async fn fd_readable(&self) -> Result<()> {
+        std::future::poll_fn(|cx| {
+            let guard = self.fd.lock();
+            let Some(fd) = guard.as_ref() else {
+                return std::task::Poll::Ready(Err(Error::Closed));
+            };
+            match fd.poll_read_ready(cx) {
+                std::task::Poll::Ready(Ok(mut ready)) => {
+                    ready.clear_ready();
+                    std::task::Poll::Ready(Ok(()))
+                }
+                std::task::Poll::Ready(Err(source)) => std::task::Poll::Ready(Err(Error::Socket {
+                    operation: "poll ZMQ_FD",
+                    source,
+                })),
+                std::task::Poll::Pending => std::task::Poll::Pending,
+            }
+        })
+        .await
     }
 }
 

@@ -1,0 +1,300 @@
+//! The client side of a conversation, over a Dealer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::watch;
+use transport::{Dealer, Event, HandshakeFailure, Options, PeerId};
+
+use crate::conversation::{Conversation, Rejected, Stats};
+use crate::envelope::{check_user_event, Envelope, SYSTEM_PREFIX};
+use crate::error::{Error, Result};
+use crate::handler::{RequestHandler, TickHandler};
+
+/// Default largest payload accepted: 16 MiB.
+pub const DEFAULT_MAX_PAYLOAD: usize = 16 * 1024 * 1024;
+
+/// The state of a Client's connection to its server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Connection {
+    /// Connecting (or reconnecting): messages queue up, requests are refused.
+    Connecting,
+    /// The ZMTP handshake with the server completed: requests flow.
+    Connected,
+    /// The server refused the connection's handshake (wrong protocol or credentials).
+    Refused(HandshakeFailure),
+    /// The client was closed.
+    Closed,
+}
+
+/// A client: connects to one [`Server`](crate::Server), sends requests and ticks to it, and
+/// answers the requests and ticks the server sends back.
+///
+/// ```
+/// # #[tokio::main] async fn main() -> protocol::Result<()> {
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use protocol::{request_fn, Client, Server};
+///
+/// let server = Server::bind("tcp://127.0.0.1:0").await?;
+/// server.on_request("echo", request_fn(|req| async move { Ok(req.payload().clone()) }));
+/// let client = Client::connect(server.endpoint(), Duration::from_secs(5)).await?;
+/// let reply = client.request("echo", Bytes::from_static(b"hi"), Duration::from_secs(1)).await?;
+/// assert_eq!(reply.payload(), &Bytes::from_static(b"hi"));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    conversation: Arc<Conversation<Dealer>>,
+    state: watch::Receiver<Connection>,
+    endpoint: Arc<str>,
+}
+
+/// The server, as seen from a Client's Dealer: the only remote.
+fn server() -> PeerId {
+    PeerId::default()
+}
+
+impl Client {
+    /// Connects to `endpoint` with default options and waits (up to `timeout`) until the
+    /// connection is up.
+    pub async fn connect(endpoint: &str, timeout: Duration) -> Result<Client> {
+        Client::connect_with(endpoint, Options::default(), DEFAULT_MAX_PAYLOAD, timeout).await
+    }
+
+    /// Connects with transport options and a payload limit.
+    pub async fn connect_with(
+        endpoint: &str,
+        options: Options,
+        max_payload: usize,
+        timeout: Duration,
+    ) -> Result<Client> {
+        let dealer = Dealer::with_options(options)?;
+        let mut events = dealer.events()?;
+        dealer.connect(endpoint)?;
+        let conversation = Conversation::start(dealer, max_payload);
+        let (state_tx, mut state) = watch::channel(Connection::Connecting);
+        // Follow the connection: requests pending when it drops can never be answered
+        // (the server's reply would go to a connection that no longer exists), so they
+        // fail at once instead of waiting for their timeout.
+        let watched = Arc::downgrade(&conversation);
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                let Some(conversation) = watched.upgrade() else {
+                    break;
+                };
+                let next = match event {
+                    Event::HandshakeSucceeded { .. } => Connection::Connected,
+                    Event::HandshakeFailed { reason, .. } => Connection::Refused(reason),
+                    Event::Disconnected { .. } => {
+                        let failed = conversation.fail_all(|| Error::ConnectionLost);
+                        tracing::debug!(failed, "connection lost; pending requests failed");
+                        Connection::Connecting
+                    }
+                    _ => continue,
+                };
+                if state_tx.send(next).is_err() {
+                    break;
+                }
+            }
+            let _ = state_tx.send(Connection::Closed);
+        });
+        let waited = tokio::time::timeout(timeout, async {
+            loop {
+                match &*state.borrow_and_update() {
+                    Connection::Connected => return Ok(()),
+                    Connection::Closed => return Err(Error::Closed),
+                    _ => {}
+                }
+                if state.changed().await.is_err() {
+                    return Err(Error::Closed);
+                }
+            }
+        })
+        .await;
+        let client = Client {
+            conversation,
+            state,
+            endpoint: Arc::from(endpoint),
+        };
+        match waited {
+            Ok(Ok(())) => Ok(client),
+            Ok(Err(e)) => {
+                client.close().await;
+                Err(e)
+            }
+            Err(_) => {
+                client.close().await;
+                Err(Error::ConnectTimeout {
+                    endpoint: endpoint.to_owned(),
+                })
+            }
+        }
+    }
+
+    /// The endpoint this client connects to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The connection's current state.
+    pub fn connection(&self) -> Connection {
+        self.state.borrow().clone()
+    }
+
+    /// A receiver that sees every change of the connection's state.
+    pub fn watch_connection(&self) -> watch::Receiver<Connection> {
+        self.state.clone()
+    }
+
+    fn check_connected(&self) -> Result<()> {
+        match &*self.state.borrow() {
+            Connection::Connected => Ok(()),
+            Connection::Closed => Err(Error::Closed),
+            _ => Err(Error::NotConnected),
+        }
+    }
+
+    /// Sends a request and waits for the reply, an error reply, or `timeout`.
+    pub async fn request(
+        &self,
+        event: &str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Envelope> {
+        self.request_with(event, Bytes::new(), payload, timeout)
+            .await
+    }
+
+    /// [`request`](Self::request) with metadata.
+    pub async fn request_with(
+        &self,
+        event: &str,
+        metadata: Bytes,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Envelope> {
+        check_user_event(event)?;
+        self.check_connected()?;
+        self.conversation
+            .request(&server(), event, metadata, payload, timeout)
+            .await
+    }
+
+    /// Sends a tick (fire and forget).
+    pub async fn tick(&self, event: &str, payload: Bytes) -> Result<()> {
+        self.tick_with(event, Bytes::new(), payload).await
+    }
+
+    /// [`tick`](Self::tick) with metadata.
+    pub async fn tick_with(&self, event: &str, metadata: Bytes, payload: Bytes) -> Result<()> {
+        check_user_event(event)?;
+        self.check_connected()?;
+        self.conversation
+            .tick(&server(), event, metadata, payload)
+            .await
+    }
+
+    /// Sends a system request (event in the `_system:` namespace; for the node layer).
+    pub async fn system_request(
+        &self,
+        event: &str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Envelope> {
+        if !event.starts_with(SYSTEM_PREFIX) {
+            return Err(Error::InvalidEvent(event.to_owned()));
+        }
+        self.conversation
+            .request(&server(), event, Bytes::new(), payload, timeout)
+            .await
+    }
+
+    /// Sends a system tick (event in the `_system:` namespace; for the node layer).
+    pub async fn system_tick(&self, event: &str, payload: Bytes) -> Result<()> {
+        if !event.starts_with(SYSTEM_PREFIX) {
+            return Err(Error::InvalidEvent(event.to_owned()));
+        }
+        self.conversation
+            .tick(&server(), event, Bytes::new(), payload)
+            .await
+    }
+
+    /// Handles requests for `event` sent by the server.
+    pub fn on_request(&self, event: &str, handler: RequestHandler) {
+        self.conversation
+            .set_request_handler(Some(event.to_owned()), Some(handler));
+    }
+
+    /// Removes the request handler for `event`.
+    pub fn off_request(&self, event: &str) {
+        self.conversation
+            .set_request_handler(Some(event.to_owned()), None);
+    }
+
+    /// Handles ticks for `event` sent by the server.
+    pub fn on_tick(&self, event: &str, handler: TickHandler) {
+        self.conversation
+            .set_tick_handler(Some(event.to_owned()), Some(handler));
+    }
+
+    /// Removes the tick handler for `event`.
+    pub fn off_tick(&self, event: &str) {
+        self.conversation
+            .set_tick_handler(Some(event.to_owned()), None);
+    }
+
+    /// Handles every request that has no handler of its own (the node layer's dispatcher).
+    pub fn on_any_request(&self, handler: Option<RequestHandler>) {
+        self.conversation.set_request_handler(None, handler);
+    }
+
+    /// Handles every tick that has no handler of its own.
+    pub fn on_any_tick(&self, handler: Option<TickHandler>) {
+        self.conversation.set_tick_handler(None, handler);
+    }
+
+    /// Reports each received message that was dropped as invalid.
+    pub fn rejected(&self) -> tokio::sync::mpsc::UnboundedReceiver<Rejected> {
+        self.conversation.report_rejected()
+    }
+
+    /// Fails every pending request at once with `error` (the node layer calls this when its
+    /// heartbeats say the server is gone).
+    pub fn fail_pending(&self, error: impl Fn() -> Error) -> usize {
+        self.conversation.fail_all(error)
+    }
+
+    /// Requests waiting for their reply.
+    pub fn in_flight(&self) -> usize {
+        self.conversation.in_flight()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.conversation.stats()
+    }
+
+    /// Graceful close: new requests are refused, handlers in progress answer, requests still
+    /// waiting fail with [`Error::Closed`], then the socket closes.
+    pub async fn close(&self) {
+        self.conversation.close().await
+    }
+
+    /// Immediate close: handlers in progress are dropped without answering, pending requests
+    /// fail with [`Error::Closed`], the socket closes at once.
+    pub async fn abort(&self) {
+        self.conversation.abort().await
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoint", &self.endpoint)
+            .field("connection", &self.connection())
+            .finish()
+    }
+}

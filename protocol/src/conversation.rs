@@ -1,0 +1,499 @@
+//! The conversation core shared by [`Client`](crate::Client) and [`Server`](crate::Server):
+//! sending requests and matching replies, running handlers, expiring deadlines.
+//!
+//! One driver task per socket receives every message, completes waiting requests, runs
+//! handlers and fires timeouts. Callers send directly (the transport allows it) and wait on a
+//! oneshot channel that the driver completes.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+use transport::PeerId;
+
+use crate::envelope::{check_event, encode_value, Envelope, Kind};
+use crate::error::{Error, RemoteError, Result};
+use crate::handler::{Answer, Handlers, Incoming, RequestHandler, TickHandler};
+use crate::link::Link;
+use crate::table::Table;
+
+/// Counters a user or an operator reads to see what the conversation has been through.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) requests_sent: AtomicU64,
+    pub(crate) requests_handled: AtomicU64,
+    pub(crate) ticks_sent: AtomicU64,
+    pub(crate) ticks_handled: AtomicU64,
+    pub(crate) timeouts: AtomicU64,
+    pub(crate) invalid_envelopes: AtomicU64,
+    pub(crate) unmatched_replies: AtomicU64,
+    pub(crate) no_handler: AtomicU64,
+    pub(crate) handler_panics: AtomicU64,
+}
+
+/// A snapshot of a Client's or Server's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Requests sent.
+    pub requests_sent: u64,
+    /// Requests received and answered.
+    pub requests_handled: u64,
+    /// Ticks sent.
+    pub ticks_sent: u64,
+    /// Ticks received and handled.
+    pub ticks_handled: u64,
+    /// Requests that ended with a timeout.
+    pub timeouts: u64,
+    /// Received messages that were not valid envelopes (dropped, counted).
+    pub invalid_envelopes: u64,
+    /// Replies that matched no pending request (late, duplicate, or spoofed) and were dropped.
+    pub unmatched_replies: u64,
+    /// Requests answered with "no handler".
+    pub no_handler: u64,
+    /// Handlers that panicked (answered with an error reply; the driver kept going).
+    pub handler_panics: u64,
+}
+
+/// A request waiting for its reply.
+struct Waiter {
+    /// Who the request went to: only that peer may answer it.
+    peer: PeerId,
+    event: String,
+    timeout: Duration,
+    done: oneshot::Sender<Result<Envelope>>,
+}
+
+/// Why a received message was dropped, for whoever listens (the node layer's error events).
+pub type Rejected = (PeerId, Error);
+
+/// The state shared by the driver and every handle.
+pub(crate) struct Conversation<L: Link> {
+    pub(crate) link: L,
+    pending: Mutex<Table<Waiter>>,
+    handlers: RwLock<Handlers>,
+    next_id: AtomicU64,
+    /// Wakes the driver when a request with an earlier deadline than all others is added.
+    timer_reset: Notify,
+    /// Set when closing: new requests are refused, handlers in progress finish.
+    closing: AtomicBool,
+    /// Set by `abort`: stop at once, dropping handlers in progress.
+    aborting: AtomicBool,
+    /// Wakes the driver to start closing.
+    close_requested: Notify,
+    /// Signalled by the driver when it has finished.
+    finished: Notify,
+    finished_flag: AtomicBool,
+    pub(crate) counters: Counters,
+    pub(crate) max_payload: usize,
+    /// Where invalid inbound messages are reported (optional).
+    rejected: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Rejected>>>,
+}
+
+impl<L: Link> Conversation<L> {
+    /// Creates the conversation and spawns its driver.
+    pub(crate) fn start(link: L, max_payload: usize) -> Arc<Conversation<L>> {
+        let conversation = Arc::new(Conversation {
+            link,
+            pending: Mutex::new(Table::new()),
+            handlers: RwLock::new(Handlers::default()),
+            // Start from a random point so ids from a restarted process do not repeat the
+            // previous run's (a late reply must not match a new request).
+            next_id: AtomicU64::new(rand_start()),
+            timer_reset: Notify::new(),
+            closing: AtomicBool::new(false),
+            aborting: AtomicBool::new(false),
+            close_requested: Notify::new(),
+            finished: Notify::new(),
+            finished_flag: AtomicBool::new(false),
+            counters: Counters::default(),
+            max_payload,
+            rejected: Mutex::new(None),
+        });
+        tokio::spawn(Arc::clone(&conversation).drive());
+        conversation
+    }
+
+    pub(crate) fn set_request_handler(&self, event: Option<String>, h: Option<RequestHandler>) {
+        self.handlers.write().set_request(event, h);
+    }
+
+    pub(crate) fn set_tick_handler(&self, event: Option<String>, h: Option<TickHandler>) {
+        self.handlers.write().set_tick(event, h);
+    }
+
+    pub(crate) fn report_rejected(&self) -> tokio::sync::mpsc::UnboundedReceiver<Rejected> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        *self.rejected.lock() = Some(tx);
+        rx
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            requests_sent: get(&c.requests_sent),
+            requests_handled: get(&c.requests_handled),
+            ticks_sent: get(&c.ticks_sent),
+            ticks_handled: get(&c.ticks_handled),
+            timeouts: get(&c.timeouts),
+            invalid_envelopes: get(&c.invalid_envelopes),
+            unmatched_replies: get(&c.unmatched_replies),
+            no_handler: get(&c.no_handler),
+            handler_panics: get(&c.handler_panics),
+        }
+    }
+
+    /// Requests waiting for a reply.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.pending.lock().len()
+    }
+
+    /// Sends a request to `peer` and waits for its reply, an error reply, or the deadline.
+    pub(crate) async fn request(
+        &self,
+        peer: &PeerId,
+        event: &str,
+        metadata: Bytes,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Envelope> {
+        check_event(event)?;
+        if self.is_closing() {
+            return Err(Error::Closed);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (done, answer) = oneshot::channel();
+        let deadline = Instant::now() + timeout;
+        {
+            let mut pending = self.pending.lock();
+            let earliest = pending
+                .next_deadline()
+                .is_none_or(|current| deadline.into_std() < current);
+            let waiter = Waiter {
+                peer: peer.clone(),
+                event: event.to_owned(),
+                timeout,
+                done,
+            };
+            pending.insert(id, deadline.into_std(), waiter);
+            if earliest {
+                self.timer_reset.notify_one();
+            }
+        }
+        let frames = Envelope::new(Kind::Request, id, event, metadata, payload).encode();
+        if let Err(e) = self.link.send(peer, &frames).await {
+            self.pending.lock().cancel(id);
+            return Err(e.into());
+        }
+        self.counters.requests_sent.fetch_add(1, Ordering::Relaxed);
+        // If this future is dropped, the entry stays until its deadline: the table is
+        // bounded by the deadlines, and a late reply is counted as unmatched.
+        match answer.await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Closed),
+        }
+    }
+
+    /// Sends a tick: no answer, no waiting beyond the transport's backpressure.
+    pub(crate) async fn tick(
+        &self,
+        peer: &PeerId,
+        event: &str,
+        metadata: Bytes,
+        payload: Bytes,
+    ) -> Result<()> {
+        check_event(event)?;
+        if self.is_closing() {
+            return Err(Error::Closed);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frames = Envelope::new(Kind::Tick, id, event, metadata, payload).encode();
+        self.link.send(peer, &frames).await?;
+        self.counters.ticks_sent.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Fails at once every request pending on `peer` (it left) with `error`.
+    pub(crate) fn fail_pending(&self, peer: &PeerId, error: impl Fn() -> Error) -> usize {
+        let failed = self.pending.lock().remove_where(|w| &w.peer == peer);
+        let count = failed.len();
+        for (_, waiter) in failed {
+            let _ = waiter.done.send(Err(error()));
+        }
+        count
+    }
+
+    /// Fails every pending request with `error`.
+    pub(crate) fn fail_all(&self, error: impl Fn() -> Error) -> usize {
+        let failed = self.pending.lock().drain();
+        let count = failed.len();
+        for (_, waiter) in failed {
+            let _ = waiter.done.send(Err(error()));
+        }
+        count
+    }
+
+    /// Graceful close: refuse new requests, let handlers in progress answer, fail what is
+    /// still pending with `Closed`, close the socket. Returns when all that is done.
+    pub(crate) async fn close(&self) {
+        self.shut_down(false).await
+    }
+
+    /// Immediate close: handlers in progress are dropped unanswered, pending requests fail
+    /// with `Closed`, the socket closes. For tests of abrupt failure and for a close whose
+    /// grace period ran out.
+    pub(crate) async fn abort(&self) {
+        self.shut_down(true).await
+    }
+
+    async fn shut_down(&self, abort: bool) {
+        if abort {
+            self.aborting.store(true, Ordering::Release);
+        }
+        self.closing.store(true, Ordering::Release);
+        self.close_requested.notify_one();
+        loop {
+            let finished = self.finished.notified();
+            if self.finished_flag.load(Ordering::Acquire) {
+                break;
+            }
+            finished.await;
+        }
+    }
+
+    /// The driver: the only task that receives from the socket.
+    async fn drive(self: Arc<Self>) {
+        let mut running = FuturesUnordered::new();
+        let mut closing = false;
+        loop {
+            let next_deadline = self.pending.lock().next_deadline().map(Instant::from_std);
+            let timer = async {
+                match next_deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                received = self.link.recv() => match received {
+                    Ok((peer, frames)) => {
+                        if let Some(work) = self.on_message(peer, frames, closing) {
+                            running.push(work);
+                        }
+                    }
+                    Err(transport::Error::Closed) => break,
+                    Err(e) => {
+                        tracing::warn!(cause = %e, "receive failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                },
+                Some(()) = running.next(), if !running.is_empty() => {}
+                () = timer => self.expire(),
+                () = self.timer_reset.notified() => {}
+                () = self.close_requested.notified() => closing = true,
+            }
+            if closing && (running.is_empty() || self.aborting.load(Ordering::Acquire)) {
+                break;
+            }
+        }
+        if self.aborting.load(Ordering::Acquire) {
+            drop(running);
+        } else {
+            // Let the handlers still running finish (only reached when the socket died).
+            while running.next().await.is_some() {}
+        }
+        self.closing.store(true, Ordering::Release);
+        self.fail_all(|| Error::Closed);
+        self.link.close().await;
+        self.finished_flag.store(true, Ordering::Release);
+        self.finished.notify_waiters();
+        tracing::debug!("conversation finished");
+    }
+
+    /// Fires the timeouts that are due.
+    fn expire(&self) {
+        let expired = self.pending.lock().expire(Instant::now().into_std());
+        for (id, waiter) in expired {
+            tracing::debug!(id, event = %waiter.event, "request timed out");
+            self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+            let _ = waiter.done.send(Err(Error::Timeout {
+                event: waiter.event,
+                timeout: waiter.timeout,
+            }));
+        }
+    }
+
+    fn reject(&self, peer: &PeerId, error: Error) {
+        tracing::debug!(%peer, cause = %error, "message dropped");
+        if let Some(tx) = &*self.rejected.lock() {
+            let _ = tx.send((peer.clone(), error));
+        }
+    }
+
+    /// Handles one received message; returns handler work to run concurrently.
+    fn on_message(
+        self: &Arc<Self>,
+        peer: PeerId,
+        frames: Vec<Bytes>,
+        closing: bool,
+    ) -> Option<futures::future::BoxFuture<'static, ()>> {
+        let envelope = match Envelope::decode(&frames, self.max_payload) {
+            Ok(envelope) => envelope,
+            Err(e) => {
+                self.counters
+                    .invalid_envelopes
+                    .fetch_add(1, Ordering::Relaxed);
+                self.reject(&peer, Error::InvalidEnvelope(e));
+                return None;
+            }
+        };
+        tracing::trace!(%peer, kind = ?envelope.kind(), id = envelope.id(), event = envelope.event(), "received");
+        match envelope.kind() {
+            Kind::Reply | Kind::Error => {
+                self.on_answer(peer, envelope);
+                None
+            }
+            Kind::Tick => {
+                let handler = self.handlers.read().tick(envelope.event());
+                let Some(handler) = handler else {
+                    tracing::debug!(event = envelope.event(), "tick with no handler dropped");
+                    self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                };
+                self.counters.ticks_handled.fetch_add(1, Ordering::Relaxed);
+                let this = Arc::clone(self);
+                let work = AssertUnwindSafe(handler(Incoming::new(peer, envelope))).catch_unwind();
+                Some(Box::pin(async move {
+                    if work.await.is_err() {
+                        this.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!("tick handler panicked");
+                    }
+                }))
+            }
+            Kind::Request => {
+                let id = envelope.id();
+                let event = envelope.event().to_owned();
+                if closing {
+                    let this = Arc::clone(self);
+                    return Some(Box::pin(async move {
+                        let refusal = RemoteError::new(
+                            RemoteError::SHUTTING_DOWN,
+                            "the server is closing and takes no new requests",
+                        );
+                        this.answer(&peer, id, &event, Err(refusal)).await;
+                    }));
+                }
+                let handler = self.handlers.read().request(&event);
+                let this = Arc::clone(self);
+                let Some(handler) = handler else {
+                    self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
+                    return Some(Box::pin(async move {
+                        let missing = RemoteError::new(
+                            RemoteError::NO_HANDLER,
+                            format!("no handler for {event:?}"),
+                        );
+                        this.answer(&peer, id, &event, Err(missing)).await;
+                    }));
+                };
+                let work =
+                    AssertUnwindSafe(handler(Incoming::new(peer.clone(), envelope))).catch_unwind();
+                Some(Box::pin(async move {
+                    let result = match work.await {
+                        Ok(result) => result,
+                        Err(_) => {
+                            this.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
+                            tracing::error!(event = %event, "request handler panicked");
+                            Err(RemoteError::handler("the handler panicked"))
+                        }
+                    };
+                    this.counters
+                        .requests_handled
+                        .fetch_add(1, Ordering::Relaxed);
+                    this.answer(&peer, id, &event, result).await;
+                }))
+            }
+        }
+    }
+
+    /// Sends the answer to request `id`.
+    async fn answer(
+        &self,
+        peer: &PeerId,
+        id: u64,
+        event: &str,
+        result: Result<Answer, RemoteError>,
+    ) {
+        let envelope = match result {
+            Ok(answer) => Envelope::new(Kind::Reply, id, event, answer.metadata, answer.payload),
+            Err(error) => {
+                let payload = encode_value(&error).unwrap_or_default();
+                Envelope::new(Kind::Error, id, event, Bytes::new(), payload)
+            }
+        };
+        if let Err(e) = self.link.send(peer, &envelope.encode()).await {
+            // The requester is gone (or we are closing): it will see its own timeout or
+            // connection loss. Nothing else to do but say so.
+            tracing::debug!(%peer, id, cause = %e, "reply not delivered");
+        }
+    }
+
+    /// A reply or error reply arrived: complete the matching request, if any.
+    fn on_answer(&self, peer: PeerId, envelope: Envelope) {
+        let id = envelope.id();
+        let waiter = {
+            let mut pending = self.pending.lock();
+            match pending.get(id) {
+                // Only the peer the request went to may answer it.
+                Some(w) if w.peer == peer => pending.complete(id),
+                Some(_) => None,
+                None => None,
+            }
+        };
+        let Some(waiter) = waiter else {
+            self.counters
+                .unmatched_replies
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, id, "reply matched no pending request; dropped");
+            return;
+        };
+        let result = match envelope.kind() {
+            Kind::Error => Err(remote_error(&envelope, waiter.event.clone())),
+            _ => Ok(envelope),
+        };
+        let _ = waiter.done.send(result);
+    }
+}
+
+/// Turns an error reply into the caller's error.
+fn remote_error(envelope: &Envelope, event: String) -> Error {
+    match envelope.decode_payload::<RemoteError>() {
+        Ok(error) if error.code == RemoteError::NO_HANDLER => Error::NoHandler { event },
+        Ok(error) => Error::Remote(error),
+        Err(_) => Error::Remote(RemoteError::handler("malformed error reply")),
+    }
+}
+
+/// A starting point for request ids that differs between runs.
+fn rand_start() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    // Keep far from wrapping: 2^62 ids remain in any case.
+    hasher.finish() >> 2
+}

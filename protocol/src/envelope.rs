@@ -1,0 +1,588 @@
+//! The envelope: how one zeronode message is laid out on the wire.
+//!
+//! A message is one or two ZeroMQ frames: a small header frame, and the payload as a frame of
+//! its own (absent when empty), so a payload of any size travels without being copied into
+//! the header and is handed to the application as the very `Bytes` libzmq delivered.
+//!
+//! ```text
+//! header frame (integers big-endian)
+//! offset  size  field
+//!      0     1  magic      0x5A ('Z'): not a zeronode peer otherwise
+//!      1     1  version    1
+//!      2     1  kind       1 request, 2 reply, 3 error reply, 4 tick
+//!      3     1  flags      bit 0: system message (event in the `_system:` namespace);
+//!                          other bits must be zero
+//!      4     8  id         request id, unique per sender (a u64 counter: no collision at
+//!                          any rate); replies carry the id of their request
+//!     12     2  E          event name length in bytes
+//!     14     E  event      UTF-8
+//!   14+E     4  M          metadata length in bytes (0: none)
+//!   18+E     M  metadata   opaque to this layer (MessagePack by convention)
+//! payload frame (optional): the payload bytes, raw
+//! ```
+//!
+//! Decoding ([`Envelope::decode`]) checks the header and the event name and stops there: the
+//! metadata and the payload stay `Bytes` slices of what was received until someone asks for
+//! them ([`Envelope::payload`], [`Envelope::decode_payload`]).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::{DecodeError, Error};
+
+/// The first byte of every zeronode header.
+pub const MAGIC: u8 = 0x5A;
+/// The envelope version this crate writes and reads.
+pub const VERSION: u8 = 1;
+/// Size of the fixed part of the header, before the event name.
+pub const FIXED_HEADER: usize = 14;
+/// Events in this namespace are reserved for the node layer's system messages.
+pub const SYSTEM_PREFIX: &str = "_system:";
+/// Flag bit: the message is a system message.
+const FLAG_SYSTEM: u8 = 0b0000_0001;
+
+/// What a message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// A request: the receiver answers with a reply or an error reply carrying the same id.
+    Request = 1,
+    /// A successful answer to a request.
+    Reply = 2,
+    /// A failed answer to a request; the payload is an encoded [`RemoteError`](crate::RemoteError).
+    Error = 3,
+    /// A one-way message: no answer.
+    Tick = 4,
+}
+
+impl Kind {
+    fn from_byte(byte: u8) -> Result<Kind, DecodeError> {
+        Ok(match byte {
+            1 => Kind::Request,
+            2 => Kind::Reply,
+            3 => Kind::Error,
+            4 => Kind::Tick,
+            other => return Err(DecodeError::UnknownKind(other)),
+        })
+    }
+}
+
+/// A decoded message. Cheap to clone (it holds `Bytes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    kind: Kind,
+    system: bool,
+    id: u64,
+    /// The event name; checked to be UTF-8 when decoded.
+    event: Bytes,
+    metadata: Bytes,
+    payload: Bytes,
+}
+
+impl Envelope {
+    /// Builds an envelope. System status follows from the event name.
+    pub fn new(kind: Kind, id: u64, event: &str, metadata: Bytes, payload: Bytes) -> Envelope {
+        Envelope {
+            kind,
+            system: event.starts_with(SYSTEM_PREFIX),
+            id,
+            event: Bytes::copy_from_slice(event.as_bytes()),
+            metadata,
+            payload,
+        }
+    }
+
+    /// The message kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Whether this is a system message (event in the `_system:` namespace).
+    pub fn is_system(&self) -> bool {
+        self.system
+    }
+
+    /// The request id (for replies: the id of the request answered).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The event name.
+    pub fn event(&self) -> &str {
+        // Checked in `decode` (or built from a `&str`); this cannot fail.
+        std::str::from_utf8(&self.event).unwrap_or_default()
+    }
+
+    /// The raw metadata (empty when none was sent).
+    pub fn metadata(&self) -> &Bytes {
+        &self.metadata
+    }
+
+    /// The raw payload, exactly as sent.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// Takes the payload out without copying.
+    pub fn into_payload(self) -> Bytes {
+        self.payload
+    }
+
+    /// Decodes the payload from MessagePack into `T`.
+    pub fn decode_payload<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        decode_value(&self.payload)
+    }
+
+    /// Decodes the metadata from MessagePack into `T`.
+    pub fn decode_metadata<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        decode_value(&self.metadata)
+    }
+
+    /// The wire frames: the header, then the payload when it is not empty.
+    pub fn encode(&self) -> Vec<Bytes> {
+        let mut frames = Vec::with_capacity(2);
+        frames.push(self.encode_header());
+        if !self.payload.is_empty() {
+            frames.push(self.payload.clone());
+        }
+        frames
+    }
+
+    /// The header frame alone.
+    pub fn encode_header(&self) -> Bytes {
+        let mut header =
+            BytesMut::with_capacity(FIXED_HEADER + self.event.len() + 4 + self.metadata.len());
+        header.put_u8(MAGIC);
+        header.put_u8(VERSION);
+        header.put_u8(self.kind as u8);
+        header.put_u8(if self.system { FLAG_SYSTEM } else { 0 });
+        header.put_u64(self.id);
+        // Event names are bounded by `check_event` before an envelope is sent; a longer one
+        // (only possible through `new`) is cut rather than mis-framed.
+        let event_len = self.event.len().min(u16::MAX as usize);
+        header.put_u16(event_len as u16);
+        header.put_slice(&self.event[..event_len]);
+        let metadata_len = self.metadata.len().min(u32::MAX as usize);
+        header.put_u32(metadata_len as u32);
+        header.put_slice(&self.metadata[..metadata_len]);
+        header.freeze()
+    }
+
+    /// Decodes the frames of one message, checking only the header and the event name; the
+    /// payload and metadata are kept as slices of the received buffers. `max_payload` bounds
+    /// the payload frame.
+    pub fn decode(frames: &[Bytes], max_payload: usize) -> Result<Envelope, DecodeError> {
+        let (header, payload) = match frames {
+            [] => return Err(DecodeError::NoFrames),
+            [header] => (header, Bytes::new()),
+            [header, payload] => (header, payload.clone()),
+            more => return Err(DecodeError::TooManyFrames(more.len())),
+        };
+        if payload.len() > max_payload {
+            return Err(DecodeError::TooLarge {
+                size: payload.len(),
+                max: max_payload,
+            });
+        }
+        if header.len() < FIXED_HEADER {
+            // Check the magic first when we have it: a stranger is more useful to report
+            // than a short read.
+            if let Some(&magic) = header.first() {
+                if magic != MAGIC {
+                    return Err(DecodeError::BadMagic(magic));
+                }
+            }
+            return Err(DecodeError::Truncated {
+                needed: FIXED_HEADER,
+                got: header.len(),
+            });
+        }
+        if header[0] != MAGIC {
+            return Err(DecodeError::BadMagic(header[0]));
+        }
+        if header[1] != VERSION {
+            return Err(DecodeError::UnsupportedVersion(header[1]));
+        }
+        let kind = Kind::from_byte(header[2])?;
+        let flags = header[3];
+        if flags & !FLAG_SYSTEM != 0 {
+            return Err(DecodeError::UnknownFlags(flags));
+        }
+        let id = u64::from_be_bytes([
+            header[4], header[5], header[6], header[7], header[8], header[9], header[10],
+            header[11],
+        ]);
+        let event_len = usize::from(u16::from_be_bytes([header[12], header[13]]));
+        let event_end = FIXED_HEADER + event_len;
+        let metadata_start = event_end + 4;
+        if header.len() < metadata_start {
+            return Err(DecodeError::Truncated {
+                needed: metadata_start,
+                got: header.len(),
+            });
+        }
+        let event = header.slice(FIXED_HEADER..event_end);
+        let event_str = std::str::from_utf8(&event).map_err(|_| DecodeError::InvalidUtf8)?;
+        let system = flags & FLAG_SYSTEM != 0;
+        if system != event_str.starts_with(SYSTEM_PREFIX) {
+            return Err(DecodeError::SystemFlagMismatch);
+        }
+        let metadata_len = u32::from_be_bytes([
+            header[event_end],
+            header[event_end + 1],
+            header[event_end + 2],
+            header[event_end + 3],
+        ]) as usize;
+        let available = header.len() - metadata_start;
+        if metadata_len != available {
+            return Err(DecodeError::LengthMismatch {
+                declared: metadata_len,
+                available,
+            });
+        }
+        Ok(Envelope {
+            kind,
+            system,
+            id,
+            event,
+            metadata: header.slice(metadata_start..),
+            payload,
+        })
+    }
+}
+
+/// Encodes a value as MessagePack (maps with field names, as the JavaScript zeronode reads).
+pub fn encode_value<T: Serialize + ?Sized>(value: &T) -> Result<Bytes, Error> {
+    rmp_serde::to_vec_named(value)
+        .map(Bytes::from)
+        .map_err(|e| Error::Encode(e.to_string()))
+}
+
+/// Decodes a MessagePack value.
+pub fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    rmp_serde::from_slice(bytes).map_err(|e| Error::Decode(e.to_string()))
+}
+
+/// Longest event name accepted.
+pub const MAX_EVENT_LEN: usize = 1024;
+
+/// Checks an event name a user wants to send: not empty, not too long, not reserved.
+pub(crate) fn check_user_event(event: &str) -> Result<(), Error> {
+    if event.starts_with(SYSTEM_PREFIX) {
+        return Err(Error::ReservedEvent(event.to_owned()));
+    }
+    check_event(event)
+}
+
+/// Checks an event name: not empty and not too long.
+pub(crate) fn check_event(event: &str) -> Result<(), Error> {
+    if event.is_empty() || event.len() > MAX_EVENT_LEN {
+        return Err(Error::InvalidEvent(event.chars().take(64).collect()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: usize = 16 * 1024 * 1024;
+
+    fn sample() -> Envelope {
+        Envelope::new(
+            Kind::Request,
+            0x0102_0304_0506_0708,
+            "hello",
+            Bytes::from_static(b"\x80"),
+            Bytes::from_static(b"payload"),
+        )
+    }
+
+    #[test]
+    fn header_layout_is_byte_exact() {
+        let frames = sample().encode();
+        assert_eq!(
+            &frames[0][..],
+            &[
+                0x5A, 1, 1, 0, // magic, version, kind=request, flags
+                1, 2, 3, 4, 5, 6, 7, 8, // id
+                0, 5, b'h', b'e', b'l', b'l', b'o', // event
+                0, 0, 0, 1, 0x80, // metadata
+            ][..]
+        );
+        assert_eq!(&frames[1][..], b"payload");
+    }
+
+    #[test]
+    fn round_trip_keeps_everything() {
+        let envelope = sample();
+        let decoded = Envelope::decode(&envelope.encode(), MAX).unwrap();
+        assert_eq!(decoded, envelope);
+        assert_eq!(decoded.event(), "hello");
+    }
+
+    #[test]
+    fn empty_payload_is_one_frame() {
+        let envelope = Envelope::new(Kind::Tick, 1, "t", Bytes::new(), Bytes::new());
+        let frames = envelope.encode();
+        assert_eq!(frames.len(), 1);
+        assert_eq!(Envelope::decode(&frames, MAX).unwrap(), envelope);
+    }
+
+    #[test]
+    fn payload_is_not_copied() {
+        let payload = Bytes::from(vec![7u8; 4096]);
+        let frames = vec![sample().encode_header(), payload.clone()];
+        let decoded = Envelope::decode(&frames, MAX).unwrap();
+        assert_eq!(decoded.payload().as_ptr(), payload.as_ptr());
+    }
+
+    #[test]
+    fn system_messages_are_flagged() {
+        let envelope = Envelope::new(
+            Kind::Tick,
+            1,
+            "_system:heartbeat",
+            Bytes::new(),
+            Bytes::new(),
+        );
+        assert!(envelope.is_system());
+        assert_eq!(envelope.encode()[0][3], FLAG_SYSTEM);
+        assert!(Envelope::decode(&envelope.encode(), MAX)
+            .unwrap()
+            .is_system());
+    }
+
+    fn header_with(f: impl FnOnce(&mut Vec<u8>)) -> Vec<Bytes> {
+        let mut header = sample().encode_header().to_vec();
+        f(&mut header);
+        vec![Bytes::from(header)]
+    }
+
+    #[test]
+    fn no_frames() {
+        assert_eq!(Envelope::decode(&[], MAX), Err(DecodeError::NoFrames));
+    }
+
+    #[test]
+    fn too_many_frames() {
+        let frames = vec![Bytes::new(), Bytes::new(), Bytes::new()];
+        assert_eq!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::TooManyFrames(3))
+        );
+    }
+
+    #[test]
+    fn truncated_fixed_header() {
+        let frames = header_with(|h| h.truncate(9));
+        assert_eq!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::Truncated { needed: 14, got: 9 })
+        );
+        assert_eq!(
+            Envelope::decode(&[Bytes::new()], MAX),
+            Err(DecodeError::Truncated { needed: 14, got: 0 })
+        );
+    }
+
+    #[test]
+    fn bad_magic() {
+        let frames = header_with(|h| h[0] = b'G');
+        assert_eq!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::BadMagic(b'G'))
+        );
+        // Even when short, a stranger is reported as such.
+        assert_eq!(
+            Envelope::decode(&[Bytes::from_static(b"GET")], MAX),
+            Err(DecodeError::BadMagic(b'G'))
+        );
+    }
+
+    #[test]
+    fn unsupported_version() {
+        let frames = header_with(|h| h[1] = 2);
+        assert_eq!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::UnsupportedVersion(2))
+        );
+    }
+
+    #[test]
+    fn unknown_kind() {
+        let frames = header_with(|h| h[2] = 9);
+        assert_eq!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::UnknownKind(9))
+        );
+    }
+
+    #[test]
+    fn unknown_flags() {
+        let frames = header_with(|h| h[3] = 0x80);
+        assert_eq!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::UnknownFlags(0x80))
+        );
+    }
+
+    #[test]
+    fn event_length_beyond_the_buffer() {
+        let frames = header_with(|h| {
+            h[12] = 0xff;
+            h[13] = 0xff;
+        });
+        assert_eq!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::Truncated {
+                needed: 14 + 0xffff + 4,
+                got: 24
+            })
+        );
+    }
+
+    #[test]
+    fn metadata_length_beyond_the_buffer() {
+        let frames = header_with(|h| {
+            let at = 14 + 5;
+            h[at..at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+        });
+        assert_eq!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::LengthMismatch {
+                declared: u32::MAX as usize,
+                available: 1
+            })
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused() {
+        let frames = header_with(|h| h.push(0));
+        assert!(matches!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::LengthMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn invalid_utf8_event() {
+        let frames = header_with(|h| h[14] = 0xff);
+        assert_eq!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::InvalidUtf8)
+        );
+    }
+
+    #[test]
+    fn system_flag_must_match_the_namespace() {
+        let frames = header_with(|h| h[3] = FLAG_SYSTEM);
+        assert_eq!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::SystemFlagMismatch)
+        );
+    }
+
+    #[test]
+    fn payload_too_large() {
+        let frames = vec![sample().encode_header(), Bytes::from(vec![0u8; 11])];
+        assert_eq!(
+            Envelope::decode(&frames, 10),
+            Err(DecodeError::TooLarge { size: 11, max: 10 })
+        );
+        assert!(Envelope::decode(&frames, 11).is_ok());
+    }
+
+    #[test]
+    fn typed_payloads() {
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct Job {
+            name: String,
+            weight: u32,
+        }
+        let job = Job {
+            name: "x".into(),
+            weight: 3,
+        };
+        let envelope = Envelope::new(
+            Kind::Request,
+            1,
+            "job",
+            Bytes::new(),
+            encode_value(&job).unwrap(),
+        );
+        let decoded = Envelope::decode(&envelope.encode(), MAX).unwrap();
+        assert_eq!(decoded.decode_payload::<Job>().unwrap(), job);
+        assert!(matches!(
+            decoded.decode_payload::<Vec<u64>>(),
+            Err(Error::Decode(_))
+        ));
+    }
+
+    #[test]
+    fn reserved_and_invalid_event_names() {
+        assert!(matches!(
+            check_user_event("_system:handshake"),
+            Err(Error::ReservedEvent(_))
+        ));
+        assert!(matches!(check_user_event(""), Err(Error::InvalidEvent(_))));
+        assert!(matches!(
+            check_user_event(&"x".repeat(MAX_EVENT_LEN + 1)),
+            Err(Error::InvalidEvent(_))
+        ));
+        assert!(check_user_event("user:created").is_ok());
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn kind() -> impl Strategy<Value = Kind> {
+            prop_oneof![
+                Just(Kind::Request),
+                Just(Kind::Reply),
+                Just(Kind::Error),
+                Just(Kind::Tick)
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn encode_then_decode_is_identity(
+                kind in kind(),
+                id in any::<u64>(),
+                event in "[^\u{0}]{1,40}",
+                metadata in proptest::collection::vec(any::<u8>(), 0..64),
+                payload in proptest::collection::vec(any::<u8>(), 0..512),
+            ) {
+                let envelope = Envelope::new(kind, id, &event, Bytes::from(metadata), Bytes::from(payload));
+                let decoded = Envelope::decode(&envelope.encode(), MAX).unwrap();
+                prop_assert_eq!(decoded, envelope);
+            }
+
+            #[test]
+            fn arbitrary_bytes_never_panic(
+                frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..4),
+            ) {
+                let frames: Vec<Bytes> = frames.into_iter().map(Bytes::from).collect();
+                let _ = Envelope::decode(&frames, 1024);
+            }
+
+            #[test]
+            fn corrupted_headers_never_panic(
+                position in 0usize..32,
+                byte in any::<u8>(),
+                cut in 0usize..40,
+            ) {
+                let mut header = sample().encode_header().to_vec();
+                if position < header.len() {
+                    header[position] = byte;
+                }
+                header.truncate(cut);
+                let _ = Envelope::decode(&[Bytes::from(header), Bytes::from_static(b"p")], MAX);
+            }
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The protocol layer's error types.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a received message is not a valid envelope. Every malformed input maps to one of
+/// these; none panics.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The message had no frame at all.
+    #[error("empty message")]
+    NoFrames,
+    /// More frames than header + payload.
+    #[error("{0} frames (at most 2: header and payload)")]
+    TooManyFrames(usize),
+    /// The header ends before a field it declares.
+    #[error("truncated header: needed {needed} bytes, got {got}")]
+    Truncated {
+        /// Bytes needed to read the next field.
+        needed: usize,
+        /// Bytes available.
+        got: usize,
+    },
+    /// The first byte is not zeronode's magic: the peer is not a zeronode peer.
+    #[error("bad magic byte {0:#04x}: not a zeronode peer")]
+    BadMagic(u8),
+    /// A zeronode peer speaking another envelope version.
+    #[error("unsupported envelope version {0}")]
+    UnsupportedVersion(u8),
+    /// The kind byte is not one of request, reply, error, tick.
+    #[error("unknown message kind {0}")]
+    UnknownKind(u8),
+    /// Reserved flag bits are set.
+    #[error("unknown flags {0:#010b}")]
+    UnknownFlags(u8),
+    /// The metadata length disagrees with the bytes that follow it.
+    #[error("metadata declares {declared} bytes, {available} follow")]
+    LengthMismatch {
+        /// Length written in the header.
+        declared: usize,
+        /// Bytes actually there.
+        available: usize,
+    },
+    /// The event name is not UTF-8.
+    #[error("event name is not valid UTF-8")]
+    InvalidUtf8,
+    /// The system flag and the event's namespace disagree.
+    #[error("system flag does not match the event namespace")]
+    SystemFlagMismatch,
+    /// The payload is larger than the configured maximum.
+    #[error("payload of {size} bytes exceeds the maximum of {max}")]
+    TooLarge {
+        /// Payload size.
+        size: usize,
+        /// Configured maximum.
+        max: usize,
+    },
+}
+
+/// A stable code for each error a caller may branch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// No reply within the deadline.
+    RequestTimeout,
+    /// The remote handler failed; see [`RemoteError`].
+    HandlerError,
+    /// The remote has no handler for the event.
+    NoHandler,
+    /// There is no live connection to send on.
+    NotConnected,
+    /// The connection was lost while waiting.
+    ConnectionLost,
+    /// The client or server was closed.
+    Closed,
+    /// A received message was not a valid envelope.
+    InvalidEnvelope,
+    /// The event name is in the reserved `_system:` namespace.
+    ReservedEvent,
+    /// The event name is empty or too long.
+    InvalidEvent,
+    /// A payload could not be encoded or decoded.
+    Serialization,
+    /// The transport failed.
+    Transport,
+}
+
+/// An error reply: what a remote handler reported, carried back to the caller.
+///
+/// `code` is the handler's own code (a string, as in the JavaScript zeronode) or one of the
+/// codes the protocol itself uses: [`RemoteError::NO_HANDLER`], [`RemoteError::HANDLER_FAILED`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteError {
+    /// A machine-readable code.
+    pub code: String,
+    /// A human-readable message.
+    pub message: String,
+}
+
+impl RemoteError {
+    /// Code sent when no handler matches the event.
+    pub const NO_HANDLER: &'static str = "NO_HANDLER";
+    /// Code used when a handler failed without giving a code (or panicked).
+    pub const HANDLER_FAILED: &'static str = "HANDLER_ERROR";
+    /// Code sent when the server is closing and refuses new requests.
+    pub const SHUTTING_DOWN: &'static str = "SHUTTING_DOWN";
+
+    /// An error with a code and a message.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> RemoteError {
+        RemoteError {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A handler failure with the default code.
+    pub fn handler(message: impl Into<String>) -> RemoteError {
+        RemoteError::new(Self::HANDLER_FAILED, message)
+    }
+}
+
+impl fmt::Display for RemoteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for RemoteError {}
+
+/// Everything that can go wrong in the protocol layer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No reply arrived before the deadline.
+    #[error("request {event:?} timed out after {timeout:?}")]
+    Timeout {
+        /// The request's event.
+        event: String,
+        /// The timeout it was given.
+        timeout: Duration,
+    },
+    /// The remote handler answered with an error.
+    #[error("remote error {0}")]
+    Remote(RemoteError),
+    /// The remote has no handler for this event (answered at once, not left to time out).
+    #[error("no handler for {event:?} on the remote")]
+    NoHandler {
+        /// The event.
+        event: String,
+    },
+    /// No live connection to send on.
+    #[error("not connected")]
+    NotConnected,
+    /// The connection was lost while the request was pending.
+    #[error("connection lost")]
+    ConnectionLost,
+    /// The client or server was closed.
+    #[error("closed")]
+    Closed,
+    /// A received message was not a valid envelope.
+    #[error("invalid envelope: {0}")]
+    InvalidEnvelope(#[from] DecodeError),
+    /// User code may not send events in the `_system:` namespace.
+    #[error("event {0:?} is in the reserved `_system:` namespace")]
+    ReservedEvent(String),
+    /// The event name is empty or too long.
+    #[error("invalid event name {0:?}")]
+    InvalidEvent(String),
+    /// A value could not be encoded as MessagePack.
+    #[error("cannot encode payload: {0}")]
+    Encode(String),
+    /// A payload could not be decoded into the requested type.
+    #[error("cannot decode payload: {0}")]
+    Decode(String),
+    /// Connecting did not complete in time.
+    #[error("connecting to {endpoint} timed out")]
+    ConnectTimeout {
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// The transport layer failed.
+    #[error(transparent)]
+    Transport(#[from] transport::Error),
+}
+
+impl Error {
+    /// The stable code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::Timeout { .. } => ErrorCode::RequestTimeout,
+            Error::Remote(_) => ErrorCode::HandlerError,
+            Error::NoHandler { .. } => ErrorCode::NoHandler,
+            Error::NotConnected | Error::ConnectTimeout { .. } => ErrorCode::NotConnected,
+            Error::ConnectionLost => ErrorCode::ConnectionLost,
+            Error::Closed => ErrorCode::Closed,
+            Error::InvalidEnvelope(_) => ErrorCode::InvalidEnvelope,
+            Error::ReservedEvent(_) => ErrorCode::ReservedEvent,
+            Error::InvalidEvent(_) => ErrorCode::InvalidEvent,
+            Error::Encode(_) | Error::Decode(_) => ErrorCode::Serialization,
+            Error::Transport(transport::Error::Closed) => ErrorCode::Closed,
+            Error::Transport(_) => ErrorCode::Transport,
+        }
+    }
+
+    /// Whether the request timed out.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+}
+
+/// The protocol layer's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

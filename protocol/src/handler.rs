@@ -1,0 +1,155 @@
+//! Handlers: what runs when a request or tick arrives.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use transport::PeerId;
+
+use crate::envelope::{decode_value, Envelope};
+use crate::error::{RemoteError, Result};
+
+/// A request or tick as a handler sees it: who sent it, the event, the metadata, and the
+/// payload still undecoded until the handler asks.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    /// The sender's routing id (empty on a Client: the sender is its server).
+    pub from: PeerId,
+    envelope: Envelope,
+}
+
+impl Incoming {
+    pub(crate) fn new(from: PeerId, envelope: Envelope) -> Incoming {
+        Incoming { from, envelope }
+    }
+
+    /// The event name.
+    pub fn event(&self) -> &str {
+        self.envelope.event()
+    }
+
+    /// The request id (unique per sender).
+    pub fn id(&self) -> u64 {
+        self.envelope.id()
+    }
+
+    /// The raw metadata.
+    pub fn metadata(&self) -> &Bytes {
+        self.envelope.metadata()
+    }
+
+    /// The raw payload, untouched.
+    pub fn payload(&self) -> &Bytes {
+        self.envelope.payload()
+    }
+
+    /// Decodes the payload from MessagePack.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        decode_value(self.envelope.payload())
+    }
+
+    /// The whole envelope.
+    pub fn envelope(&self) -> &Envelope {
+        &self.envelope
+    }
+}
+
+/// What a request handler answers: a payload and optional metadata.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answer {
+    /// Metadata carried back with the reply.
+    pub metadata: Bytes,
+    /// The reply payload.
+    pub payload: Bytes,
+}
+
+impl From<Bytes> for Answer {
+    fn from(payload: Bytes) -> Answer {
+        Answer {
+            metadata: Bytes::new(),
+            payload,
+        }
+    }
+}
+
+/// The future a request handler returns.
+pub type RequestFuture = BoxFuture<'static, Result<Answer, RemoteError>>;
+/// The future a tick handler returns.
+pub type TickFuture = BoxFuture<'static, ()>;
+
+/// A request handler.
+pub type RequestHandler = Arc<dyn Fn(Incoming) -> RequestFuture + Send + Sync>;
+/// A tick handler.
+pub type TickHandler = Arc<dyn Fn(Incoming) -> TickFuture + Send + Sync>;
+
+/// Wraps an async function as a [`RequestHandler`].
+pub fn request_fn<F, Fut, A>(f: F) -> RequestHandler
+where
+    F: Fn(Incoming) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<A, RemoteError>> + Send + 'static,
+    A: Into<Answer>,
+{
+    Arc::new(move |incoming| {
+        let fut = f(incoming);
+        Box::pin(async move { fut.await.map(Into::into) })
+    })
+}
+
+/// Wraps an async function as a [`TickHandler`].
+pub fn tick_fn<F, Fut>(f: F) -> TickHandler
+where
+    F: Fn(Incoming) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    Arc::new(move |incoming| Box::pin(f(incoming)))
+}
+
+/// Handlers by exact event name, with an optional catch-all for each kind (the node layer
+/// installs its own dispatcher as the catch-all).
+#[derive(Default, Clone)]
+pub(crate) struct Handlers {
+    requests: HashMap<String, RequestHandler>,
+    ticks: HashMap<String, TickHandler>,
+    any_request: Option<RequestHandler>,
+    any_tick: Option<TickHandler>,
+}
+
+impl Handlers {
+    pub(crate) fn set_request(&mut self, event: Option<String>, handler: Option<RequestHandler>) {
+        match (event, handler) {
+            (Some(event), Some(h)) => {
+                self.requests.insert(event, h);
+            }
+            (Some(event), None) => {
+                self.requests.remove(&event);
+            }
+            (None, h) => self.any_request = h,
+        }
+    }
+
+    pub(crate) fn set_tick(&mut self, event: Option<String>, handler: Option<TickHandler>) {
+        match (event, handler) {
+            (Some(event), Some(h)) => {
+                self.ticks.insert(event, h);
+            }
+            (Some(event), None) => {
+                self.ticks.remove(&event);
+            }
+            (None, h) => self.any_tick = h,
+        }
+    }
+
+    pub(crate) fn request(&self, event: &str) -> Option<RequestHandler> {
+        self.requests
+            .get(event)
+            .or(self.any_request.as_ref())
+            .cloned()
+    }
+
+    pub(crate) fn tick(&self, event: &str) -> Option<TickHandler> {
+        self.ticks.get(event).or(self.any_tick.as_ref()).cloned()
+    }
+}

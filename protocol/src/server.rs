@@ -1,0 +1,200 @@
+//! The server side of a conversation, over a Router.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use transport::{Events, Options, PeerId, Router};
+
+use crate::client::DEFAULT_MAX_PAYLOAD;
+use crate::conversation::{Conversation, Rejected, Stats};
+use crate::envelope::{check_user_event, Envelope, SYSTEM_PREFIX};
+use crate::error::{Error, Result};
+use crate::handler::{RequestHandler, TickHandler};
+
+/// A server: binds an endpoint, answers the requests and ticks of the Clients that connect,
+/// and can send requests and ticks to any of them by routing id.
+#[derive(Clone)]
+pub struct Server {
+    conversation: Arc<Conversation<Router>>,
+    endpoint: Arc<str>,
+}
+
+impl Server {
+    /// Binds `endpoint` with default options (`tcp://127.0.0.1:0` picks a free port; see
+    /// [`endpoint`](Self::endpoint)).
+    pub async fn bind(endpoint: &str) -> Result<Server> {
+        Server::bind_with(endpoint, Options::default(), DEFAULT_MAX_PAYLOAD)
+            .await
+            .map(|(server, _)| server)
+    }
+
+    /// Binds with transport options and a payload limit; also returns the socket's
+    /// connection events.
+    pub async fn bind_with(
+        endpoint: &str,
+        options: Options,
+        max_payload: usize,
+    ) -> Result<(Server, Events)> {
+        let router = Router::with_options(options)?;
+        let events = router.events()?;
+        let bound = router.bind(endpoint)?;
+        let conversation = Conversation::start(router, max_payload);
+        Ok((
+            Server {
+                conversation,
+                endpoint: Arc::from(bound.as_str()),
+            },
+            events,
+        ))
+    }
+
+    /// The endpoint actually bound.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Sends a request to the client `peer` and waits for its reply.
+    pub async fn request(
+        &self,
+        peer: &PeerId,
+        event: &str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Envelope> {
+        self.request_with(peer, event, Bytes::new(), payload, timeout)
+            .await
+    }
+
+    /// [`request`](Self::request) with metadata.
+    pub async fn request_with(
+        &self,
+        peer: &PeerId,
+        event: &str,
+        metadata: Bytes,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Envelope> {
+        check_user_event(event)?;
+        self.conversation
+            .request(peer, event, metadata, payload, timeout)
+            .await
+    }
+
+    /// Sends a tick to the client `peer`.
+    pub async fn tick(&self, peer: &PeerId, event: &str, payload: Bytes) -> Result<()> {
+        self.tick_with(peer, event, Bytes::new(), payload).await
+    }
+
+    /// [`tick`](Self::tick) with metadata.
+    pub async fn tick_with(
+        &self,
+        peer: &PeerId,
+        event: &str,
+        metadata: Bytes,
+        payload: Bytes,
+    ) -> Result<()> {
+        check_user_event(event)?;
+        self.conversation.tick(peer, event, metadata, payload).await
+    }
+
+    /// Sends a system request to `peer` (event in the `_system:` namespace).
+    pub async fn system_request(
+        &self,
+        peer: &PeerId,
+        event: &str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Envelope> {
+        if !event.starts_with(SYSTEM_PREFIX) {
+            return Err(Error::InvalidEvent(event.to_owned()));
+        }
+        self.conversation
+            .request(peer, event, Bytes::new(), payload, timeout)
+            .await
+    }
+
+    /// Sends a system tick to `peer` (event in the `_system:` namespace).
+    pub async fn system_tick(&self, peer: &PeerId, event: &str, payload: Bytes) -> Result<()> {
+        if !event.starts_with(SYSTEM_PREFIX) {
+            return Err(Error::InvalidEvent(event.to_owned()));
+        }
+        self.conversation
+            .tick(peer, event, Bytes::new(), payload)
+            .await
+    }
+
+    /// Handles requests for `event`.
+    pub fn on_request(&self, event: &str, handler: RequestHandler) {
+        self.conversation
+            .set_request_handler(Some(event.to_owned()), Some(handler));
+    }
+
+    /// Removes the request handler for `event`.
+    pub fn off_request(&self, event: &str) {
+        self.conversation
+            .set_request_handler(Some(event.to_owned()), None);
+    }
+
+    /// Handles ticks for `event`.
+    pub fn on_tick(&self, event: &str, handler: TickHandler) {
+        self.conversation
+            .set_tick_handler(Some(event.to_owned()), Some(handler));
+    }
+
+    /// Removes the tick handler for `event`.
+    pub fn off_tick(&self, event: &str) {
+        self.conversation
+            .set_tick_handler(Some(event.to_owned()), None);
+    }
+
+    /// Handles every request that has no handler of its own (the node layer's dispatcher).
+    pub fn on_any_request(&self, handler: Option<RequestHandler>) {
+        self.conversation.set_request_handler(None, handler);
+    }
+
+    /// Handles every tick that has no handler of its own.
+    pub fn on_any_tick(&self, handler: Option<TickHandler>) {
+        self.conversation.set_tick_handler(None, handler);
+    }
+
+    /// Reports each received message that was dropped as invalid.
+    pub fn rejected(&self) -> tokio::sync::mpsc::UnboundedReceiver<Rejected> {
+        self.conversation.report_rejected()
+    }
+
+    /// Fails at once every request pending on `peer` (it left) with `error`.
+    pub fn fail_pending(&self, peer: &PeerId, error: impl Fn() -> Error) -> usize {
+        self.conversation.fail_pending(peer, error)
+    }
+
+    /// Requests waiting for their reply.
+    pub fn in_flight(&self) -> usize {
+        self.conversation.in_flight()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.conversation.stats()
+    }
+
+    /// Graceful close: new requests are answered with a `SHUTTING_DOWN` error, handlers in
+    /// progress answer, then the port is released.
+    pub async fn close(&self) {
+        self.conversation.close().await
+    }
+
+    /// Immediate close: handlers in progress are dropped without answering, pending requests
+    /// fail with [`Error::Closed`], the socket closes at once.
+    pub async fn abort(&self) {
+        self.conversation.abort().await
+    }
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
+}

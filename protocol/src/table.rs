@@ -1,0 +1,214 @@
+//! The correlation table: requests waiting for their reply, and their deadlines.
+//!
+//! Pure code, no I/O and no clock: time comes in as an argument (`now`), so it is tested with
+//! simulated time. All deadlines live in one ordered set; the driver sleeps until
+//! [`Table::next_deadline`] with a single timer.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
+
+/// Requests in flight, keyed by request id, each with a deadline and a value (the caller's
+/// completion handle).
+#[derive(Debug)]
+pub struct Table<T> {
+    entries: HashMap<u64, (Instant, T)>,
+    deadlines: BTreeSet<(Instant, u64)>,
+    /// Replies that matched no pending request: late (after their timeout) or unknown.
+    unmatched: u64,
+}
+
+impl<T> Default for Table<T> {
+    fn default() -> Self {
+        Table {
+            entries: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            unmatched: 0,
+        }
+    }
+}
+
+impl<T> Table<T> {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers request `id`, due by `deadline`. Returns the previous value if the id was
+    /// already pending (a caller bug: ids are unique per sender).
+    pub fn insert(&mut self, id: u64, deadline: Instant, value: T) -> Option<T> {
+        let previous = self.entries.insert(id, (deadline, value));
+        if let Some((old_deadline, _)) = &previous {
+            self.deadlines.remove(&(*old_deadline, id));
+        }
+        self.deadlines.insert((deadline, id));
+        previous.map(|(_, v)| v)
+    }
+
+    /// A reply arrived for `id`: removes and returns its entry. `None` (and the unmatched
+    /// count goes up) for a reply that came after its timeout, or that was never asked for:
+    /// such a reply is dropped, never handed to another request.
+    pub fn complete(&mut self, id: u64) -> Option<T> {
+        match self.entries.remove(&id) {
+            Some((deadline, value)) => {
+                self.deadlines.remove(&(deadline, id));
+                Some(value)
+            }
+            None => {
+                self.unmatched += 1;
+                None
+            }
+        }
+    }
+
+    /// The value pending under `id`, if any.
+    pub fn get(&self, id: u64) -> Option<&T> {
+        self.entries.get(&id).map(|(_, v)| v)
+    }
+
+    /// Removes the entry of `id` without counting anything (the caller gave up).
+    pub fn cancel(&mut self, id: u64) -> Option<T> {
+        let (deadline, value) = self.entries.remove(&id)?;
+        self.deadlines.remove(&(deadline, id));
+        Some(value)
+    }
+
+    /// Removes and returns every entry whose deadline is at or before `now`, earliest first.
+    pub fn expire(&mut self, now: Instant) -> Vec<(u64, T)> {
+        let mut expired = Vec::new();
+        while let Some(&(deadline, id)) = self.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            if let Some((_, value)) = self.entries.remove(&id) {
+                expired.push((id, value));
+            }
+        }
+        expired
+    }
+
+    /// Removes and returns every entry whose value satisfies `pred` (for example, every
+    /// request sent to a peer that left).
+    pub fn remove_where(&mut self, mut pred: impl FnMut(&T) -> bool) -> Vec<(u64, T)> {
+        let ids: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(_, (_, v))| pred(v))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| self.cancel(id).map(|v| (id, v)))
+            .collect()
+    }
+
+    /// Removes and returns everything (on close or connection loss).
+    pub fn drain(&mut self) -> Vec<(u64, T)> {
+        self.deadlines.clear();
+        self.entries.drain().map(|(id, (_, v))| (id, v)).collect()
+    }
+
+    /// The earliest deadline, for the driver's single timer.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(deadline, _)| *deadline)
+    }
+
+    /// Requests in flight.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Replies dropped because they matched no pending request.
+    pub fn unmatched(&self) -> u64 {
+        self.unmatched
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn at(base: Instant, ms: u64) -> Instant {
+        base + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_timeout_fires_at_its_deadline_not_before() {
+        let t0 = Instant::now();
+        let mut table = Table::new();
+        table.insert(1, at(t0, 100), "a");
+        assert!(table.expire(at(t0, 99)).is_empty());
+        assert_eq!(table.expire(at(t0, 100)), vec![(1, "a")]);
+        assert!(table.is_empty());
+    }
+
+    #[test]
+    fn deadlines_expire_in_order_and_the_timer_follows_the_earliest() {
+        let t0 = Instant::now();
+        let mut table = Table::new();
+        table.insert(3, at(t0, 300), "c");
+        table.insert(1, at(t0, 100), "a");
+        table.insert(2, at(t0, 200), "b");
+        assert_eq!(table.next_deadline(), Some(at(t0, 100)));
+        assert_eq!(table.expire(at(t0, 250)), vec![(1, "a"), (2, "b")]);
+        assert_eq!(table.next_deadline(), Some(at(t0, 300)));
+    }
+
+    #[test]
+    fn a_reply_after_its_timeout_is_dropped_and_counted() {
+        let t0 = Instant::now();
+        let mut table = Table::new();
+        table.insert(1, at(t0, 10), "first");
+        table.insert(2, at(t0, 1000), "second");
+        assert_eq!(table.expire(at(t0, 10)), vec![(1, "first")]);
+        // The late reply to 1 must not reach request 2.
+        assert_eq!(table.complete(1), None);
+        assert_eq!(table.unmatched(), 1);
+        assert_eq!(table.complete(2), Some("second"));
+        assert_eq!(table.next_deadline(), None);
+    }
+
+    #[test]
+    fn completing_removes_the_deadline() {
+        let t0 = Instant::now();
+        let mut table = Table::new();
+        table.insert(1, at(t0, 10), ());
+        assert_eq!(table.complete(1), Some(()));
+        assert!(table.expire(at(t0, 1000)).is_empty());
+        assert_eq!(
+            table.complete(1),
+            None,
+            "answered twice: second is unmatched"
+        );
+    }
+
+    #[test]
+    fn remove_where_and_drain() {
+        let t0 = Instant::now();
+        let mut table = Table::new();
+        table.insert(1, at(t0, 10), "peer-a");
+        table.insert(2, at(t0, 10), "peer-b");
+        table.insert(3, at(t0, 10), "peer-a");
+        let mut gone = table.remove_where(|p| *p == "peer-a");
+        gone.sort();
+        assert_eq!(gone, vec![(1, "peer-a"), (3, "peer-a")]);
+        assert_eq!(table.len(), 1);
+        assert_eq!(table.drain(), vec![(2, "peer-b")]);
+        assert_eq!(table.next_deadline(), None);
+    }
+
+    #[test]
+    fn reinserting_an_id_replaces_its_deadline() {
+        let t0 = Instant::now();
+        let mut table = Table::new();
+        table.insert(1, at(t0, 10), "old");
+        assert_eq!(table.insert(1, at(t0, 50), "new"), Some("old"));
+        assert!(table.expire(at(t0, 20)).is_empty());
+        assert_eq!(table.expire(at(t0, 50)), vec![(1, "new")]);
+    }
+}
