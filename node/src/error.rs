@@ -1,9 +1,121 @@
 //! The node layer's error type.
 
+use std::time::Duration;
+
+/// A stable code for each error a caller may branch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// No joined node has that id.
+    NodeNotFound,
+    /// No joined node matches the filter.
+    NoNodesMatchFilter,
+    /// No reply within the deadline.
+    RequestTimeout,
+    /// The remote handler (or its middleware) failed.
+    HandlerError,
+    /// The remote has no handler for the event.
+    NoHandler,
+    /// The peer left (stopped, timed out, disconnected) while the request was pending.
+    PeerLeft,
+    /// There is no connection to send on.
+    NotConnected,
+    /// The node is closed or closing.
+    Closed,
+    /// Another node already uses this id.
+    DuplicateId,
+    /// The peer speaks another protocol version.
+    VersionMismatch,
+    /// The handshake did not complete.
+    HandshakeFailed,
+    /// A filter is malformed or cannot travel.
+    InvalidFilter,
+    /// An event name is reserved or malformed.
+    InvalidEvent,
+    /// A payload could not be encoded or decoded.
+    Serialization,
+    /// Binding, unbinding or connecting failed.
+    Address,
+    /// A received message was not valid.
+    InvalidEnvelope,
+    /// The layers below failed.
+    Transport,
+}
+
 /// Everything that can go wrong in the node layer.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// No joined node has this id.
+    #[error("node {id:?} not found")]
+    NodeNotFound {
+        /// The id asked for.
+        id: String,
+    },
+    /// No joined node matches the filter in the direction asked.
+    #[error("no node matches the filter")]
+    NoNodesMatchFilter,
+    /// No reply arrived in time.
+    #[error("request {event:?} timed out after {timeout:?}")]
+    Timeout {
+        /// The request's event.
+        event: String,
+        /// Its timeout.
+        timeout: Duration,
+    },
+    /// The remote handler answered with an error (its code and message).
+    #[error("handler error {code}: {message}")]
+    Handler {
+        /// The handler's code.
+        code: String,
+        /// The handler's message.
+        message: String,
+    },
+    /// The remote node has no handler for the event.
+    #[error("no handler for {event:?}")]
+    NoHandler {
+        /// The event.
+        event: String,
+    },
+    /// The peer left while the request was pending (the request fails at once instead of
+    /// waiting for its timeout).
+    #[error("peer {id:?} left")]
+    PeerLeft {
+        /// The peer.
+        id: String,
+    },
+    /// No connection to send on.
+    #[error("not connected")]
+    NotConnected,
+    /// The node is closed or closing.
+    #[error("node closed")]
+    Closed,
+    /// Another node already uses this id (refused on both sides of the handshake).
+    #[error("duplicate node id {id:?}")]
+    DuplicateId {
+        /// The id in conflict.
+        id: String,
+    },
+    /// The peer speaks another node protocol version.
+    #[error("protocol version mismatch: ours {ours}, theirs {theirs}")]
+    VersionMismatch {
+        /// Our version.
+        ours: u32,
+        /// The peer's version.
+        theirs: u32,
+    },
+    /// The handshake with `endpoint` did not complete in time.
+    #[error("handshake with {endpoint} timed out")]
+    HandshakeTimeout {
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// The peer refused our handshake or sent an invalid one.
+    #[error("handshake refused: {reason}")]
+    HandshakeRefused {
+        /// Why.
+        reason: String,
+    },
     /// A filter could not be built or parsed (bad operator, bad operand, bad regex).
     #[error("invalid filter: {reason}")]
     InvalidFilter {
@@ -13,4 +125,84 @@ pub enum Error {
     /// A filter holding a Rust predicate cannot be sent to another node.
     #[error("a predicate filter cannot travel to another node")]
     PredicateNotSerializable,
+    /// The node has no bound address (for `unbind`), or already has one (for `bind`).
+    #[error("{0}")]
+    Bind(&'static str),
+    /// `disconnect` of an address this node is not connected to.
+    #[error("not connected to {address}")]
+    NotConnectedTo {
+        /// The address.
+        address: String,
+    },
+    /// The layers below failed (transport, envelope, serialization).
+    #[error(transparent)]
+    Protocol(protocol::Error),
 }
+
+impl Error {
+    /// The stable code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::NodeNotFound { .. } => ErrorCode::NodeNotFound,
+            Error::NoNodesMatchFilter => ErrorCode::NoNodesMatchFilter,
+            Error::Timeout { .. } => ErrorCode::RequestTimeout,
+            Error::Handler { .. } => ErrorCode::HandlerError,
+            Error::NoHandler { .. } => ErrorCode::NoHandler,
+            Error::PeerLeft { .. } => ErrorCode::PeerLeft,
+            Error::NotConnected => ErrorCode::NotConnected,
+            Error::Closed => ErrorCode::Closed,
+            Error::DuplicateId { .. } => ErrorCode::DuplicateId,
+            Error::VersionMismatch { .. } => ErrorCode::VersionMismatch,
+            Error::HandshakeTimeout { .. } | Error::HandshakeRefused { .. } => {
+                ErrorCode::HandshakeFailed
+            }
+            Error::InvalidFilter { .. } | Error::PredicateNotSerializable => {
+                ErrorCode::InvalidFilter
+            }
+            Error::Bind(_) | Error::NotConnectedTo { .. } => ErrorCode::Address,
+            Error::Protocol(e) => match e.code() {
+                protocol::ErrorCode::ReservedEvent | protocol::ErrorCode::InvalidEvent => {
+                    ErrorCode::InvalidEvent
+                }
+                protocol::ErrorCode::Serialization => ErrorCode::Serialization,
+                protocol::ErrorCode::InvalidEnvelope => ErrorCode::InvalidEnvelope,
+                protocol::ErrorCode::Closed => ErrorCode::Closed,
+                protocol::ErrorCode::NotConnected | protocol::ErrorCode::ConnectionLost => {
+                    ErrorCode::NotConnected
+                }
+                _ => ErrorCode::Transport,
+            },
+        }
+    }
+
+    /// Whether the request timed out.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+}
+
+impl From<protocol::Error> for Error {
+    /// Errors of the layer below that a node user branches on get their own variant.
+    fn from(e: protocol::Error) -> Error {
+        match e {
+            protocol::Error::Timeout { event, timeout } => Error::Timeout { event, timeout },
+            protocol::Error::Remote(remote) => Error::Handler {
+                code: remote.code,
+                message: remote.message,
+            },
+            protocol::Error::NoHandler { event } => Error::NoHandler { event },
+            protocol::Error::NotConnected => Error::NotConnected,
+            protocol::Error::Closed => Error::Closed,
+            other => Error::Protocol(other),
+        }
+    }
+}
+
+impl From<transport::Error> for Error {
+    fn from(e: transport::Error) -> Error {
+        Error::Protocol(protocol::Error::Transport(e))
+    }
+}
+
+/// The node layer's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

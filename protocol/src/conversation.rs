@@ -24,6 +24,9 @@ use crate::handler::{Answer, Handlers, Incoming, RequestHandler, TickHandler};
 use crate::link::Link;
 use crate::table::Table;
 
+/// Messages taken per wake-up of the driver, beyond the first.
+const BATCH: usize = 63;
+
 /// Counters a user or an operator reads to see what the conversation has been through.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -276,20 +279,35 @@ impl<L: Link> Conversation<L> {
     async fn drive(self: Arc<Self>) {
         let mut running = FuturesUnordered::new();
         let mut closing = false;
+        // One timer for all deadlines, moved only when the earliest deadline changes.
+        let timer = tokio::time::sleep(Duration::from_secs(3600));
+        tokio::pin!(timer);
+        let mut armed: Option<std::time::Instant> = None;
         loop {
-            let next_deadline = self.pending.lock().next_deadline().map(Instant::from_std);
-            let timer = async {
-                match next_deadline {
-                    Some(deadline) => tokio::time::sleep_until(deadline).await,
-                    None => std::future::pending().await,
+            let next_deadline = self.pending.lock().next_deadline();
+            if next_deadline != armed {
+                if let Some(deadline) = next_deadline {
+                    timer.as_mut().reset(Instant::from_std(deadline));
                 }
-            };
+                armed = next_deadline;
+            }
             tokio::select! {
                 biased;
                 received = self.link.recv() => match received {
                     Ok((peer, frames)) => {
                         if let Some(work) = self.on_message(peer, frames, closing) {
-                            running.push(work);
+                            start(&mut running, work);
+                        }
+                        // Take what else is already waiting: one wake-up, many messages.
+                        for _ in 0..BATCH {
+                            match self.link.try_recv() {
+                                Ok(Some((peer, frames))) => {
+                                    if let Some(work) = self.on_message(peer, frames, closing) {
+                                        start(&mut running, work);
+                                    }
+                                }
+                                _ => break,
+                            }
                         }
                     }
                     Err(transport::Error::Closed) => break,
@@ -299,7 +317,10 @@ impl<L: Link> Conversation<L> {
                     }
                 },
                 Some(()) = running.next(), if !running.is_empty() => {}
-                () = timer => self.expire(),
+                () = &mut timer, if armed.is_some() => {
+                    self.expire();
+                    armed = None;
+                }
                 () = self.timer_reset.notified() => {}
                 () = self.close_requested.notified() => closing = true,
             }
@@ -373,7 +394,8 @@ impl<L: Link> Conversation<L> {
                 };
                 self.counters.ticks_handled.fetch_add(1, Ordering::Relaxed);
                 let this = Arc::clone(self);
-                let work = AssertUnwindSafe(handler(Incoming::new(peer, envelope))).catch_unwind();
+                let work = AssertUnwindSafe(handler(Incoming::from_envelope(peer, envelope)))
+                    .catch_unwind();
                 Some(Box::pin(async move {
                     if work.await.is_err() {
                         this.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
@@ -407,7 +429,8 @@ impl<L: Link> Conversation<L> {
                     }));
                 };
                 let work =
-                    AssertUnwindSafe(handler(Incoming::new(peer.clone(), envelope))).catch_unwind();
+                    AssertUnwindSafe(handler(Incoming::from_envelope(peer.clone(), envelope)))
+                        .catch_unwind();
                 Some(Box::pin(async move {
                     let result = match work.await {
                         Ok(result) => result,
@@ -472,6 +495,20 @@ impl<L: Link> Conversation<L> {
             _ => Ok(envelope),
         };
         let _ = waiter.done.send(result);
+    }
+}
+
+/// Runs handler work as far as it goes right now; only work that has to wait (a slow
+/// handler, a full send queue) joins the set polled by the driver. Most handlers answer at
+/// once, and this saves them a trip through the set and the driver's loop.
+fn start(
+    running: &mut FuturesUnordered<futures::future::BoxFuture<'static, ()>>,
+    mut work: futures::future::BoxFuture<'static, ()>,
+) {
+    // Polled once with a no-op waker: if it is not done, the set polls it again with the
+    // driver's waker before the driver sleeps, so no wake-up is lost.
+    if work.as_mut().now_or_never().is_none() {
+        running.push(work);
     }
 }
 

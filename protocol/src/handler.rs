@@ -22,7 +22,8 @@ pub struct Incoming {
 }
 
 impl Incoming {
-    pub(crate) fn new(from: PeerId, envelope: Envelope) -> Incoming {
+    /// An incoming message from `from` (for tests and for layers that forward messages).
+    pub fn from_envelope(from: PeerId, envelope: Envelope) -> Incoming {
         Incoming { from, envelope }
     }
 

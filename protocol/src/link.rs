@@ -18,6 +18,9 @@ pub(crate) trait Link: Clone + Send + Sync + 'static {
     /// Receives the next message and who sent it (an empty id for a Dealer's remote).
     fn recv(&self) -> impl Future<Output = transport::Result<(PeerId, Vec<Bytes>)>> + Send + '_;
 
+    /// Receives a message if one is already waiting.
+    fn try_recv(&self) -> transport::Result<Option<(PeerId, Vec<Bytes>)>>;
+
     /// Closes the socket.
     fn close(&self) -> impl Future<Output = ()> + Send + '_;
 }
@@ -37,6 +40,10 @@ impl Link for Dealer {
             .map(|frames| (PeerId::default(), frames))
     }
 
+    fn try_recv(&self) -> transport::Result<Option<(PeerId, Vec<Bytes>)>> {
+        Dealer::try_recv(self).map(|m| m.map(|frames| (PeerId::default(), frames)))
+    }
+
     fn close(&self) -> impl Future<Output = ()> + Send + '_ {
         Dealer::close(self)
     }
@@ -53,6 +60,10 @@ impl Link for Router {
 
     fn recv(&self) -> impl Future<Output = transport::Result<(PeerId, Vec<Bytes>)>> + Send + '_ {
         Router::recv(self)
+    }
+
+    fn try_recv(&self) -> transport::Result<Option<(PeerId, Vec<Bytes>)>> {
+        Router::try_recv(self)
     }
 
     fn close(&self) -> impl Future<Output = ()> + Send + '_ {

@@ -71,6 +71,11 @@ impl Dealer {
         self.core.recv().await
     }
 
+    /// Receives a message if one is already waiting, without blocking.
+    pub fn try_recv(&self) -> Result<Option<Vec<Bytes>>> {
+        self.core.try_recv()
+    }
+
     /// The connection events (connected, disconnected, handshake failed...). Can be taken once.
     pub fn events(&self) -> Result<Events> {
         self.core.events()

@@ -135,6 +135,20 @@ impl Router {
         }
     }
 
+    /// Receives a message if one is already waiting, without blocking.
+    pub fn try_recv(&self) -> Result<Option<(PeerId, Vec<Bytes>)>> {
+        loop {
+            let Some(mut frames) = self.core.try_recv()? else {
+                return Ok(None);
+            };
+            if frames.is_empty() {
+                continue;
+            }
+            let peer = PeerId(frames.remove(0));
+            return Ok(Some((peer, frames)));
+        }
+    }
+
     /// The connection events (accepted, disconnected, handshake failed...). Can be taken once.
     pub fn events(&self) -> Result<Events> {
         self.core.events()

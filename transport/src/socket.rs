@@ -368,6 +368,16 @@ impl Core {
         }
     }
 
+    /// Receives one message if one is already there, without waiting. Lets a busy reader
+    /// take a batch of messages per wake-up.
+    pub(crate) fn try_recv(&self) -> Result<Option<Vec<Bytes>>> {
+        self.with_socket(|socket| match recv_frames(socket) {
+            Ok(frames) => Ok(Some(frames)),
+            Err(zmq::Error::EAGAIN) => Ok(None),
+            Err(e) => Err(socket_error("receive")(e)),
+        })
+    }
+
     /// Waits until ZMQ_FD signals, and clears that readiness (the caller then receives,
     /// which drains what the signal announced).
     async fn fd_readable(&self) -> Result<()> {

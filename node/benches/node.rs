@@ -1,0 +1,217 @@
+//! The node layer's cost: node-to-node request/reply beside the protocol layer's
+//! Client <-> Server request measured in the same run, and one-way tick throughput.
+//!
+//! `cargo bench -p node`. Groups: `request/{size}B/window={1,100}` with the functions
+//! `protocol` and `node`; `tick/{size}B` (one way, counted by the receiver).
+//! Each server has its own thread and runtime, as a server process would; the client runs on
+//! criterion's thread.
+
+// criterion's macros generate undocumented functions.
+#![allow(missing_docs)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use node::{Node, Request, Response};
+use protocol::{request_fn, Client, Server};
+
+const SIZES: [usize; 4] = [100, 500, 1000, 2000];
+const WINDOWS: [usize; 2] = [1, 100];
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `serve` on its own thread and current-thread runtime until the guard drops.
+fn spawn_server<F, Fut>(serve: F) -> (String, ServerGuard)
+where
+    F: FnOnce(std::sync::mpsc::Sender<String>, tokio::sync::oneshot::Receiver<()>) -> Fut
+        + Send
+        + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (endpoint_tx, endpoint_rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let handle = thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(serve(endpoint_tx, stopped));
+    });
+    let endpoint = endpoint_rx.recv().unwrap();
+    (
+        endpoint,
+        ServerGuard {
+            stop: Some(stop),
+            handle: Some(handle),
+        },
+    )
+}
+
+struct ServerGuard {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Keeps `window` calls in flight until `total` completed.
+async fn drive<F, Fut>(window: usize, total: u64, mut call: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let start = Instant::now();
+    let mut in_flight = FuturesUnordered::new();
+    let mut started = 0u64;
+    while started < total && in_flight.len() < window {
+        in_flight.push(call());
+        started += 1;
+    }
+    while in_flight.next().await.is_some() {
+        if started < total {
+            in_flight.push(call());
+            started += 1;
+        }
+    }
+    start.elapsed()
+}
+
+fn node_builder(id: &str) -> node::NodeBuilder {
+    Node::builder().id(id).hwm(100_000).max_payload(64 * 1024 * 1024)
+}
+
+fn layers(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // The protocol layer alone.
+    let (protocol_endpoint, _protocol_server) = spawn_server(|endpoint, stopped| async move {
+        let options = transport::Options::default().hwm(100_000);
+        let (server, _events) = Server::bind_with("tcp://127.0.0.1:0", options, usize::MAX)
+            .await
+            .unwrap();
+        server.on_request(
+            "echo",
+            request_fn(|req| async move { Ok(req.payload().clone()) }),
+        );
+        endpoint.send(server.endpoint().to_owned()).unwrap();
+        let _ = stopped.await;
+        server.close().await;
+    });
+    let client = runtime.block_on(async {
+        let options = transport::Options::default().hwm(100_000);
+        Client::connect_with(&protocol_endpoint, options, usize::MAX, TIMEOUT)
+            .await
+            .unwrap()
+    });
+
+    // A node server with a raw echo handler and a tick counter.
+    let ticks = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&ticks);
+    let (node_endpoint, _node_server) = spawn_server(move |endpoint, stopped| async move {
+        let server = node_builder("bench-server")
+            .bind("tcp://127.0.0.1:0")
+            .build()
+            .await
+            .unwrap();
+        server.on_request_service(
+            "echo",
+            tower::service_fn(|req: Request| async move {
+                Ok::<_, node::BoxError>(Response::raw(req.payload().clone()))
+            }),
+        );
+        server.on_tick("count", move |_req: Request| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            async {}
+        });
+        endpoint.send(server.address().unwrap()).unwrap();
+        let _ = stopped.await;
+        server.close().await;
+    });
+    let client_node = runtime.block_on(async {
+        let node = node_builder("bench-client").build().await.unwrap();
+        node.connect(&node_endpoint).await.unwrap();
+        node
+    });
+
+    for size in SIZES {
+        let payload = Bytes::from(vec![0xab; size]);
+        for window in WINDOWS {
+            let mut group = c.benchmark_group(format!("request/{size}B/window={window}"));
+            group.throughput(Throughput::Elements(1));
+            group.bench_function(BenchmarkId::from_parameter("protocol"), |b| {
+                b.iter_custom(|iters| {
+                    runtime.block_on(drive(window, iters, || async {
+                        client
+                            .request("echo", payload.clone(), TIMEOUT)
+                            .await
+                            .unwrap();
+                    }))
+                })
+            });
+            group.bench_function(BenchmarkId::from_parameter("node"), |b| {
+                b.iter_custom(|iters| {
+                    runtime.block_on(drive(window, iters, || async {
+                        client_node
+                            .request_raw("bench-server", "echo", payload.clone(), TIMEOUT)
+                            .await
+                            .unwrap();
+                    }))
+                })
+            });
+            group.finish();
+        }
+        let mut group = c.benchmark_group("tick");
+        group.throughput(Throughput::Elements(1));
+        group.bench_function(format!("{size}B"), |b| {
+            b.iter_custom(|iters| {
+                runtime.block_on(async {
+                    let start = Instant::now();
+                    let target = ticks.load(Ordering::Relaxed) + iters;
+                    for _ in 0..iters {
+                        client_node
+                            .tick_raw("bench-server", "count", payload.clone())
+                            .await
+                            .unwrap();
+                    }
+                    // Counted when the receiver has handled them all.
+                    while ticks.load(Ordering::Relaxed) < target {
+                        tokio::time::sleep(Duration::from_micros(50)).await;
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+        group.finish();
+    }
+    runtime.block_on(async {
+        client_node.close().await;
+        client.close().await;
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = layers
+}
+criterion_main!(benches);

@@ -1,0 +1,159 @@
+//! Node configuration and the builder.
+
+use std::time::Duration;
+
+use crate::options::{Options, Value};
+use crate::peer::{NodeId, Strategy};
+
+/// Tunables of a node. The defaults suit a LAN or one machine.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Timeout of a request when the call gives none.
+    pub request_timeout: Duration,
+    /// How often each side sends a heartbeat to each peer.
+    pub heartbeat_interval: Duration,
+    /// Silence after which a peer is declared dead (peer left, timed out). Default: two and a
+    /// half heartbeat intervals, so a dead peer is noticed within three intervals.
+    pub dead_peer_timeout: Duration,
+    /// How long `connect` waits for the connection and the handshake.
+    pub handshake_timeout: Duration,
+    /// Send and receive high-water marks of every socket (messages per peer).
+    pub hwm: i32,
+    /// Largest payload accepted.
+    pub max_payload: usize,
+    /// How `*_any` picks a peer.
+    pub strategy: Strategy,
+    /// How long `close` lets in-flight requests finish before it stops waiting.
+    pub close_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let heartbeat_interval = Duration::from_secs(1);
+        Config {
+            request_timeout: Duration::from_secs(10),
+            heartbeat_interval,
+            dead_peer_timeout: heartbeat_interval * 5 / 2,
+            handshake_timeout: Duration::from_secs(5),
+            hwm: 10_000,
+            max_payload: protocol::DEFAULT_MAX_PAYLOAD,
+            strategy: Strategy::Random,
+            close_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Builds a [`Node`](crate::Node).
+///
+/// ```
+/// # #[tokio::main] async fn main() -> node::Result<()> {
+/// use std::time::Duration;
+/// use node::Node;
+///
+/// let node = Node::builder()
+///     .id("billing-1")
+///     .option("role", "billing")
+///     .option("version", 3)
+///     .heartbeat_interval(Duration::from_millis(500))
+///     .bind("tcp://127.0.0.1:0")
+///     .build()
+///     .await?;
+/// assert_eq!(node.id().as_str(), "billing-1");
+/// assert!(node.address().is_some());
+/// node.close().await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct NodeBuilder {
+    pub(crate) id: Option<NodeId>,
+    pub(crate) options: Options,
+    pub(crate) bind: Option<String>,
+    pub(crate) config: Config,
+}
+
+impl NodeBuilder {
+    /// Sets the node id (default: a generated readable one).
+    pub fn id(mut self, id: impl Into<NodeId>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Adds one option peers can filter on.
+    pub fn option(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.options.insert(key.into(), value.into());
+        self
+    }
+
+    /// Replaces all options.
+    pub fn options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Binds this address when built (`tcp://127.0.0.1:0` picks a port).
+    pub fn bind(mut self, address: impl Into<String>) -> Self {
+        self.bind = Some(address.into());
+        self
+    }
+
+    /// Sets the whole configuration.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the default request timeout.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.config.request_timeout = timeout;
+        self
+    }
+
+    /// Sets the heartbeat interval (and the dead-peer timeout to two and a half of them).
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.config.heartbeat_interval = interval;
+        self.config.dead_peer_timeout = interval * 5 / 2;
+        self
+    }
+
+    /// Sets the dead-peer timeout.
+    pub fn dead_peer_timeout(mut self, timeout: Duration) -> Self {
+        self.config.dead_peer_timeout = timeout;
+        self
+    }
+
+    /// Sets how long `connect` waits for the handshake.
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.config.handshake_timeout = timeout;
+        self
+    }
+
+    /// Sets the high-water marks.
+    pub fn hwm(mut self, messages: i32) -> Self {
+        self.config.hwm = messages;
+        self
+    }
+
+    /// Sets the largest payload accepted.
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.config.max_payload = bytes;
+        self
+    }
+
+    /// Sets how `*_any` picks a peer.
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.config.strategy = strategy;
+        self
+    }
+
+    /// Sets how long `close` waits for in-flight requests.
+    pub fn close_grace(mut self, grace: Duration) -> Self {
+        self.config.close_grace = grace;
+        self
+    }
+
+    /// Builds the node (binding its address if one was given). Must run inside a tokio
+    /// runtime.
+    pub async fn build(self) -> crate::Result<crate::Node> {
+        crate::Node::from_builder(self).await
+    }
+}

@@ -1,0 +1,518 @@
+//! The peer registry: who is joined, in which direction, with which options; and how `*_any`
+//! picks one of them. Pure code: no I/O, no clock (time comes in as `now`).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::filter::Filter;
+use crate::options::Options;
+
+/// A node's id: unique in a mesh; the handshake refuses duplicates.
+///
+/// Cheap to clone (a shared string).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(Arc<str>);
+
+impl NodeId {
+    /// An id from a string.
+    pub fn new(id: impl AsRef<str>) -> NodeId {
+        NodeId(Arc::from(id.as_ref()))
+    }
+
+    /// A readable id that does not collide in practice: `node-` and 12 random hex digits.
+    pub fn generate() -> NodeId {
+        let random = uuid::Uuid::new_v4().simple().to_string();
+        NodeId::new(format!("node-{}", &random[..12]))
+    }
+
+    /// The id as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for NodeId {
+    fn from(id: &str) -> NodeId {
+        NodeId::new(id)
+    }
+}
+
+impl From<String> for NodeId {
+    fn from(id: String) -> NodeId {
+        NodeId(Arc::from(id))
+    }
+}
+
+impl Serialize for NodeId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for NodeId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<NodeId, D::Error> {
+        String::deserialize(d).map(NodeId::from)
+    }
+}
+
+impl From<&NodeId> for NodeId {
+    fn from(id: &NodeId) -> NodeId {
+        id.clone()
+    }
+}
+
+/// Which way a peer is joined to this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Direction {
+    /// This node connected to the peer (the peer is our server).
+    Upstream,
+    /// The peer connected to this node (we are its server).
+    Downstream,
+}
+
+/// Which peers a `*_any` / `*_all` call may pick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Scope {
+    /// Only upstream peers (the nodes we connected to).
+    Up,
+    /// Only downstream peers (the nodes connected to us).
+    Down,
+    /// Either.
+    #[default]
+    Both,
+}
+
+impl Scope {
+    fn admits(self, direction: Direction) -> bool {
+        matches!(
+            (self, direction),
+            (Scope::Both, _)
+                | (Scope::Up, Direction::Upstream)
+                | (Scope::Down, Direction::Downstream)
+        )
+    }
+}
+
+/// How `*_any` picks among matching peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Uniformly at random (the JavaScript zeronode's only strategy).
+    #[default]
+    Random,
+    /// In turn, by id order.
+    RoundRobin,
+    /// The peer with the fewest of our requests in flight (ties: random).
+    LeastInFlight,
+}
+
+/// What the registry knows about one joined peer, as a user sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerInfo {
+    /// The peer's id.
+    pub id: NodeId,
+    /// How it is joined to us.
+    pub direction: Direction,
+    /// The options it advertised (kept current by its `set_options`).
+    pub options: Options,
+    /// Our requests to it still waiting for an answer.
+    pub in_flight: usize,
+}
+
+/// One joined peer in one direction. `L` is how to reach it (a client, or a routing id).
+#[derive(Debug)]
+pub(crate) struct Entry<L> {
+    pub(crate) id: NodeId,
+    pub(crate) direction: Direction,
+    pub(crate) options: Options,
+    /// The peer process's instance id: tells a restart (new instance) from a reconnect.
+    pub(crate) instance: String,
+    pub(crate) link: L,
+    /// When we last heard from the peer; shared so the message path updates it without
+    /// taking the registry lock.
+    pub(crate) last_seen: Arc<Mutex<Instant>>,
+    pub(crate) in_flight: Arc<AtomicUsize>,
+}
+
+/// The peers joined to this node, keyed by (id, direction): a pair of nodes connected both
+/// ways appears twice.
+#[derive(Debug)]
+pub(crate) struct Registry<L> {
+    entries: HashMap<(NodeId, Direction), Entry<L>>,
+    round_robin: usize,
+}
+
+impl<L> Default for Registry<L> {
+    fn default() -> Self {
+        Registry {
+            entries: HashMap::new(),
+            round_robin: 0,
+        }
+    }
+}
+
+/// Why a handshake is refused by the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Another live instance already joined under this id.
+    DuplicateId,
+}
+
+impl<L: Clone> Registry<L> {
+    /// Admits a peer that completed its handshake. A new instance under an id that another
+    /// instance holds (in either direction) is refused; the same instance re-joining (after
+    /// a reconnect) replaces its entry. Returns the entry it replaced, if any.
+    pub(crate) fn join(&mut self, entry: Entry<L>) -> Result<Option<Entry<L>>, Refusal> {
+        for direction in [Direction::Upstream, Direction::Downstream] {
+            if let Some(existing) = self.entries.get(&(entry.id.clone(), direction)) {
+                if existing.instance != entry.instance {
+                    return Err(Refusal::DuplicateId);
+                }
+            }
+        }
+        Ok(self
+            .entries
+            .insert((entry.id.clone(), entry.direction), entry))
+    }
+
+    /// Removes a peer (it left).
+    pub(crate) fn leave(&mut self, id: &NodeId, direction: Direction) -> Option<Entry<L>> {
+        self.entries.remove(&(id.clone(), direction))
+    }
+
+    /// The entry of a peer in a direction.
+    #[cfg(test)]
+    pub(crate) fn get(&self, id: &NodeId, direction: Direction) -> Option<&Entry<L>> {
+        self.entries.get(&(id.clone(), direction))
+    }
+
+    /// The link to `id`, preferring upstream (our own client) when joined both ways.
+    pub(crate) fn route(&self, id: &NodeId) -> Option<(Direction, L, Arc<AtomicUsize>)> {
+        [Direction::Upstream, Direction::Downstream]
+            .into_iter()
+            .find_map(|d| self.entries.get(&(id.clone(), d)))
+            .map(|e| (e.direction, e.link.clone(), Arc::clone(&e.in_flight)))
+    }
+
+    /// Records traffic from a peer (for liveness).
+    pub(crate) fn seen(&self, id: &NodeId, direction: Direction, now: Instant) {
+        if let Some(entry) = self.entries.get(&(id.clone(), direction)) {
+            *entry.last_seen.lock() = now;
+        }
+    }
+
+    /// Updates a peer's options (its `set_options` reached us).
+    pub(crate) fn set_options(&mut self, id: &NodeId, direction: Direction, options: Options) {
+        if let Some(entry) = self.entries.get_mut(&(id.clone(), direction)) {
+            entry.options = options;
+        }
+    }
+
+    /// Peers not heard from for longer than `timeout`: they are dead.
+    pub(crate) fn silent_since(&self, now: Instant, timeout: Duration) -> Vec<(NodeId, Direction)> {
+        self.entries
+            .values()
+            .filter(|e| now.saturating_duration_since(*e.last_seen.lock()) > timeout)
+            .map(|e| (e.id.clone(), e.direction))
+            .collect()
+    }
+
+    /// Every entry matching the filter in the scope, one per node id (upstream preferred),
+    /// sorted by id so that round-robin and tests are deterministic.
+    pub(crate) fn matching(&self, filter: &Filter, scope: Scope) -> Vec<&Entry<L>> {
+        let mut chosen: HashMap<&NodeId, &Entry<L>> = HashMap::new();
+        for entry in self.entries.values() {
+            if !scope.admits(entry.direction) || !filter.matches(&entry.options) {
+                continue;
+            }
+            let better = match chosen.get(&entry.id) {
+                Some(existing) => {
+                    existing.direction == Direction::Downstream
+                        && entry.direction == Direction::Upstream
+                }
+                None => true,
+            };
+            if better {
+                chosen.insert(&entry.id, entry);
+            }
+        }
+        let mut list: Vec<&Entry<L>> = chosen.into_values().collect();
+        list.sort_by(|a, b| a.id.cmp(&b.id));
+        list
+    }
+
+    /// Picks one matching peer by `strategy`. `random` is a number drawn by the caller (so
+    /// this stays deterministic under test).
+    pub(crate) fn pick(
+        &mut self,
+        filter: &Filter,
+        scope: Scope,
+        strategy: Strategy,
+        random: usize,
+    ) -> Option<(NodeId, Direction, L, Arc<AtomicUsize>)> {
+        let turn = self.round_robin;
+        let candidates = self.matching(filter, scope);
+        if candidates.is_empty() {
+            return None;
+        }
+        let index = match strategy {
+            Strategy::Random => random % candidates.len(),
+            Strategy::RoundRobin => turn % candidates.len(),
+            Strategy::LeastInFlight => {
+                let least = candidates
+                    .iter()
+                    .map(|e| e.in_flight.load(Ordering::Relaxed))
+                    .min()
+                    .unwrap_or(0);
+                let tied: Vec<usize> = candidates
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| e.in_flight.load(Ordering::Relaxed) == least)
+                    .map(|(i, _)| i)
+                    .collect();
+                tied.get(random % tied.len().max(1)).copied().unwrap_or(0)
+            }
+        };
+        let entry = candidates.get(index)?;
+        let picked = (
+            entry.id.clone(),
+            entry.direction,
+            entry.link.clone(),
+            Arc::clone(&entry.in_flight),
+        );
+        if strategy == Strategy::RoundRobin {
+            self.round_robin = self.round_robin.wrapping_add(1);
+        }
+        Some(picked)
+    }
+
+    /// Every joined peer, as users see them.
+    pub(crate) fn infos(&self) -> Vec<PeerInfo> {
+        let mut list: Vec<PeerInfo> = self
+            .entries
+            .values()
+            .map(|e| PeerInfo {
+                id: e.id.clone(),
+                direction: e.direction,
+                options: e.options.clone(),
+                in_flight: e.in_flight.load(Ordering::Relaxed),
+            })
+            .collect();
+        list.sort_by(|a, b| (&a.id, a.direction as u8).cmp(&(&b.id, b.direction as u8)));
+        list
+    }
+
+    /// Every entry (for heartbeats and close).
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Entry<L>> {
+        self.entries.values()
+    }
+
+    /// Removes everything.
+    pub(crate) fn drain(&mut self) -> Vec<Entry<L>> {
+        self.entries.drain().map(|(_, e)| e).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::{options, Value};
+
+    fn entry(
+        id: &str,
+        direction: Direction,
+        instance: &str,
+        role: &str,
+        now: Instant,
+    ) -> Entry<u32> {
+        Entry {
+            id: NodeId::from(id),
+            direction,
+            options: options([("role", Value::from(role))]),
+            instance: instance.into(),
+            link: 0,
+            last_seen: Arc::new(Mutex::new(now)),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    #[test]
+    fn a_second_instance_under_a_used_id_is_refused() {
+        let now = Instant::now();
+        let mut registry = Registry::default();
+        registry
+            .join(entry("a", Direction::Downstream, "i1", "w", now))
+            .unwrap();
+        assert_eq!(
+            registry
+                .join(entry("a", Direction::Upstream, "i2", "w", now))
+                .unwrap_err(),
+            Refusal::DuplicateId
+        );
+        // The same instance re-joining (a reconnect) replaces its entry.
+        assert!(registry
+            .join(entry("a", Direction::Downstream, "i1", "w", now))
+            .unwrap()
+            .is_some());
+        // And may join the other way too.
+        assert!(registry
+            .join(entry("a", Direction::Upstream, "i1", "w", now))
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn scope_and_filter_select_peers() {
+        let now = Instant::now();
+        let mut registry = Registry::default();
+        registry
+            .join(entry("up-w", Direction::Upstream, "1", "worker", now))
+            .unwrap();
+        registry
+            .join(entry("down-w", Direction::Downstream, "2", "worker", now))
+            .unwrap();
+        registry
+            .join(entry("down-x", Direction::Downstream, "3", "other", now))
+            .unwrap();
+        let workers = Filter::new().eq("role", "worker");
+        let ids = |scope| {
+            registry
+                .matching(&workers, scope)
+                .iter()
+                .map(|e| e.id.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(Scope::Both), ["down-w", "up-w"]);
+        assert_eq!(ids(Scope::Up), ["up-w"]);
+        assert_eq!(ids(Scope::Down), ["down-w"]);
+    }
+
+    #[test]
+    fn round_robin_takes_turns() {
+        let now = Instant::now();
+        let mut registry = Registry::default();
+        for id in ["a", "b", "c"] {
+            registry
+                .join(entry(id, Direction::Downstream, id, "w", now))
+                .unwrap();
+        }
+        let picks: Vec<String> = (0..6)
+            .map(|_| {
+                registry
+                    .pick(&Filter::any(), Scope::Both, Strategy::RoundRobin, 0)
+                    .unwrap()
+                    .0
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(picks, ["a", "b", "c", "a", "b", "c"]);
+    }
+
+    #[test]
+    fn least_in_flight_prefers_the_idle_peer() {
+        let now = Instant::now();
+        let mut registry = Registry::default();
+        for id in ["a", "b", "c"] {
+            registry
+                .join(entry(id, Direction::Downstream, id, "w", now))
+                .unwrap();
+        }
+        for (id, load) in [("a", 3), ("b", 0), ("c", 1)] {
+            registry
+                .get(&NodeId::from(id), Direction::Downstream)
+                .unwrap()
+                .in_flight
+                .store(load, Ordering::Relaxed);
+        }
+        for random in 0..5 {
+            let (id, ..) = registry
+                .pick(&Filter::any(), Scope::Both, Strategy::LeastInFlight, random)
+                .unwrap();
+            assert_eq!(id.as_str(), "b");
+        }
+    }
+
+    #[test]
+    fn random_uses_the_drawn_number() {
+        let now = Instant::now();
+        let mut registry = Registry::default();
+        for id in ["a", "b"] {
+            registry
+                .join(entry(id, Direction::Upstream, id, "w", now))
+                .unwrap();
+        }
+        let pick = |registry: &mut Registry<u32>, r| {
+            registry
+                .pick(&Filter::any(), Scope::Both, Strategy::Random, r)
+                .unwrap()
+                .0
+        };
+        assert_eq!(pick(&mut registry, 0).as_str(), "a");
+        assert_eq!(pick(&mut registry, 1).as_str(), "b");
+        assert!(registry
+            .pick(
+                &Filter::new().eq("role", "none"),
+                Scope::Both,
+                Strategy::Random,
+                0
+            )
+            .is_none());
+    }
+
+    #[test]
+    fn silence_marks_peers_dead_with_simulated_time() {
+        let t0 = Instant::now();
+        let mut registry = Registry::default();
+        registry
+            .join(entry("a", Direction::Upstream, "1", "w", t0))
+            .unwrap();
+        registry
+            .join(entry("b", Direction::Downstream, "2", "w", t0))
+            .unwrap();
+        let timeout = Duration::from_millis(300);
+        registry.seen(
+            &NodeId::from("b"),
+            Direction::Downstream,
+            t0 + Duration::from_millis(250),
+        );
+        assert!(registry.silent_since(t0 + timeout, timeout).is_empty());
+        assert_eq!(
+            registry.silent_since(t0 + Duration::from_millis(301), timeout),
+            vec![(NodeId::from("a"), Direction::Upstream)]
+        );
+    }
+
+    #[test]
+    fn routing_by_id_prefers_upstream() {
+        let now = Instant::now();
+        let mut registry = Registry::default();
+        let mut down = entry("a", Direction::Downstream, "1", "w", now);
+        down.link = 2;
+        let mut up = entry("a", Direction::Upstream, "1", "w", now);
+        up.link = 1;
+        registry.join(down).unwrap();
+        assert_eq!(registry.route(&NodeId::from("a")).unwrap().1, 2);
+        registry.join(up).unwrap();
+        assert_eq!(registry.route(&NodeId::from("a")).unwrap().1, 1);
+        assert!(registry.route(&NodeId::from("zzz")).is_none());
+    }
+
+    #[test]
+    fn generated_ids_are_readable_and_distinct() {
+        let a = NodeId::generate();
+        let b = NodeId::generate();
+        assert!(a.as_str().starts_with("node-"));
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,231 @@
+//! Heartbeats, dead peers, restarts and rejoin, graceful close.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use node::{Direction, Error, ErrorCode, HandlerError, LeaveReason, NodeEvent, Request};
+use support::*;
+
+fn left(id: &'static str, reason: LeaveReason) -> impl FnMut(&NodeEvent) -> Option<Direction> {
+    move |e| match e {
+        NodeEvent::PeerLeft {
+            id: who,
+            direction,
+            reason: why,
+        } if who.as_str() == id && *why == reason => Some(*direction),
+        _ => None,
+    }
+}
+
+fn joined(id: &'static str) -> impl FnMut(&NodeEvent) -> Option<Direction> {
+    move |e| match e {
+        NodeEvent::PeerJoined {
+            id: who, direction, ..
+        } if who.as_str() == id => Some(*direction),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn both_sides_detect_a_silent_peer_and_rejoin_when_the_path_heals() {
+    let a = server("a").await;
+    a.on_request("ping", |_req: Request| async move {
+        Ok::<_, HandlerError>("pong")
+    });
+    let proxy = Proxy::start(&address(&a)).await;
+    let b = client("b").await;
+    b.connect(&proxy.address).await.unwrap();
+    let mut a_events = a.events();
+    let mut b_events = b.events();
+    let _: String = b.request("a", "ping", &()).await.unwrap();
+
+    // A request pending when the path is cut fails as soon as the peer is declared gone,
+    // long before its own 60 s timeout.
+    let waiting = b.clone();
+    let pending = tokio::spawn(async move {
+        waiting
+            .request_timeout::<_, String>("a", "never-answered", &(), Duration::from_secs(60))
+            .await
+    });
+    a.on_request("never-answered", |_req: Request| async move {
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        Ok::<_, HandlerError>(String::new())
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let cut_at = Instant::now();
+    proxy.set_cut(true);
+    let a_saw = wait_for(
+        &mut a_events,
+        "a sees b time out",
+        left("b", LeaveReason::TimedOut),
+    )
+    .await;
+    let b_saw = wait_for(
+        &mut b_events,
+        "b sees a time out",
+        left("a", LeaveReason::TimedOut),
+    )
+    .await;
+    let detected = cut_at.elapsed();
+    assert_eq!((a_saw, b_saw), (Direction::Downstream, Direction::Upstream));
+    // Three intervals is the design target (dead-peer timeout 2.5 intervals, checked every
+    // quarter); five leaves room for a loaded CI machine while still catching a regression
+    // to the JavaScript original's ~90 s.
+    assert!(detected < HEARTBEAT * 5, "detected after {detected:?}");
+
+    let err = within("pending request", pending)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::PeerLeft, "{err:?}");
+    assert!(b.peer("a").is_none());
+    assert!(matches!(
+        b.request::<_, String>("a", "ping", &()).await,
+        Err(Error::NodeNotFound { .. })
+    ));
+
+    proxy.set_cut(false);
+    wait_for(&mut b_events, "b rejoins a", joined("a")).await;
+    wait_for(&mut a_events, "a sees b rejoin", joined("b")).await;
+    let pong: String = within("ping after heal", b.request("a", "ping", &()))
+        .await
+        .unwrap();
+    assert_eq!(pong, "pong");
+}
+
+#[tokio::test]
+async fn clients_rejoin_a_restarted_server_by_themselves() {
+    let first = server("svc").await;
+    first.on_request(
+        "gen",
+        |_req: Request| async move { Ok::<_, HandlerError>(1) },
+    );
+    let endpoint = address(&first);
+    let c = client("c").await;
+    let mut events = c.events();
+    c.connect(&endpoint).await.unwrap();
+    assert_eq!(c.request::<_, i32>("svc", "gen", &()).await.unwrap(), 1);
+
+    first.close().await;
+    let reason = wait_for(&mut events, "svc left", |e| match e {
+        NodeEvent::PeerLeft { id, reason, .. } if id.as_str() == "svc" => Some(*reason),
+        _ => None,
+    })
+    .await;
+    assert!(
+        matches!(reason, LeaveReason::Stopped | LeaveReason::Disconnected),
+        "{reason:?}"
+    );
+
+    let second = support::builder("svc")
+        .bind(endpoint.as_str())
+        .build()
+        .await
+        .unwrap();
+    second.on_request(
+        "gen",
+        |_req: Request| async move { Ok::<_, HandlerError>(2) },
+    );
+    wait_for(&mut events, "svc joined again", joined("svc")).await;
+    assert_eq!(c.request::<_, i32>("svc", "gen", &()).await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn graceful_close_drains_in_flight_requests_and_refuses_new_ones() {
+    let a = server("a").await;
+    a.on_request("work", |_req: Request| async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        Ok::<_, HandlerError>("done")
+    });
+    let b = client("b").await;
+    let mut b_events = b.events();
+    b.connect(&address(&a)).await.unwrap();
+    let mut in_flight = Vec::new();
+    for _ in 0..5 {
+        let b = b.clone();
+        in_flight.push(tokio::spawn(async move {
+            b.request::<_, String>("a", "work", &()).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let closer = a.clone();
+    let closing = tokio::spawn(async move { closer.close().await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    // While closing, new requests are refused with a typed error.
+    let refused = b.request::<_, String>("a", "work", &()).await.unwrap_err();
+    assert!(
+        matches!(&refused, Error::Handler { code, .. } if code == "SHUTTING_DOWN"),
+        "{refused:?}"
+    );
+    // A closing node sends nothing new either.
+    assert!(matches!(a.tick("b", "x", &()).await, Err(Error::Closed)));
+
+    for call in in_flight {
+        assert_eq!(within("in-flight", call).await.unwrap().unwrap(), "done");
+    }
+    within("close returns", closing).await.unwrap();
+    wait_for(
+        &mut b_events,
+        "b sees a stop",
+        left("a", LeaveReason::Stopped),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_node_that_is_not_running_refuses_to_connect_in_bounded_time() {
+    let probe = server("probe").await;
+    let endpoint = address(&probe);
+    probe.close().await;
+    let lonely = support::builder("lonely")
+        .handshake_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let err = lonely.connect(&endpoint).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::HandshakeFailed, "{err:?}");
+}
+
+#[tokio::test]
+async fn disconnect_and_unbind() {
+    let a = server("a").await;
+    let b = client("b").await;
+    let mut a_events = a.events();
+    b.connect(&address(&a)).await.unwrap();
+    wait_for(&mut a_events, "b joined", joined("b")).await;
+    b.disconnect(&address(&a)).await.unwrap();
+    assert!(b.peer("a").is_none());
+    wait_for(&mut a_events, "b said bye", left("b", LeaveReason::Stopped)).await;
+    assert!(matches!(
+        b.disconnect(&address(&a)).await,
+        Err(Error::NotConnectedTo { .. })
+    ));
+
+    let endpoint = address(&a);
+    a.unbind().await.unwrap();
+    assert!(a.address().is_none());
+    let again = support::builder("again")
+        .bind(endpoint.as_str())
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(address(&again), endpoint);
+}
+
+#[tokio::test]
+async fn events_report_stop() {
+    let a = server("a").await;
+    let mut events = a.events();
+    a.close().await;
+    wait_for(&mut events, "stopped", |e| {
+        matches!(e, NodeEvent::Stopped).then_some(())
+    })
+    .await;
+    assert!(matches!(
+        a.request::<_, ()>("x", "y", &()).await,
+        Err(Error::Closed)
+    ));
+}
