@@ -36,6 +36,9 @@ const HANDSHAKE: &str = "_system:handshake";
 const HEARTBEAT: &str = "_system:heartbeat";
 const OPTIONS: &str = "_system:options";
 const BYE: &str = "_system:bye";
+/// Sent by a server to a connection it does not know (it declared the peer dead, or
+/// restarted): the peer should handshake again.
+const REJOIN: &str = "_system:rejoin";
 
 /// Error codes of refused handshakes (carried in error replies).
 const DUPLICATE_ID: &str = "DUPLICATE_ID";
@@ -355,11 +358,13 @@ impl Node {
             }
         })));
         let weak = Arc::downgrade(&self.inner);
+        let dispatch_server = server.clone();
         server.on_any_tick(Some(tick_fn(move |incoming: Incoming| {
             let weak = weak.clone();
+            let server = dispatch_server.clone();
             async move {
                 if let Some(inner) = weak.upgrade() {
-                    on_downstream_tick(inner, incoming).await;
+                    on_downstream_tick(inner, server, incoming).await;
                 }
             }
         })));
@@ -940,6 +945,9 @@ impl Inner {
                 Err(e) => self.report(ErrorSource::Peer, format!("bad options from {from}: {e}")),
             },
             BYE => self.peer_left(from, direction, LeaveReason::Stopped),
+            REJOIN if direction == Direction::Upstream => {
+                self.peer_left(from, direction, LeaveReason::Disconnected)
+            }
             other => self.report(
                 ErrorSource::Peer,
                 format!("unknown system event {other:?} from {from}"),
@@ -972,8 +980,15 @@ async fn on_downstream_request(
 }
 
 /// Ticks arriving at our server.
-async fn on_downstream_tick(inner: Arc<Inner>, incoming: Incoming) {
+async fn on_downstream_tick(inner: Arc<Inner>, server: Server, incoming: Incoming) {
     let Some(from) = downstream_peer(&inner, &incoming.from) else {
+        if incoming.event() == HEARTBEAT {
+            // A peer that still believes it is joined: tell it to handshake again.
+            let _ = server
+                .system_tick(&incoming.from, REJOIN, Bytes::new())
+                .await;
+            return;
+        }
         inner.report(
             ErrorSource::Peer,
             format!(

@@ -18,7 +18,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use transport::PeerId;
 
-use crate::envelope::{check_event, encode_value, Envelope, Kind};
+use crate::envelope::{check_event, encode_value, Envelope, Frames, Kind};
 use crate::error::{Error, RemoteError, Result};
 use crate::handler::{Answer, Handlers, Incoming, RequestHandler, TickHandler};
 use crate::link::Link;
@@ -68,9 +68,27 @@ pub struct Stats {
 struct Waiter {
     /// Who the request went to: only that peer may answer it.
     peer: PeerId,
-    event: String,
-    timeout: Duration,
-    done: oneshot::Sender<Result<Envelope>>,
+    done: oneshot::Sender<Outcome>,
+}
+
+/// How a pending request ended, as the driver tells its caller (who turns it into the
+/// caller's error, with the event name and timeout it has at hand).
+enum Outcome {
+    Reply(Envelope),
+    ErrorReply(Envelope),
+    TimedOut,
+    Failed(Error),
+}
+
+/// The pending requests and the deadline the driver's timer is set to. Under one lock, so
+/// that a caller only wakes the driver when its deadline is earlier than the timer's.
+#[derive(Default)]
+struct Pending {
+    table: Table<Waiter>,
+    /// The timer's deadline. It may be stale (the request it was set for is answered): the
+    /// timer then fires for nothing and is set again, which is cheaper than moving it on
+    /// every request.
+    armed: Option<std::time::Instant>,
 }
 
 /// Why a received message was dropped, for whoever listens (the node layer's error events).
@@ -79,7 +97,7 @@ pub type Rejected = (PeerId, Error);
 /// The state shared by the driver and every handle.
 pub(crate) struct Conversation<L: Link> {
     pub(crate) link: L,
-    pending: Mutex<Table<Waiter>>,
+    pending: Mutex<Pending>,
     handlers: RwLock<Handlers>,
     next_id: AtomicU64,
     /// Wakes the driver when a request with an earlier deadline than all others is added.
@@ -104,7 +122,7 @@ impl<L: Link> Conversation<L> {
     pub(crate) fn start(link: L, max_payload: usize) -> Arc<Conversation<L>> {
         let conversation = Arc::new(Conversation {
             link,
-            pending: Mutex::new(Table::new()),
+            pending: Mutex::new(Pending::default()),
             handlers: RwLock::new(Handlers::default()),
             // Start from a random point so ids from a restarted process do not repeat the
             // previous run's (a late reply must not match a new request).
@@ -159,7 +177,7 @@ impl<L: Link> Conversation<L> {
 
     /// Requests waiting for a reply.
     pub(crate) fn in_flight(&self) -> usize {
-        self.pending.lock().len()
+        self.pending.lock().table.len()
     }
 
     /// Sends a request to `peer` and waits for its reply, an error reply, or the deadline.
@@ -177,33 +195,37 @@ impl<L: Link> Conversation<L> {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (done, answer) = oneshot::channel();
-        let deadline = Instant::now() + timeout;
+        let deadline = (Instant::now() + timeout).into_std();
         {
             let mut pending = self.pending.lock();
-            let earliest = pending
-                .next_deadline()
-                .is_none_or(|current| deadline.into_std() < current);
-            let waiter = Waiter {
-                peer: peer.clone(),
-                event: event.to_owned(),
-                timeout,
-                done,
-            };
-            pending.insert(id, deadline.into_std(), waiter);
-            if earliest {
+            pending.table.insert(
+                id,
+                deadline,
+                Waiter {
+                    peer: peer.clone(),
+                    done,
+                },
+            );
+            if pending.armed.is_none_or(|armed| deadline < armed) {
                 self.timer_reset.notify_one();
             }
         }
-        let frames = Envelope::new(Kind::Request, id, event, metadata, payload).encode();
-        if let Err(e) = self.link.send(peer, &frames).await {
-            self.pending.lock().cancel(id);
+        let frames = Frames::new(Kind::Request, id, event, &metadata, payload);
+        if let Err(e) = self.link.send(peer, frames.as_slice()).await {
+            self.pending.lock().table.cancel(id);
             return Err(e.into());
         }
         self.counters.requests_sent.fetch_add(1, Ordering::Relaxed);
         // If this future is dropped, the entry stays until its deadline: the table is
         // bounded by the deadlines, and a late reply is counted as unmatched.
         match answer.await {
-            Ok(result) => result,
+            Ok(Outcome::Reply(reply)) => Ok(reply),
+            Ok(Outcome::ErrorReply(reply)) => Err(remote_error(&reply, event)),
+            Ok(Outcome::TimedOut) => Err(Error::Timeout {
+                event: event.to_owned(),
+                timeout,
+            }),
+            Ok(Outcome::Failed(error)) => Err(error),
             Err(_) => Err(Error::Closed),
         }
     }
@@ -221,28 +243,28 @@ impl<L: Link> Conversation<L> {
             return Err(Error::Closed);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frames = Envelope::new(Kind::Tick, id, event, metadata, payload).encode();
-        self.link.send(peer, &frames).await?;
+        let frames = Frames::new(Kind::Tick, id, event, &metadata, payload);
+        self.link.send(peer, frames.as_slice()).await?;
         self.counters.ticks_sent.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
     /// Fails at once every request pending on `peer` (it left) with `error`.
     pub(crate) fn fail_pending(&self, peer: &PeerId, error: impl Fn() -> Error) -> usize {
-        let failed = self.pending.lock().remove_where(|w| &w.peer == peer);
+        let failed = self.pending.lock().table.remove_where(|w| &w.peer == peer);
         let count = failed.len();
         for (_, waiter) in failed {
-            let _ = waiter.done.send(Err(error()));
+            let _ = waiter.done.send(Outcome::Failed(error()));
         }
         count
     }
 
     /// Fails every pending request with `error`.
     pub(crate) fn fail_all(&self, error: impl Fn() -> Error) -> usize {
-        let failed = self.pending.lock().drain();
+        let failed = self.pending.lock().table.drain();
         let count = failed.len();
         for (_, waiter) in failed {
-            let _ = waiter.done.send(Err(error()));
+            let _ = waiter.done.send(Outcome::Failed(error()));
         }
         count
     }
@@ -279,18 +301,22 @@ impl<L: Link> Conversation<L> {
     async fn drive(self: Arc<Self>) {
         let mut running = FuturesUnordered::new();
         let mut closing = false;
-        // One timer for all deadlines, moved only when the earliest deadline changes.
+        // One timer for all deadlines. It is moved only when a deadline earlier than its own
+        // appears (see `Pending::armed`).
         let timer = tokio::time::sleep(Duration::from_secs(3600));
         tokio::pin!(timer);
-        let mut armed: Option<std::time::Instant> = None;
         loop {
-            let next_deadline = self.pending.lock().next_deadline();
-            if next_deadline != armed {
-                if let Some(deadline) = next_deadline {
-                    timer.as_mut().reset(Instant::from_std(deadline));
+            let armed = {
+                let mut pending = self.pending.lock();
+                let next = pending.table.next_deadline();
+                if let Some(next) = next {
+                    if pending.armed.is_none_or(|armed| next < armed) {
+                        timer.as_mut().reset(Instant::from_std(next));
+                        pending.armed = Some(next);
+                    }
                 }
-                armed = next_deadline;
-            }
+                pending.armed.is_some()
+            };
             tokio::select! {
                 biased;
                 received = self.link.recv() => match received {
@@ -317,9 +343,9 @@ impl<L: Link> Conversation<L> {
                     }
                 },
                 Some(()) = running.next(), if !running.is_empty() => {}
-                () = &mut timer, if armed.is_some() => {
+                () = &mut timer, if armed => {
+                    self.pending.lock().armed = None;
                     self.expire();
-                    armed = None;
                 }
                 () = self.timer_reset.notified() => {}
                 () = self.close_requested.notified() => closing = true,
@@ -344,14 +370,11 @@ impl<L: Link> Conversation<L> {
 
     /// Fires the timeouts that are due.
     fn expire(&self) {
-        let expired = self.pending.lock().expire(Instant::now().into_std());
+        let expired = self.pending.lock().table.expire(Instant::now().into_std());
         for (id, waiter) in expired {
-            tracing::debug!(id, event = %waiter.event, "request timed out");
+            tracing::debug!(id, "request timed out");
             self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-            let _ = waiter.done.send(Err(Error::Timeout {
-                event: waiter.event,
-                timeout: waiter.timeout,
-            }));
+            let _ = waiter.done.send(Outcome::TimedOut);
         }
     }
 
@@ -405,7 +428,6 @@ impl<L: Link> Conversation<L> {
             }
             Kind::Request => {
                 let id = envelope.id();
-                let event = envelope.event().to_owned();
                 if closing {
                     let this = Arc::clone(self);
                     return Some(Box::pin(async move {
@@ -413,19 +435,19 @@ impl<L: Link> Conversation<L> {
                             RemoteError::SHUTTING_DOWN,
                             "the server is closing and takes no new requests",
                         );
-                        this.answer(&peer, id, &event, Err(refusal)).await;
+                        this.answer(&peer, id, Err(refusal)).await;
                     }));
                 }
-                let handler = self.handlers.read().request(&event);
+                let handler = self.handlers.read().request(envelope.event());
                 let this = Arc::clone(self);
                 let Some(handler) = handler else {
                     self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
+                    let missing = RemoteError::new(
+                        RemoteError::NO_HANDLER,
+                        format!("no handler for {:?}", envelope.event()),
+                    );
                     return Some(Box::pin(async move {
-                        let missing = RemoteError::new(
-                            RemoteError::NO_HANDLER,
-                            format!("no handler for {event:?}"),
-                        );
-                        this.answer(&peer, id, &event, Err(missing)).await;
+                        this.answer(&peer, id, Err(missing)).await;
                     }));
                 };
                 let work =
@@ -436,35 +458,30 @@ impl<L: Link> Conversation<L> {
                         Ok(result) => result,
                         Err(_) => {
                             this.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
-                            tracing::error!(event = %event, "request handler panicked");
+                            tracing::error!(id, "request handler panicked");
                             Err(RemoteError::handler("the handler panicked"))
                         }
                     };
                     this.counters
                         .requests_handled
                         .fetch_add(1, Ordering::Relaxed);
-                    this.answer(&peer, id, &event, result).await;
+                    this.answer(&peer, id, result).await;
                 }))
             }
         }
     }
 
-    /// Sends the answer to request `id`.
-    async fn answer(
-        &self,
-        peer: &PeerId,
-        id: u64,
-        event: &str,
-        result: Result<Answer, RemoteError>,
-    ) {
-        let envelope = match result {
-            Ok(answer) => Envelope::new(Kind::Reply, id, event, answer.metadata, answer.payload),
+    /// Sends the answer to request `id`. Answers carry no event name: the requester matches
+    /// them by id alone.
+    async fn answer(&self, peer: &PeerId, id: u64, result: Result<Answer, RemoteError>) {
+        let frames = match result {
+            Ok(answer) => Frames::new(Kind::Reply, id, "", &answer.metadata, answer.payload),
             Err(error) => {
                 let payload = encode_value(&error).unwrap_or_default();
-                Envelope::new(Kind::Error, id, event, Bytes::new(), payload)
+                Frames::new(Kind::Error, id, "", &[], payload)
             }
         };
-        if let Err(e) = self.link.send(peer, &envelope.encode()).await {
+        if let Err(e) = self.link.send(peer, frames.as_slice()).await {
             // The requester is gone (or we are closing): it will see its own timeout or
             // connection loss. Nothing else to do but say so.
             tracing::debug!(%peer, id, cause = %e, "reply not delivered");
@@ -475,10 +492,10 @@ impl<L: Link> Conversation<L> {
     fn on_answer(&self, peer: PeerId, envelope: Envelope) {
         let id = envelope.id();
         let waiter = {
-            let mut pending = self.pending.lock();
-            match pending.get(id) {
+            let table = &mut self.pending.lock().table;
+            match table.get(id) {
                 // Only the peer the request went to may answer it.
-                Some(w) if w.peer == peer => pending.complete(id),
+                Some(w) if w.peer == peer => table.complete(id),
                 Some(_) => None,
                 None => None,
             }
@@ -490,11 +507,11 @@ impl<L: Link> Conversation<L> {
             tracing::debug!(%peer, id, "reply matched no pending request; dropped");
             return;
         };
-        let result = match envelope.kind() {
-            Kind::Error => Err(remote_error(&envelope, waiter.event.clone())),
-            _ => Ok(envelope),
+        let outcome = match envelope.kind() {
+            Kind::Error => Outcome::ErrorReply(envelope),
+            _ => Outcome::Reply(envelope),
         };
-        let _ = waiter.done.send(result);
+        let _ = waiter.done.send(outcome);
     }
 }
 
@@ -513,9 +530,11 @@ fn start(
 }
 
 /// Turns an error reply into the caller's error.
-fn remote_error(envelope: &Envelope, event: String) -> Error {
+fn remote_error(envelope: &Envelope, event: &str) -> Error {
     match envelope.decode_payload::<RemoteError>() {
-        Ok(error) if error.code == RemoteError::NO_HANDLER => Error::NoHandler { event },
+        Ok(error) if error.code == RemoteError::NO_HANDLER => Error::NoHandler {
+            event: event.to_owned(),
+        },
         Ok(error) => Error::Remote(error),
         Err(_) => Error::Remote(RemoteError::handler("malformed error reply")),
     }

@@ -151,22 +151,7 @@ impl Envelope {
 
     /// The header frame alone.
     pub fn encode_header(&self) -> Bytes {
-        let mut header =
-            BytesMut::with_capacity(FIXED_HEADER + self.event.len() + 4 + self.metadata.len());
-        header.put_u8(MAGIC);
-        header.put_u8(VERSION);
-        header.put_u8(self.kind as u8);
-        header.put_u8(if self.system { FLAG_SYSTEM } else { 0 });
-        header.put_u64(self.id);
-        // Event names are bounded by `check_event` before an envelope is sent; a longer one
-        // (only possible through `new`) is cut rather than mis-framed.
-        let event_len = self.event.len().min(u16::MAX as usize);
-        header.put_u16(event_len as u16);
-        header.put_slice(&self.event[..event_len]);
-        let metadata_len = self.metadata.len().min(u32::MAX as usize);
-        header.put_u32(metadata_len as u32);
-        header.put_slice(&self.metadata[..metadata_len]);
-        header.freeze()
+        header(self.kind, self.id, self.event(), &self.metadata)
     }
 
     /// Decodes the frames of one message, checking only the header and the event name; the
@@ -249,6 +234,50 @@ impl Envelope {
             metadata: header.slice(metadata_start..),
             payload,
         })
+    }
+}
+
+/// Writes a header frame straight from its parts (no intermediate envelope).
+pub(crate) fn header(kind: Kind, id: u64, event: &str, metadata: &[u8]) -> Bytes {
+    // Event names are bounded by `check_event` before an envelope is sent; a longer one
+    // (only possible through `Envelope::new`) is cut rather than mis-framed.
+    let event = &event.as_bytes()[..event.len().min(u16::MAX as usize)];
+    let metadata = &metadata[..metadata.len().min(u32::MAX as usize)];
+    let mut header = BytesMut::with_capacity(FIXED_HEADER + event.len() + 4 + metadata.len());
+    header.put_u8(MAGIC);
+    header.put_u8(VERSION);
+    header.put_u8(kind as u8);
+    let system = event.starts_with(SYSTEM_PREFIX.as_bytes());
+    header.put_u8(if system { FLAG_SYSTEM } else { 0 });
+    header.put_u64(id);
+    header.put_u16(event.len() as u16);
+    header.put_slice(event);
+    header.put_u32(metadata.len() as u32);
+    header.put_slice(metadata);
+    header.freeze()
+}
+
+/// The frames of one message, without a heap-allocated list: the header, and the payload
+/// when there is one.
+pub(crate) struct Frames {
+    frames: [Bytes; 2],
+}
+
+impl Frames {
+    /// Encodes a message from its parts.
+    pub(crate) fn new(kind: Kind, id: u64, event: &str, metadata: &[u8], payload: Bytes) -> Frames {
+        Frames {
+            frames: [header(kind, id, event, metadata), payload],
+        }
+    }
+
+    /// The frames to send.
+    pub(crate) fn as_slice(&self) -> &[Bytes] {
+        if self.frames[1].is_empty() {
+            &self.frames[..1]
+        } else {
+            &self.frames
+        }
     }
 }
 
