@@ -1,8 +1,10 @@
 //! The envelope: how one zeronode message is laid out on the wire.
 //!
-//! A message is one or two ZeroMQ frames: a small header frame, and the payload as a frame of
-//! its own (absent when empty), so a payload of any size travels without being copied into
-//! the header and is handed to the application as the very `Bytes` libzmq delivered.
+//! A message is one or two ZeroMQ frames. A large payload travels as a frame of its own, so
+//! it is never copied into the header and reaches the application as the very `Bytes` libzmq
+//! delivered. A small payload (up to [`INLINE_MAX`] bytes) rides at the end of the header
+//! frame instead: copying a few hundred bytes costs less than a second frame's trip through
+//! libzmq, and decoding still slices it out without a copy.
 //!
 //! ```text
 //! header frame (integers big-endian)
@@ -11,6 +13,7 @@
 //!      1     1  version    1
 //!      2     1  kind       1 request, 2 reply, 3 error reply, 4 tick
 //!      3     1  flags      bit 0: system message (event in the `_system:` namespace);
+//!                          bit 1: payload inline (after the metadata, in this frame);
 //!                          other bits must be zero
 //!      4     8  id         request id, unique per sender (a u64 counter: no collision at
 //!                          any rate); replies carry the id of their request
@@ -18,7 +21,8 @@
 //!     14     E  event      UTF-8
 //!   14+E     4  M          metadata length in bytes (0: none)
 //!   18+E     M  metadata   opaque to this layer (MessagePack by convention)
-//! payload frame (optional): the payload bytes, raw
+//! 18+E+M     P  payload    only with the inline flag: the rest of the frame
+//! payload frame (only without the inline flag; absent when empty): the payload, raw
 //! ```
 //!
 //! Decoding ([`Envelope::decode`]) checks the header and the event name and stops there: the
@@ -41,6 +45,10 @@ pub const FIXED_HEADER: usize = 14;
 pub const SYSTEM_PREFIX: &str = "_system:";
 /// Flag bit: the message is a system message.
 const FLAG_SYSTEM: u8 = 0b0000_0001;
+/// Flag bit: the payload follows the metadata in the header frame.
+const FLAG_INLINE: u8 = 0b0000_0010;
+/// Payloads up to this size ride inline in the header frame.
+pub const INLINE_MAX: usize = 4096;
 
 /// What a message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -139,37 +147,35 @@ impl Envelope {
         decode_value(&self.metadata)
     }
 
-    /// The wire frames: the header, then the payload when it is not empty.
+    /// The wire frames: the header (with the payload inline when it is small), then the
+    /// payload frame when it is not.
     pub fn encode(&self) -> Vec<Bytes> {
-        let mut frames = Vec::with_capacity(2);
-        frames.push(self.encode_header());
-        if !self.payload.is_empty() {
-            frames.push(self.payload.clone());
-        }
-        frames
+        Frames::new(
+            self.kind,
+            self.id,
+            self.event(),
+            &self.metadata,
+            self.payload.clone(),
+        )
+        .as_slice()
+        .to_vec()
     }
 
-    /// The header frame alone.
+    /// The header frame alone, for a payload sent as a frame of its own.
     pub fn encode_header(&self) -> Bytes {
-        header(self.kind, self.id, self.event(), &self.metadata)
+        header(self.kind, self.id, self.event(), &self.metadata, None)
     }
 
     /// Decodes the frames of one message, checking only the header and the event name; the
     /// payload and metadata are kept as slices of the received buffers. `max_payload` bounds
     /// the payload frame.
     pub fn decode(frames: &[Bytes], max_payload: usize) -> Result<Envelope, DecodeError> {
-        let (header, payload) = match frames {
+        let (header, payload_frame) = match frames {
             [] => return Err(DecodeError::NoFrames),
-            [header] => (header, Bytes::new()),
-            [header, payload] => (header, payload.clone()),
+            [header] => (header, None),
+            [header, payload] => (header, Some(payload)),
             more => return Err(DecodeError::TooManyFrames(more.len())),
         };
-        if payload.len() > max_payload {
-            return Err(DecodeError::TooLarge {
-                size: payload.len(),
-                max: max_payload,
-            });
-        }
         if header.len() < FIXED_HEADER {
             // Check the magic first when we have it: a stranger is more useful to report
             // than a short read.
@@ -191,8 +197,12 @@ impl Envelope {
         }
         let kind = Kind::from_byte(header[2])?;
         let flags = header[3];
-        if flags & !FLAG_SYSTEM != 0 {
+        if flags & !(FLAG_SYSTEM | FLAG_INLINE) != 0 {
             return Err(DecodeError::UnknownFlags(flags));
+        }
+        let inline = flags & FLAG_INLINE != 0;
+        if inline && payload_frame.is_some() {
+            return Err(DecodeError::TooManyFrames(2));
         }
         let id = u64::from_be_bytes([
             header[4], header[5], header[6], header[7], header[8], header[9], header[10],
@@ -220,10 +230,27 @@ impl Envelope {
             header[event_end + 3],
         ]) as usize;
         let available = header.len() - metadata_start;
-        if metadata_len != available {
+        let metadata_fits = if inline {
+            metadata_len <= available
+        } else {
+            metadata_len == available
+        };
+        if !metadata_fits {
             return Err(DecodeError::LengthMismatch {
                 declared: metadata_len,
                 available,
+            });
+        }
+        let metadata_end = metadata_start + metadata_len;
+        let payload = match payload_frame {
+            Some(frame) => frame.clone(),
+            None if inline => header.slice(metadata_end..),
+            None => Bytes::new(),
+        };
+        if payload.len() > max_payload {
+            return Err(DecodeError::TooLarge {
+                size: payload.len(),
+                max: max_payload,
             });
         }
         Ok(Envelope {
@@ -231,29 +258,47 @@ impl Envelope {
             system,
             id,
             event,
-            metadata: header.slice(metadata_start..),
+            metadata: header.slice(metadata_start..metadata_end),
             payload,
         })
     }
 }
 
-/// Writes a header frame straight from its parts (no intermediate envelope).
-pub(crate) fn header(kind: Kind, id: u64, event: &str, metadata: &[u8]) -> Bytes {
+/// Writes a header frame straight from its parts (no intermediate envelope), with `inline`
+/// payload bytes at its end when given.
+pub(crate) fn header(
+    kind: Kind,
+    id: u64,
+    event: &str,
+    metadata: &[u8],
+    inline: Option<&[u8]>,
+) -> Bytes {
     // Event names are bounded by `check_event` before an envelope is sent; a longer one
     // (only possible through `Envelope::new`) is cut rather than mis-framed.
     let event = &event.as_bytes()[..event.len().min(u16::MAX as usize)];
     let metadata = &metadata[..metadata.len().min(u32::MAX as usize)];
-    let mut header = BytesMut::with_capacity(FIXED_HEADER + event.len() + 4 + metadata.len());
+    let inline_len = inline.map_or(0, <[u8]>::len);
+    let mut header =
+        BytesMut::with_capacity(FIXED_HEADER + event.len() + 4 + metadata.len() + inline_len);
     header.put_u8(MAGIC);
     header.put_u8(VERSION);
     header.put_u8(kind as u8);
-    let system = event.starts_with(SYSTEM_PREFIX.as_bytes());
-    header.put_u8(if system { FLAG_SYSTEM } else { 0 });
+    let mut flags = 0;
+    if event.starts_with(SYSTEM_PREFIX.as_bytes()) {
+        flags |= FLAG_SYSTEM;
+    }
+    if inline.is_some() {
+        flags |= FLAG_INLINE;
+    }
+    header.put_u8(flags);
     header.put_u64(id);
     header.put_u16(event.len() as u16);
     header.put_slice(event);
     header.put_u32(metadata.len() as u32);
     header.put_slice(metadata);
+    if let Some(payload) = inline {
+        header.put_slice(payload);
+    }
     header.freeze()
 }
 
@@ -264,10 +309,20 @@ pub(crate) struct Frames {
 }
 
 impl Frames {
-    /// Encodes a message from its parts.
+    /// Encodes a message from its parts: a small payload inline, a large one as its own
+    /// frame.
     pub(crate) fn new(kind: Kind, id: u64, event: &str, metadata: &[u8], payload: Bytes) -> Frames {
-        Frames {
-            frames: [header(kind, id, event, metadata), payload],
+        if !payload.is_empty() && payload.len() <= INLINE_MAX {
+            Frames {
+                frames: [
+                    header(kind, id, event, metadata, Some(&payload)),
+                    Bytes::new(),
+                ],
+            }
+        } else {
+            Frames {
+                frames: [header(kind, id, event, metadata, None), payload],
+            }
         }
     }
 
@@ -330,7 +385,7 @@ mod tests {
 
     #[test]
     fn header_layout_is_byte_exact() {
-        let frames = sample().encode();
+        let frames = vec![sample().encode_header(), Bytes::from_static(b"payload")];
         assert_eq!(
             &frames[0][..],
             &[
@@ -340,7 +395,73 @@ mod tests {
                 0, 0, 0, 1, 0x80, // metadata
             ][..]
         );
-        assert_eq!(&frames[1][..], b"payload");
+        assert_eq!(Envelope::decode(&frames, MAX).unwrap(), sample());
+    }
+
+    #[test]
+    fn small_payloads_ride_inline() {
+        let frames = sample().encode();
+        assert_eq!(frames.len(), 1);
+        assert_eq!(
+            &frames[0][..],
+            &[
+                0x5A,
+                1,
+                1,
+                FLAG_INLINE, // magic, version, kind=request, flags
+                1,
+                2,
+                3,
+                4,
+                5,
+                6,
+                7,
+                8, // id
+                0,
+                5,
+                b'h',
+                b'e',
+                b'l',
+                b'l',
+                b'o', // event
+                0,
+                0,
+                0,
+                1,
+                0x80, // metadata
+                b'p',
+                b'a',
+                b'y',
+                b'l',
+                b'o',
+                b'a',
+                b'd', // payload
+            ][..]
+        );
+        let decoded = Envelope::decode(&frames, MAX).unwrap();
+        assert_eq!(decoded, sample());
+        assert_eq!(decoded.metadata(), &Bytes::from_static(b"\x80"));
+    }
+
+    #[test]
+    fn large_payloads_travel_as_their_own_frame() {
+        let big = Bytes::from(vec![1u8; INLINE_MAX + 1]);
+        let envelope = Envelope::new(Kind::Reply, 1, "", Bytes::new(), big.clone());
+        let frames = envelope.encode();
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[1].as_ptr(), big.as_ptr(), "not copied");
+        assert_eq!(Envelope::decode(&frames, MAX).unwrap(), envelope);
+    }
+
+    #[test]
+    fn inline_flag_with_a_payload_frame_is_refused() {
+        let mut header = sample().encode_header().to_vec();
+        header[3] = FLAG_INLINE;
+        let frames = vec![Bytes::from(header), Bytes::from_static(b"p")];
+        assert_eq!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::TooManyFrames(2))
+        );
     }
 
     #[test]
@@ -450,10 +571,10 @@ mod tests {
 
     #[test]
     fn unknown_flags() {
-        let frames = header_with(|h| h[3] = 0x80);
+        let frames = header_with(|h| h[3] = 0x84);
         assert_eq!(
             Envelope::decode(&frames, MAX),
-            Err(DecodeError::UnknownFlags(0x80))
+            Err(DecodeError::UnknownFlags(0x84))
         );
     }
 
@@ -522,6 +643,12 @@ mod tests {
             Err(DecodeError::TooLarge { size: 11, max: 10 })
         );
         assert!(Envelope::decode(&frames, 11).is_ok());
+        // The same limit applies inline.
+        let inline = Envelope::new(Kind::Tick, 1, "t", Bytes::new(), Bytes::from(vec![0u8; 11]));
+        assert_eq!(
+            Envelope::decode(&inline.encode(), 10),
+            Err(DecodeError::TooLarge { size: 11, max: 10 })
+        );
     }
 
     #[test]

@@ -57,8 +57,8 @@ pub mod table;
 pub use client::{Client, Connection, DEFAULT_MAX_PAYLOAD};
 pub use conversation::{Rejected, Stats};
 pub use envelope::{
-    decode_value, encode_value, Envelope, Kind, FIXED_HEADER, MAGIC, MAX_EVENT_LEN, SYSTEM_PREFIX,
-    VERSION,
+    decode_value, encode_value, Envelope, Kind, FIXED_HEADER, INLINE_MAX, MAGIC, MAX_EVENT_LEN,
+    SYSTEM_PREFIX, VERSION,
 };
 pub use error::{DecodeError, Error, ErrorCode, RemoteError, Result};
 pub use handler::{

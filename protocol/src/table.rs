@@ -5,22 +5,54 @@
 //! [`Table::next_deadline`] with a single timer.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
+
+/// Request ids are our own counter, not attacker-chosen keys, so they need no DoS-resistant
+/// hash: one multiplication spreads sequential ids over the table.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type IdMap<T> = HashMap<u64, T, BuildHasherDefault<IdHasher>>;
 
 /// Requests in flight, keyed by request id, each with a deadline and a value (the caller's
 /// completion handle).
-#[derive(Debug)]
 pub struct Table<T> {
-    entries: HashMap<u64, (Instant, T)>,
+    entries: IdMap<(Instant, T)>,
     deadlines: BTreeSet<(Instant, u64)>,
     /// Replies that matched no pending request: late (after their timeout) or unknown.
     unmatched: u64,
 }
 
+impl<T> std::fmt::Debug for Table<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("pending", &self.entries.len())
+            .field("unmatched", &self.unmatched)
+            .finish()
+    }
+}
+
 impl<T> Default for Table<T> {
     fn default() -> Self {
         Table {
-            entries: HashMap::new(),
+            entries: IdMap::default(),
             deadlines: BTreeSet::new(),
             unmatched: 0,
         }
