@@ -1,2 +1,116 @@
-//! The `zeronode` command (being written).
-fn main() {}
+//! # zeronode: a brokerless service mesh over ZeroMQ, from the command line
+//!
+//! Runs a node with built-in handlers, sends one request or tick to a mesh, or lists a
+//! node's peers. Every command is a thin layer over the `node` crate's [`node::Node`].
+//!
+//! ```text
+//! # a node serving echo, ping, delay and zeronode:peers, advertising two options
+//! zeronode node --id api-1 --bind tcp://127.0.0.1:5000 -o role=api -o tags=eu,gpu
+//! # a second node joining it (prints "peer joined"/"peer left" lines and stats)
+//! zeronode node --id w1 --connect tcp://127.0.0.1:5000 -o role=worker --stats 5
+//!
+//! zeronode request --connect tcp://127.0.0.1:5000 echo '{"a":[1,2,"x"]}'   # {"a":[1,2,"x"]}
+//! zeronode request --connect tcp://127.0.0.1:5000 --to api-1 ping            # "pong"
+//! zeronode request --connect tcp://127.0.0.1:5000 --any -f role=api ping     # "pong"
+//! zeronode request --connect tcp://127.0.0.1:5000 delay 2000 --timeout 200   # error: ... timed out
+//! zeronode tick --connect tcp://127.0.0.1:5000 --all -f role=api news '"hi"' # sent to 1 node
+//! zeronode peers --connect tcp://127.0.0.1:5000                              # a table
+//! zeronode peers --connect tcp://127.0.0.1:5000 --json                       # JSON lines
+//! ```
+//!
+//! A short-lived command reaches only the nodes it connects to (there is no routing through
+//! a node): `--to ID` and `--any` pick among them. Give every node of a mesh the same
+//! `--heartbeat-ms`: each side declares the other dead after 2.5 of its own intervals.
+//!
+//! Output: results on stdout (a reply is one line of JSON); errors as one line
+//! `error: ...` on stderr. Exit codes: 0 success, 1 failure (unreachable node, timeout,
+//! remote error, ...), 2 bad input (clap's own errors, invalid JSON), 130 a second signal
+//! while a node was closing. Logs go to stderr, filtered by `RUST_LOG` (default: `warn` for
+//! `zeronode node`, nothing for the other commands).
+//!
+//! ## Layout
+//! - `args.rs`: the clap types, typed `key=value` values, address and JSON checks;
+//! - `serve.rs`: `zeronode node` (handlers, event log, stats, signals);
+//! - `send.rs`: `request`, `tick` and `peers` through a short-lived node;
+//! - `peers.rs`: the `zeronode:peers` reply and its table;
+//! - `error.rs`: errors as one clear line, and exit codes; `output.rs`: panic-free stdout.
+
+#![forbid(unsafe_code)]
+
+mod args;
+mod error;
+mod output;
+mod peers;
+mod send;
+mod serve;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+use crate::error::{one_line, Error};
+use crate::output::complain;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_failure(e),
+    };
+    init_tracing(&cli.command);
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            complain(format_args!("error: {}", one_line(&e.to_string())));
+            e.exit_code()
+        }
+    }
+}
+
+/// Runs one command on a multi-threaded tokio runtime.
+fn run(command: Command) -> Result<(), Error> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Start)?;
+    let result = runtime.block_on(async move {
+        match command {
+            Command::Node(args) => serve::run(args).await,
+            Command::Request(args) => send::request(args).await,
+            Command::Tick(args) => send::tick(args).await,
+            Command::Peers(args) => send::peers(args).await,
+        }
+    });
+    // Whatever a closed node left behind (a timer, a socket thread) must not hold the exit.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+/// Reports a command-line error. A rejected value (`--connect nonsense`, `-o novalue`)
+/// gets one line; the rest (unknown flag, missing argument, `--help`) is clap's own output.
+fn clap_failure(e: clap::Error) -> ExitCode {
+    if e.kind() == clap::error::ErrorKind::ValueValidation {
+        let text = e.render().to_string();
+        let first = text.lines().next().unwrap_or("error: invalid value");
+        complain(first);
+        return ExitCode::from(2);
+    }
+    e.exit()
+}
+
+/// Sends logs to stderr, filtered by `RUST_LOG`, or by default `warn` for a node and nothing
+/// for the short-lived commands (their errors are the one `error:` line).
+fn init_tracing(command: &Command) {
+    use tracing_subscriber::EnvFilter;
+    let default = match command {
+        Command::Node(_) => "warn",
+        _ => "off",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}

@@ -25,6 +25,11 @@ pub struct Config {
     pub strategy: Strategy,
     /// How long `close` lets in-flight requests finish before it stops waiting.
     pub close_grace: Duration,
+    /// Whether this node is a router: it forwards messages for its peers (advertised in its
+    /// handshake).
+    pub router: bool,
+    /// How many router hops a forwarded message may take.
+    pub hop_limit: u8,
 }
 
 impl Default for Config {
@@ -39,6 +44,8 @@ impl Default for Config {
             max_payload: protocol::DEFAULT_MAX_PAYLOAD,
             strategy: Strategy::Random,
             close_grace: Duration::from_secs(10),
+            router: false,
+            hop_limit: crate::forward::DEFAULT_HOP_LIMIT,
         }
     }
 }
@@ -148,6 +155,19 @@ impl NodeBuilder {
     /// Sets how long `close` waits for in-flight requests.
     pub fn close_grace(mut self, grace: Duration) -> Self {
         self.config.close_grace = grace;
+        self
+    }
+
+    /// Makes this node a router: it forwards `*_any`, `tick_all` and messages to ids its
+    /// peers cannot reach directly (see the crate docs).
+    pub fn router(mut self, router: bool) -> Self {
+        self.config.router = router;
+        self
+    }
+
+    /// Sets how many router hops a forwarded message may take.
+    pub fn hop_limit(mut self, hops: u8) -> Self {
+        self.config.hop_limit = hops;
         self
     }
 

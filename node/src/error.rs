@@ -30,6 +30,8 @@ pub enum ErrorCode {
     HandshakeFailed,
     /// A filter is malformed or cannot travel.
     InvalidFilter,
+    /// A forwarded message looped between routers or ran out of hops.
+    RouteLoop,
     /// An event name is reserved or malformed.
     InvalidEvent,
     /// A payload could not be encoded or decoded.
@@ -122,6 +124,12 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A forwarded message came back to a router it had visited, or ran out of hops.
+    #[error("route loop: {reason}")]
+    RouteLoop {
+        /// What the router said.
+        reason: String,
+    },
     /// A filter holding a Rust predicate cannot be sent to another node.
     #[error("a predicate filter cannot travel to another node")]
     PredicateNotSerializable,
@@ -160,6 +168,7 @@ impl Error {
                 ErrorCode::InvalidFilter
             }
             Error::Bind(_) | Error::NotConnectedTo { .. } => ErrorCode::Address,
+            Error::RouteLoop { .. } => ErrorCode::RouteLoop,
             Error::Protocol(e) => match e.code() {
                 protocol::ErrorCode::ReservedEvent | protocol::ErrorCode::InvalidEvent => {
                     ErrorCode::InvalidEvent

@@ -58,11 +58,29 @@ impl Request {
         self.incoming.metadata()
     }
 
+    /// For a message that came through router nodes: the node that sent it first and the
+    /// routers it went through (`from()` is then the last router). `None` for a direct one.
+    pub fn route(&self) -> Option<Route> {
+        if self.incoming.metadata().is_empty() {
+            return None;
+        }
+        decode_value(self.incoming.metadata()).ok()
+    }
+
     /// Decodes the payload from MessagePack into `T`.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
         decode_value(self.incoming.payload())
             .map_err(|e| HandlerError::new(HandlerError::BAD_REQUEST, e.to_string()))
     }
+}
+
+/// How a forwarded message travelled.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Route {
+    /// The node that sent the message first.
+    pub origin: NodeId,
+    /// The routers it went through, in order.
+    pub via: Vec<NodeId>,
 }
 
 /// A request handler's answer.

@@ -12,7 +12,11 @@
 //!   middleware ([`Node::layer`]);
 //! - a handshake that exchanges ids, options and versions and binds each peer's identity to
 //!   its connection; heartbeats both ways; reconnection and re-handshake after restarts and
-//!   network cuts; an events stream ([`Node::events`]); graceful close.
+//!   network cuts; an events stream ([`Node::events`]); graceful close;
+//! - router nodes ([`NodeBuilder::router`]): a message that finds no joined match (or an id
+//!   that is not joined) goes through a joined router, which applies the same target to its
+//!   own peers and other routers, with the caller's deadline, a hop limit and loop
+//!   protection, so a mesh needs no full set of connections.
 //!
 //! What it never does: parse envelopes or touch sockets (the `protocol` and `transport`
 //! crates do).
@@ -23,6 +27,7 @@
 //! - `peer.rs`: the peer registry and the `*_any` strategies (pure, tested with simulated
 //!   time);
 //! - `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
+//! - `forward.rs`: router nodes: the forwarded message and the decisions about it (pure);
 //! - `handler.rs`: requests, responses, handler errors, middleware;
 //! - `config.rs`, `events.rs`, `error.rs`.
 
@@ -32,6 +37,7 @@ mod config;
 mod error;
 mod events;
 pub mod filter;
+mod forward;
 mod handler;
 mod node;
 pub mod options;
@@ -41,8 +47,9 @@ pub use config::{Config, NodeBuilder};
 pub use error::{Error, ErrorCode, Result};
 pub use events::{ErrorSource, LeaveReason, NodeEvent};
 pub use filter::Filter;
-pub use handler::{HandlerError, HandlerService, Pattern, Request, Response};
-pub use node::{Node, Target, PROTOCOL_VERSION};
+pub use forward::{RouterStats, DEFAULT_HOP_LIMIT};
+pub use handler::{HandlerError, HandlerService, Pattern, Request, Response, Route};
+pub use node::{Node, NodeStats, Target, PROTOCOL_VERSION};
 pub use options::{Options, Value};
 pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
 pub use tower::BoxError;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -25,7 +25,12 @@ use crate::config::{Config, NodeBuilder};
 use crate::error::{Error, Result};
 use crate::events::{ErrorSource, LeaveReason, NodeEvent};
 use crate::filter::Filter;
-use crate::handler::{self, HandlerError, HandlerService, Handlers, Pattern, Request, Response};
+use crate::forward::{
+    code, hop_budget, Action, Admission, Destination, Forward, RouterStats, Seen, FORWARD,
+};
+use crate::handler::{
+    self, HandlerError, HandlerService, Handlers, Pattern, Request, Response, Route,
+};
 use crate::options::Options;
 use crate::peer::{Direction, Entry, NodeId, PeerInfo, Registry, Scope, Strategy};
 
@@ -54,6 +59,13 @@ struct Hello {
     instance: String,
     version: u32,
     options: Options,
+    /// Whether the sender is a router node.
+    #[serde(default)]
+    router: bool,
+    /// How often the sender sends heartbeats, in milliseconds (0: not said), so that the
+    /// receiver does not declare it dead for heartbeats slower than its own.
+    #[serde(default)]
+    heartbeat_ms: u64,
 }
 
 /// How to reach a joined peer.
@@ -82,19 +94,52 @@ impl Link {
     async fn request(
         &self,
         event: &str,
+        metadata: Bytes,
         payload: Bytes,
         timeout: Duration,
     ) -> protocol::Result<Envelope> {
         match self {
-            Link::Up { client, .. } => client.request(event, payload, timeout).await,
-            Link::Down { server, route } => server.request(route, event, payload, timeout).await,
+            Link::Up { client, .. } => client.request_with(event, metadata, payload, timeout).await,
+            Link::Down { server, route } => {
+                server
+                    .request_with(route, event, metadata, payload, timeout)
+                    .await
+            }
         }
     }
 
-    async fn tick(&self, event: &str, payload: Bytes) -> protocol::Result<()> {
+    async fn tick(&self, event: &str, metadata: Bytes, payload: Bytes) -> protocol::Result<()> {
         match self {
-            Link::Up { client, .. } => client.tick(event, payload).await,
-            Link::Down { server, route } => server.tick(route, event, payload).await,
+            Link::Up { client, .. } => client.tick_with(event, metadata, payload).await,
+            Link::Down { server, route } => server.tick_with(route, event, metadata, payload).await,
+        }
+    }
+
+    async fn system_request(
+        &self,
+        event: &str,
+        metadata: Bytes,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> protocol::Result<Envelope> {
+        match self {
+            Link::Up { client, .. } => {
+                client
+                    .system_request(event, metadata, payload, timeout)
+                    .await
+            }
+            Link::Down { server, route } => {
+                server
+                    .system_request(route, event, metadata, payload, timeout)
+                    .await
+            }
+        }
+    }
+
+    fn direction(&self) -> Direction {
+        match self {
+            Link::Up { .. } => Direction::Upstream,
+            Link::Down { .. } => Direction::Downstream,
         }
     }
 
@@ -180,6 +225,39 @@ struct Inner {
     handling: AtomicUsize,
     handled: Notify,
     heartbeat: Mutex<Option<JoinHandle<()>>>,
+    /// Messages refused because their connection had not joined.
+    unjoined: AtomicU64,
+    /// Requests answered by this node's handlers (success or error reply).
+    answered: AtomicU64,
+    /// Router state: counters and the `tick_all` ids seen.
+    routing: Routing,
+}
+
+/// What a router keeps.
+#[derive(Default)]
+struct Routing {
+    forwarded: AtomicU64,
+    failed: AtomicU64,
+    looped: AtomicU64,
+    expired: AtomicU64,
+    seen: Mutex<Seen>,
+}
+
+/// What a node has been through, for operators and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Joined peers (a peer joined both ways counts twice).
+    pub peers: usize,
+    /// Requests this node's handlers answered.
+    pub requests_handled: u64,
+    /// Received messages that were not valid envelopes (dropped, counted, reported).
+    pub invalid_envelopes: u64,
+    /// Messages from connections that never completed the handshake (refused).
+    pub unjoined_messages: u64,
+    /// Replies that matched no pending request (late, duplicate or spoofed; dropped).
+    pub unmatched_replies: u64,
+    /// Requests of ours that ended with a timeout.
+    pub timeouts: u64,
 }
 
 /// A zeronode node: binds at most one address, connects to any number of nodes, and talks to
@@ -259,6 +337,9 @@ impl Node {
             handling: AtomicUsize::new(0),
             handled: Notify::new(),
             heartbeat: Mutex::new(None),
+            unjoined: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            routing: Routing::default(),
         });
         let heartbeat = tokio::spawn(heartbeat_loop(Arc::downgrade(&inner)));
         *inner.heartbeat.lock() = Some(heartbeat);
@@ -368,6 +449,15 @@ impl Node {
                 }
             }
         })));
+        // Invalid messages are counted by the server; each is also reported as an event.
+        let mut rejected = server.rejected();
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            while let Some((route, error)) = rejected.recv().await {
+                let Some(inner) = weak.upgrade() else { break };
+                inner.report(ErrorSource::Peer, format!("from {route}: {error}"));
+            }
+        });
         let endpoint = server.endpoint().to_owned();
         let raced = {
             let mut slot = self.inner.server.lock();
@@ -641,11 +731,29 @@ impl Node {
         if self.is_closing() {
             return Err(Error::Closed);
         }
-        let (id, link, in_flight) = self.resolve(to.into())?;
+        let target = to.into();
+        let (id, link, in_flight) = match self.resolve(target.clone()) {
+            Ok(found) => found,
+            Err(local) => {
+                return self
+                    .inner
+                    .forward_from_here(Action::Request, &target, event, payload, timeout, local)
+                    .await
+                    .map(|(reply, _)| reply)
+            }
+        };
         let _counted = InFlight::start(in_flight);
-        match link.request(event, payload, timeout).await {
+        match link.request(event, Bytes::new(), payload, timeout).await {
             Ok(reply) => Ok(reply.into_payload()),
             Err(protocol::Error::ConnectionLost) => Err(Error::PeerLeft { id: id.to_string() }),
+            Err(protocol::Error::Remote(remote)) if remote.code == NOT_JOINED => {
+                // The peer no longer counts us as joined (it declared us dead, or it
+                // restarted): it left, as far as we are concerned, and the connection's
+                // supervisor joins again.
+                self.inner
+                    .peer_left(&id, link.direction(), LeaveReason::Disconnected);
+                Err(Error::PeerLeft { id: id.to_string() })
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -679,8 +787,20 @@ impl Node {
         if self.is_closing() {
             return Err(Error::Closed);
         }
-        let (_, link, _) = self.resolve(to.into())?;
-        link.tick(event, payload).await.map_err(Error::from)
+        let target = to.into();
+        match self.resolve(target.clone()) {
+            Ok((_, link, _)) => link
+                .tick(event, Bytes::new(), payload)
+                .await
+                .map_err(Error::from),
+            Err(local) => {
+                let timeout = self.inner.config.request_timeout;
+                self.inner
+                    .forward_from_here(Action::Tick, &target, event, payload, timeout, local)
+                    .await
+                    .map(|_| ())
+            }
+        }
     }
 
     /// Sends a tick to one node matching `filter` in `scope`.
@@ -724,12 +844,26 @@ impl Node {
             .map(|e| e.link.clone())
             .collect();
         if links.is_empty() {
-            return Err(Error::NoNodesMatchFilter);
+            // Nobody here: the routers we are joined to deliver to their side of the mesh.
+            let timeout = self.inner.config.request_timeout;
+            let target = Target::Any(filter.clone(), scope);
+            return self
+                .inner
+                .forward_from_here(
+                    Action::TickAll,
+                    &target,
+                    event,
+                    payload,
+                    timeout,
+                    Error::NoNodesMatchFilter,
+                )
+                .await
+                .map(|(_, delivered)| delivered);
         }
         let mut sent = 0;
         let mut first_error = None;
         for link in &links {
-            match link.tick(event, payload.clone()).await {
+            match link.tick(event, Bytes::new(), payload.clone()).await {
                 Ok(()) => sent += 1,
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -764,6 +898,50 @@ impl Node {
     /// Requests in flight from this node to `id`.
     pub fn in_flight(&self, id: impl Into<NodeId>) -> usize {
         self.peer(id).map_or(0, |p| p.in_flight)
+    }
+
+    /// Counters: what this node handled, refused and dropped.
+    pub fn stats(&self) -> NodeStats {
+        let mut stats = NodeStats {
+            peers: self.inner.state.lock().registry.all().count(),
+            requests_handled: self.inner.answered.load(Ordering::Relaxed),
+            unjoined_messages: self.inner.unjoined.load(Ordering::Relaxed),
+            ..NodeStats::default()
+        };
+        let server = self.inner.server.lock().clone();
+        let clients: Vec<Client> = self
+            .inner
+            .upstreams
+            .lock()
+            .values()
+            .map(|u| u.client.clone())
+            .collect();
+        let conversations = server
+            .map(|s| s.stats())
+            .into_iter()
+            .chain(clients.iter().map(Client::stats));
+        for c in conversations {
+            stats.invalid_envelopes += c.invalid_envelopes;
+            stats.unmatched_replies += c.unmatched_replies;
+            stats.timeouts += c.timeouts;
+        }
+        stats
+    }
+
+    /// Forwarding counters (all zero unless this node is a router).
+    pub fn router_stats(&self) -> RouterStats {
+        let r = &self.inner.routing;
+        RouterStats {
+            forwarded: r.forwarded.load(Ordering::Relaxed),
+            failed: r.failed.load(Ordering::Relaxed),
+            looped: r.looped.load(Ordering::Relaxed),
+            expired: r.expired.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether this node is a router.
+    pub fn is_router(&self) -> bool {
+        self.inner.config.router
     }
 
     /// The strategy used by `*_any`.
@@ -839,7 +1017,16 @@ impl Inner {
             instance: self.instance.clone(),
             version: PROTOCOL_VERSION,
             options: self.options.read().clone(),
+            router: self.config.router,
+            heartbeat_ms: millis(self.config.heartbeat_interval),
         }
+    }
+
+    /// How long a peer may stay silent: our dead-peer timeout, stretched to two and a half of
+    /// the peer's own heartbeat intervals when it beats slower than we do.
+    fn dead_after(&self, hello: &Hello) -> Duration {
+        let theirs = Duration::from_millis(hello.heartbeat_ms) * 5 / 2;
+        self.config.dead_peer_timeout.max(theirs)
     }
 
     /// Tells peers we are leaving (all, or one direction).
@@ -910,6 +1097,7 @@ impl Inner {
         };
         self.handling.fetch_add(1, Ordering::AcqRel);
         let result = handler::call(stack, Request::new(from, incoming)).await;
+        self.answered.fetch_add(1, Ordering::Relaxed);
         if self.handling.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.handled.notify_waiters();
         }
@@ -956,6 +1144,347 @@ impl Inner {
     }
 }
 
+/// Router nodes: forwarding (see `forward.rs` for the message and the rules).
+impl Inner {
+    /// Sends a message that found no joined destination here through the routers we are
+    /// joined to. `local` is the error when there is no router. Returns the reply payload
+    /// (requests) and how many nodes were reached (ticks).
+    async fn forward_from_here(
+        &self,
+        action: Action,
+        target: &Target,
+        event: &str,
+        payload: Bytes,
+        timeout: Duration,
+        local: Error,
+    ) -> Result<(Bytes, usize)> {
+        let routers = self.state.lock().registry.routers();
+        if routers.is_empty() {
+            return Err(local);
+        }
+        let to = match target {
+            Target::Id(id) => Destination::Id(id.clone()),
+            // A predicate (Rust code) cannot travel: refused at once.
+            Target::Any(filter, scope) => Destination::Filter(filter.to_spec()?, *scope),
+        };
+        let forward = Forward {
+            id: rand::random(),
+            action,
+            to,
+            event: event.to_owned(),
+            remaining_ms: millis(timeout),
+            hops_left: self.config.hop_limit,
+            origin: self.id.clone(),
+            visited: Vec::new(),
+        };
+        let deadline = Instant::now() + timeout;
+        self.forward_via(&forward, routers, payload, deadline)
+            .await
+            .map_err(|remote| forward_error(remote, target, event, timeout))
+    }
+
+    /// Offers `forward` to `routers` in turn (all of them for `TickAll`), each with the time
+    /// left before `deadline`.
+    async fn forward_via(
+        &self,
+        forward: &Forward,
+        routers: Vec<(NodeId, Link)>,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> std::result::Result<(Bytes, usize), RemoteError> {
+        let mut delivered = 0usize;
+        let mut last: Option<RemoteError> = None;
+        for (id, link) in routers {
+            if forward.excludes(&id) || id == self.id {
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RemoteError::new(code::TIMEOUT, "the deadline passed"));
+            }
+            let mut header = forward.clone();
+            header.remaining_ms = millis(left);
+            let metadata =
+                encode_value(&header).map_err(|e| RemoteError::handler(e.to_string()))?;
+            match link
+                .system_request(FORWARD, metadata, payload.clone(), left)
+                .await
+            {
+                Ok(reply) if forward.action == Action::TickAll => {
+                    delivered += decode_value::<u64>(reply.payload()).unwrap_or(0) as usize;
+                }
+                Ok(reply) => {
+                    let reached = match forward.action {
+                        Action::Tick => decode_value::<u64>(reply.payload()).unwrap_or(1) as usize,
+                        _ => 1,
+                    };
+                    return Ok((reply.into_payload(), reached));
+                }
+                // This router's side of the mesh has nothing: try the others.
+                Err(protocol::Error::Remote(remote))
+                    if [
+                        code::NO_MATCH,
+                        code::NOT_FOUND,
+                        code::LOOP,
+                        code::NOT_A_ROUTER,
+                    ]
+                    .contains(&remote.code.as_str()) =>
+                {
+                    last = Some(remote);
+                }
+                Err(protocol::Error::Remote(remote)) => return Err(remote),
+                Err(protocol::Error::Timeout { .. }) => {
+                    return Err(RemoteError::new(code::TIMEOUT, "no answer in time"))
+                }
+                Err(protocol::Error::NoHandler { event }) => {
+                    return Err(RemoteError::new(
+                        RemoteError::NO_HANDLER,
+                        format!("no handler for {event:?}"),
+                    ))
+                }
+                // That router is unreachable right now: try the others.
+                Err(e) => last = Some(RemoteError::new(code::NO_MATCH, e.to_string())),
+            }
+        }
+        if forward.action == Action::TickAll && delivered > 0 {
+            return Ok((Bytes::new(), delivered));
+        }
+        Err(last
+            .filter(|r| r.code != code::NOT_A_ROUTER)
+            .unwrap_or_else(|| match &forward.to {
+                Destination::Id(id) => RemoteError::new(code::NOT_FOUND, id.to_string()),
+                Destination::Filter(..) => RemoteError::new(code::NO_MATCH, "no node matches"),
+            }))
+    }
+
+    /// A router receives a forwarded message from its peer `from`.
+    async fn handle_forward(
+        &self,
+        from: NodeId,
+        incoming: Incoming,
+    ) -> std::result::Result<Answer, RemoteError> {
+        if !self.config.router {
+            return Err(RemoteError::new(code::NOT_A_ROUTER, self.id.to_string()));
+        }
+        let forward: Forward = decode_value(incoming.metadata())
+            .map_err(|e| RemoteError::new("BAD_FORWARD", e.to_string()))?;
+        let routing = &self.routing;
+        let admission = forward.admit(&self.id, &mut routing.seen.lock());
+        let left = match admission {
+            Admission::Accept(left) => left,
+            Admission::Duplicate => return Ok(count_answer(0)),
+            Admission::Loop => {
+                routing.looped.fetch_add(1, Ordering::Relaxed);
+                return Err(RemoteError::new(
+                    code::LOOP,
+                    format!(
+                        "visited {:?}, {} hops left",
+                        forward.visited, forward.hops_left
+                    ),
+                ));
+            }
+            Admission::Expired => {
+                routing.expired.fetch_add(1, Ordering::Relaxed);
+                return Err(RemoteError::new(code::TIMEOUT, "no time left"));
+            }
+        };
+        let deadline = Instant::now() + hop_budget(left);
+        let mut via = forward.visited.clone();
+        via.push(self.id.clone());
+        let route = Route {
+            origin: forward.origin.clone(),
+            via,
+        };
+        let metadata = encode_value(&route).map_err(|e| RemoteError::handler(e.to_string()))?;
+        let payload = incoming.payload().clone();
+        let result = match forward.action {
+            Action::TickAll => {
+                self.forward_tick_all(&forward, &from, metadata, payload, deadline)
+                    .await
+            }
+            _ => {
+                self.forward_one(&forward, &from, metadata, payload, deadline)
+                    .await
+            }
+        };
+        let counter = match &result {
+            Ok(_) => &routing.forwarded,
+            Err(e) if e.code == code::TIMEOUT => &routing.expired,
+            Err(e) if e.code == code::LOOP => &routing.looped,
+            Err(_) => &routing.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    /// Delivers a forwarded request or tick to one local peer, or passes it on.
+    async fn forward_one(
+        &self,
+        forward: &Forward,
+        from: &NodeId,
+        metadata: Bytes,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> std::result::Result<Answer, RemoteError> {
+        let local = self.pick_for(forward, from)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(link) = local else {
+            let next = forward.next_hop(&self.id, left);
+            let routers = self.state.lock().registry.routers();
+            let routers = routers.into_iter().filter(|(id, _)| id != from).collect();
+            let (reply, reached) = self.forward_via(&next, routers, payload, deadline).await?;
+            return Ok(match forward.action {
+                Action::Request => Answer::from(reply),
+                _ => count_answer(reached as u64),
+            });
+        };
+        if left.is_zero() {
+            return Err(RemoteError::new(code::TIMEOUT, "no time left"));
+        }
+        match forward.action {
+            Action::Request => match link.request(&forward.event, metadata, payload, left).await {
+                Ok(reply) => Ok(Answer::from(reply.into_payload())),
+                Err(e) => Err(hop_error(e)),
+            },
+            _ => match link.tick(&forward.event, metadata, payload).await {
+                Ok(()) => Ok(count_answer(1)),
+                Err(e) => Err(hop_error(e)),
+            },
+        }
+    }
+
+    /// Delivers a forwarded `tick_all` to every local match and passes it on to the other
+    /// routers; answers how many nodes it reached.
+    async fn forward_tick_all(
+        &self,
+        forward: &Forward,
+        from: &NodeId,
+        metadata: Bytes,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> std::result::Result<Answer, RemoteError> {
+        let Destination::Filter(spec, scope) = &forward.to else {
+            return Err(RemoteError::new("BAD_FORWARD", "tick_all needs a filter"));
+        };
+        let filter = Filter::from_spec(spec.clone())
+            .map_err(|e| RemoteError::new("BAD_FORWARD", e.to_string()))?;
+        let links: Vec<Link> = self
+            .state
+            .lock()
+            .registry
+            .matching(&filter, *scope)
+            .into_iter()
+            .filter(|e| !forward.excludes(&e.id) && &e.id != from)
+            .map(|e| e.link.clone())
+            .collect();
+        let mut reached = 0usize;
+        for link in links {
+            if link
+                .tick(&forward.event, metadata.clone(), payload.clone())
+                .await
+                .is_ok()
+            {
+                reached += 1;
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let next = forward.next_hop(&self.id, left);
+        let routers: Vec<(NodeId, Link)> = self
+            .state
+            .lock()
+            .registry
+            .routers()
+            .into_iter()
+            .filter(|(id, _)| id != from)
+            .collect();
+        if !routers.is_empty() && next.hops_left > 0 {
+            if let Ok((_, further)) = self.forward_via(&next, routers, payload, deadline).await {
+                reached += further;
+            }
+        }
+        if reached == 0 {
+            return Err(RemoteError::new(code::NO_MATCH, "no node matches"));
+        }
+        Ok(count_answer(reached as u64))
+    }
+
+    /// The local peer a forwarded request or tick goes to, if any.
+    fn pick_for(
+        &self,
+        forward: &Forward,
+        from: &NodeId,
+    ) -> std::result::Result<Option<Link>, RemoteError> {
+        let mut state = self.state.lock();
+        Ok(match &forward.to {
+            Destination::Id(id) if forward.excludes(id) => None,
+            Destination::Id(id) => state.registry.route(id).map(|(_, link, _)| link),
+            Destination::Filter(spec, scope) => {
+                let filter = Filter::from_spec(spec.clone())
+                    .map_err(|e| RemoteError::new("BAD_FORWARD", e.to_string()))?;
+                state
+                    .registry
+                    .pick_except(
+                        &filter,
+                        *scope,
+                        self.config.strategy,
+                        rand::random::<u32>() as usize,
+                        |id| forward.excludes(id) || id == from,
+                    )
+                    .map(|(_, _, link, _)| link)
+            }
+        })
+    }
+}
+
+/// An answer carrying how many nodes a forwarded tick reached.
+fn count_answer(count: u64) -> Answer {
+    Answer::from(encode_value(&count).unwrap_or_default())
+}
+
+/// What a router answers when the hop it forwarded to failed.
+fn hop_error(error: protocol::Error) -> RemoteError {
+    match error {
+        protocol::Error::Remote(remote) => remote,
+        protocol::Error::Timeout { .. } => RemoteError::new(code::TIMEOUT, "no answer in time"),
+        protocol::Error::NoHandler { event } => {
+            RemoteError::new(RemoteError::NO_HANDLER, format!("no handler for {event:?}"))
+        }
+        other => RemoteError::handler(other.to_string()),
+    }
+}
+
+/// The caller's typed error for a forward that failed.
+fn forward_error(remote: RemoteError, target: &Target, event: &str, timeout: Duration) -> Error {
+    match remote.code.as_str() {
+        code::NO_MATCH => Error::NoNodesMatchFilter,
+        code::NOT_FOUND => Error::NodeNotFound {
+            id: match target {
+                Target::Id(id) => id.to_string(),
+                Target::Any(..) => remote.message,
+            },
+        },
+        code::TIMEOUT => Error::Timeout {
+            event: event.to_owned(),
+            timeout,
+        },
+        code::LOOP => Error::RouteLoop {
+            reason: remote.message,
+        },
+        RemoteError::NO_HANDLER => Error::NoHandler {
+            event: event.to_owned(),
+        },
+        _ => Error::Handler {
+            code: remote.code,
+            message: remote.message,
+        },
+    }
+}
+
+/// A duration in whole milliseconds, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Requests arriving at our server.
 async fn on_downstream_request(
     inner: Arc<Inner>,
@@ -967,6 +1496,7 @@ async fn on_downstream_request(
     }
     let Some(from) = downstream_peer(&inner, &incoming.from) else {
         // Identity is bound to the connection: no handshake, no service.
+        inner.unjoined.fetch_add(1, Ordering::Relaxed);
         inner.report(
             ErrorSource::Peer,
             format!(
@@ -976,12 +1506,16 @@ async fn on_downstream_request(
         );
         return Err(RemoteError::new(NOT_JOINED, "handshake first"));
     };
+    if incoming.event() == FORWARD {
+        return inner.handle_forward(from, incoming).await;
+    }
     inner.handle_request(from, incoming).await
 }
 
 /// Ticks arriving at our server.
 async fn on_downstream_tick(inner: Arc<Inner>, server: Server, incoming: Incoming) {
     let Some(from) = downstream_peer(&inner, &incoming.from) else {
+        inner.unjoined.fetch_add(1, Ordering::Relaxed);
         if incoming.event() == HEARTBEAT {
             // A peer that still believes it is joined: tell it to handshake again.
             let _ = server
@@ -1050,11 +1584,13 @@ fn handshake_downstream(
         direction: Direction::Downstream,
         options: hello.options.clone(),
         instance: hello.instance.clone(),
+        router: hello.router,
         link: Link::Down {
             server,
             route: route.clone(),
         },
         last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
+        dead_after: inner.dead_after(&hello),
         in_flight: Arc::new(AtomicUsize::new(0)),
     };
     let joined = {
@@ -1118,6 +1654,9 @@ fn install_upstream_dispatch(
                 .lock()
                 .registry
                 .seen(&from, Direction::Upstream, Instant::now().into_std());
+            if incoming.event() == FORWARD {
+                return inner.handle_forward(from, incoming).await;
+            }
             inner.handle_request(from, incoming).await
         }
     })));
@@ -1147,7 +1686,12 @@ fn install_upstream_dispatch(
 async fn handshake_upstream(inner: &Inner, client: &Client) -> Result<Hello> {
     let payload = encode_value(&inner.hello())?;
     let reply = match client
-        .system_request(HANDSHAKE, payload, inner.config.handshake_timeout)
+        .system_request(
+            HANDSHAKE,
+            Bytes::new(),
+            payload,
+            inner.config.handshake_timeout,
+        )
         .await
     {
         Ok(reply) => reply,
@@ -1224,11 +1768,13 @@ async fn supervise_upstream(
                     direction: Direction::Upstream,
                     options: hello.options.clone(),
                     instance: hello.instance.clone(),
+                    router: hello.router,
                     link: Link::Up {
                         client: client.clone(),
                         left: Arc::clone(&left),
                     },
                     last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
+                    dead_after: inner.dead_after(&hello),
                     in_flight: Arc::new(AtomicUsize::new(0)),
                 };
                 let joined = inner.state.lock().registry.join(entry);
@@ -1246,6 +1792,7 @@ async fn supervise_upstream(
                             direction: Direction::Upstream,
                             options: hello.options,
                             in_flight: 0,
+                            router: hello.router,
                         })
                     }
                     Err(_) => {
@@ -1301,7 +1848,6 @@ async fn supervise_upstream(
 async fn heartbeat_loop(weak: Weak<Inner>) {
     let Some(inner) = weak.upgrade() else { return };
     let interval = inner.config.heartbeat_interval;
-    let dead_after = inner.config.dead_peer_timeout;
     drop(inner);
     // Check four times per interval so that detection is within a quarter interval of the
     // dead-peer timeout.
@@ -1339,7 +1885,7 @@ async fn heartbeat_loop(weak: Weak<Inner>) {
             .state
             .lock()
             .registry
-            .silent_since(Instant::now().into_std(), dead_after);
+            .silent(Instant::now().into_std());
         for (id, direction) in dead {
             inner.peer_left(&id, direction, LeaveReason::TimedOut);
         }

@@ -128,6 +128,8 @@ pub struct PeerInfo {
     pub options: Options,
     /// Our requests to it still waiting for an answer.
     pub in_flight: usize,
+    /// Whether it is a router node (it forwards messages for its peers).
+    pub router: bool,
 }
 
 /// One joined peer in one direction. `L` is how to reach it (a client, or a routing id).
@@ -138,10 +140,15 @@ pub(crate) struct Entry<L> {
     pub(crate) options: Options,
     /// The peer process's instance id: tells a restart (new instance) from a reconnect.
     pub(crate) instance: String,
+    /// Whether the peer is a router node.
+    pub(crate) router: bool,
     pub(crate) link: L,
     /// When we last heard from the peer; shared so the message path updates it without
     /// taking the registry lock.
     pub(crate) last_seen: Arc<Mutex<Instant>>,
+    /// Silence after which this peer is dead: our own dead-peer timeout, or longer if the
+    /// peer said in its handshake that it sends heartbeats less often than we do.
+    pub(crate) dead_after: Duration,
     pub(crate) in_flight: Arc<AtomicUsize>,
 }
 
@@ -219,11 +226,11 @@ impl<L: Clone> Registry<L> {
         }
     }
 
-    /// Peers not heard from for longer than `timeout`: they are dead.
-    pub(crate) fn silent_since(&self, now: Instant, timeout: Duration) -> Vec<(NodeId, Direction)> {
+    /// Peers not heard from for longer than their `dead_after`: they are dead.
+    pub(crate) fn silent(&self, now: Instant) -> Vec<(NodeId, Direction)> {
         self.entries
             .values()
-            .filter(|e| now.saturating_duration_since(*e.last_seen.lock()) > timeout)
+            .filter(|e| now.saturating_duration_since(*e.last_seen.lock()) > e.dead_after)
             .map(|e| (e.id.clone(), e.direction))
             .collect()
     }
@@ -261,8 +268,22 @@ impl<L: Clone> Registry<L> {
         strategy: Strategy,
         random: usize,
     ) -> Option<(NodeId, Direction, L, Arc<AtomicUsize>)> {
+        self.pick_except(filter, scope, strategy, random, |_| false)
+    }
+
+    /// [`pick`](Self::pick) among the peers that `exclude` does not rule out (a router does
+    /// not send a message back where it came from).
+    pub(crate) fn pick_except(
+        &mut self,
+        filter: &Filter,
+        scope: Scope,
+        strategy: Strategy,
+        random: usize,
+        exclude: impl Fn(&NodeId) -> bool,
+    ) -> Option<(NodeId, Direction, L, Arc<AtomicUsize>)> {
         let turn = self.round_robin;
-        let candidates = self.matching(filter, scope);
+        let mut candidates = self.matching(filter, scope);
+        candidates.retain(|e| !exclude(&e.id));
         if candidates.is_empty() {
             return None;
         }
@@ -307,10 +328,23 @@ impl<L: Clone> Registry<L> {
                 direction: e.direction,
                 options: e.options.clone(),
                 in_flight: e.in_flight.load(Ordering::Relaxed),
+                router: e.router,
             })
             .collect();
         list.sort_by(|a, b| (&a.id, a.direction as u8).cmp(&(&b.id, b.direction as u8)));
         list
+    }
+
+    /// Joined router peers, one per id (upstream preferred), sorted by id.
+    pub(crate) fn routers(&self) -> Vec<(NodeId, L)> {
+        let mut routers: Vec<(NodeId, L)> = self
+            .matching(&Filter::any(), Scope::Both)
+            .into_iter()
+            .filter(|e| e.router)
+            .map(|e| (e.id.clone(), e.link.clone()))
+            .collect();
+        routers.sort_by(|a, b| a.0.cmp(&b.0));
+        routers
     }
 
     /// Every entry (for heartbeats and close).
@@ -341,8 +375,10 @@ mod tests {
             direction,
             options: options([("role", Value::from(role))]),
             instance: instance.into(),
+            router: false,
             link: 0,
             last_seen: Arc::new(Mutex::new(now)),
+            dead_after: Duration::from_millis(300),
             in_flight: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -486,10 +522,26 @@ mod tests {
             Direction::Downstream,
             t0 + Duration::from_millis(250),
         );
-        assert!(registry.silent_since(t0 + timeout, timeout).is_empty());
+        assert!(registry.silent(t0 + timeout).is_empty());
         assert_eq!(
-            registry.silent_since(t0 + Duration::from_millis(301), timeout),
+            registry.silent(t0 + Duration::from_millis(301)),
             vec![(NodeId::from("a"), Direction::Upstream)]
+        );
+    }
+
+    #[test]
+    fn a_peer_with_slower_heartbeats_gets_its_own_dead_timeout() {
+        let t0 = Instant::now();
+        let mut registry = Registry::default();
+        let mut slow = entry("slow", Direction::Upstream, "1", "w", t0);
+        slow.dead_after = Duration::from_secs(5);
+        registry.join(slow).unwrap();
+        registry
+            .join(entry("fast", Direction::Upstream, "2", "w", t0))
+            .unwrap();
+        assert_eq!(
+            registry.silent(t0 + Duration::from_secs(1)),
+            vec![(NodeId::from("fast"), Direction::Upstream)]
         );
     }
 

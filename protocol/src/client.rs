@@ -201,6 +201,7 @@ impl Client {
     pub async fn system_request(
         &self,
         event: &str,
+        metadata: Bytes,
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Envelope> {
@@ -208,7 +209,7 @@ impl Client {
             return Err(Error::InvalidEvent(event.to_owned()));
         }
         self.conversation
-            .request(&server(), event, Bytes::new(), payload, timeout)
+            .request(&server(), event, metadata, payload, timeout)
             .await
     }
 

@@ -39,6 +39,7 @@ pub(crate) struct Counters {
     pub(crate) unmatched_replies: AtomicU64,
     pub(crate) no_handler: AtomicU64,
     pub(crate) handler_panics: AtomicU64,
+    pub(crate) replies_dropped: AtomicU64,
 }
 
 /// A snapshot of a Client's or Server's counters.
@@ -62,6 +63,9 @@ pub struct Stats {
     pub no_handler: u64,
     /// Handlers that panicked (answered with an error reply; the driver kept going).
     pub handler_panics: u64,
+    /// Answers not delivered because the requester's queue was full (it is not reading) or it
+    /// was gone; the requester sees its own timeout.
+    pub replies_dropped: u64,
 }
 
 /// A request waiting for its reply.
@@ -172,6 +176,7 @@ impl<L: Link> Conversation<L> {
             unmatched_replies: get(&c.unmatched_replies),
             no_handler: get(&c.no_handler),
             handler_panics: get(&c.handler_panics),
+            replies_dropped: get(&c.replies_dropped),
         }
     }
 
@@ -245,6 +250,16 @@ impl<L: Link> Conversation<L> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frames = Frames::new(Kind::Tick, id, event, &metadata, payload);
         self.link.send(peer, frames.as_slice()).await?;
+        self.counters.ticks_sent.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Sends a tick without waiting at the high-water mark (`QueueFull` instead).
+    pub(crate) async fn try_tick(&self, peer: &PeerId, event: &str, payload: Bytes) -> Result<()> {
+        check_event(event)?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frames = Frames::new(Kind::Tick, id, event, &[], payload);
+        self.link.try_send(peer, frames.as_slice()).await?;
         self.counters.ticks_sent.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -481,9 +496,12 @@ impl<L: Link> Conversation<L> {
                 Frames::new(Kind::Error, id, "", &[], payload)
             }
         };
-        if let Err(e) = self.link.send(peer, frames.as_slice()).await {
-            // The requester is gone (or we are closing): it will see its own timeout or
-            // connection loss. Nothing else to do but say so.
+        // Never wait on a requester: one that does not read its answers must not make
+        // them pile up here. It will see its own timeout; we count the drop.
+        if let Err(e) = self.link.try_send(peer, frames.as_slice()).await {
+            self.counters
+                .replies_dropped
+                .fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%peer, id, cause = %e, "reply not delivered");
         }
     }

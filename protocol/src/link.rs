@@ -15,6 +15,13 @@ pub(crate) trait Link: Clone + Send + Sync + 'static {
         frames: &'a [Bytes],
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a;
 
+    /// Sends without waiting at the high-water mark (`QueueFull` instead).
+    fn try_send<'a>(
+        &'a self,
+        peer: &'a PeerId,
+        frames: &'a [Bytes],
+    ) -> impl Future<Output = transport::Result<()>> + Send + 'a;
+
     /// Receives the next message and who sent it (an empty id for a Dealer's remote).
     fn recv(&self) -> impl Future<Output = transport::Result<(PeerId, Vec<Bytes>)>> + Send + '_;
 
@@ -32,6 +39,14 @@ impl Link for Dealer {
         frames: &'a [Bytes],
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a {
         self.send_frames(frames)
+    }
+
+    fn try_send<'a>(
+        &'a self,
+        _peer: &'a PeerId,
+        frames: &'a [Bytes],
+    ) -> impl Future<Output = transport::Result<()>> + Send + 'a {
+        Dealer::try_send(self, frames)
     }
 
     async fn recv(&self) -> transport::Result<(PeerId, Vec<Bytes>)> {
@@ -56,6 +71,14 @@ impl Link for Router {
         frames: &'a [Bytes],
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a {
         self.send_frames(peer, frames)
+    }
+
+    fn try_send<'a>(
+        &'a self,
+        peer: &'a PeerId,
+        frames: &'a [Bytes],
+    ) -> impl Future<Output = transport::Result<()>> + Send + 'a {
+        Router::try_send(self, peer, frames)
     }
 
     fn recv(&self) -> impl Future<Output = transport::Result<(PeerId, Vec<Bytes>)>> + Send + '_ {

@@ -103,6 +103,7 @@ impl Server {
         &self,
         peer: &PeerId,
         event: &str,
+        metadata: Bytes,
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Envelope> {
@@ -110,7 +111,7 @@ impl Server {
             return Err(Error::InvalidEvent(event.to_owned()));
         }
         self.conversation
-            .request(peer, event, Bytes::new(), payload, timeout)
+            .request(peer, event, metadata, payload, timeout)
             .await
     }
 
@@ -122,6 +123,15 @@ impl Server {
         self.conversation
             .tick(peer, event, Bytes::new(), payload)
             .await
+    }
+
+    /// Sends a system tick to `peer` without waiting: a peer whose queue is full (it is not
+    /// reading) gets [`Error::Transport`] with `QueueFull` instead of holding us up.
+    pub async fn try_system_tick(&self, peer: &PeerId, event: &str, payload: Bytes) -> Result<()> {
+        if !event.starts_with(SYSTEM_PREFIX) {
+            return Err(Error::InvalidEvent(event.to_owned()));
+        }
+        self.conversation.try_tick(peer, event, payload).await
     }
 
     /// Handles requests for `event`.

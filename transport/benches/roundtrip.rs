@@ -8,7 +8,10 @@
 //!
 //! `cargo bench -p transport` (add `-- roundtrip/100B` to filter). Groups are named
 //! `roundtrip/{size}B/window={w}`, with the functions `raw-zmq` and `transport`; criterion's
-//! elements/s is round trips per second.
+//! elements/s is round trips per second. The groups `roundtrip/100B/window=1` and
+//! `roundtrip/100B/window=1000` also have `curve`: the transport with CurveZMQ on (a CURVE
+//! Router echo with no allow-list, a CURVE Dealer), to set the cost of encryption beside
+//! `transport` (NULL mechanism, plaintext).
 
 // criterion's macros generate undocumented functions.
 #![allow(missing_docs)]
@@ -18,10 +21,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use transport::{Dealer, Router};
+use transport::{Curve, Dealer, KeyPair, Options, Router};
 
 const SIZES: [usize; 4] = [100, 500, 1000, 2000];
 const WINDOWS: [u64; 4] = [1, 10, 100, 1000];
+/// Where CURVE is measured beside NULL: one size, the two ends of the window range.
+const CURVE_SIZE: usize = 100;
+const CURVE_WINDOWS: [u64; 2] = [1, 1000];
 
 /// Keeps up to `window` requests in flight until `total` round trips completed.
 /// `send` and `recv` are the client's two halves.
@@ -103,11 +109,31 @@ struct AsyncPair {
 }
 
 impl AsyncPair {
+    /// Plaintext (ZMTP's NULL mechanism).
     fn new(runtime: &tokio::runtime::Runtime) -> AsyncPair {
-        let options = transport::Options::default().hwm(100_000);
+        let options = Options::default().hwm(100_000);
+        AsyncPair::with_options(runtime, options.clone(), options)
+    }
+
+    /// CurveZMQ: a CURVE server echo (no allow-list) and a CURVE client.
+    fn curve(runtime: &tokio::runtime::Runtime) -> AsyncPair {
+        let server_keys = KeyPair::generate().unwrap();
+        let client_keys = KeyPair::generate().unwrap();
+        let options = Options::default().hwm(100_000);
+        AsyncPair::with_options(
+            runtime,
+            options.clone().curve(Curve::server(&server_keys)),
+            options.curve(Curve::client(&client_keys, server_keys.public)),
+        )
+    }
+
+    fn with_options(
+        runtime: &tokio::runtime::Runtime,
+        server_options: Options,
+        options: Options,
+    ) -> AsyncPair {
         let (endpoint_tx, endpoint_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server_options = options.clone();
         let server = thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -188,6 +214,7 @@ fn roundtrip(c: &mut Criterion) {
         .build()
         .unwrap();
     let pair = AsyncPair::new(&runtime);
+    let curve = AsyncPair::curve(&runtime);
 
     for size in SIZES {
         let payload = Bytes::from(vec![0xab; size]);
@@ -200,10 +227,16 @@ fn roundtrip(c: &mut Criterion) {
             group.bench_function(BenchmarkId::from_parameter("transport"), |b| {
                 b.iter_custom(|iters| runtime.block_on(pair.run(&payload, window, iters)))
             });
+            if size == CURVE_SIZE && CURVE_WINDOWS.contains(&window) {
+                group.bench_function(BenchmarkId::from_parameter("curve"), |b| {
+                    b.iter_custom(|iters| runtime.block_on(curve.run(&payload, window, iters)))
+                });
+            }
             group.finish();
         }
     }
     drop(pair);
+    drop(curve);
 }
 
 criterion_group! {

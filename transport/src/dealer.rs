@@ -66,6 +66,15 @@ impl Dealer {
         self.core.send(frames, None).await
     }
 
+    /// Sends without waiting: at the high-water mark this fails with
+    /// [`Error::QueueFull`](crate::Error::QueueFull) whatever the socket's backpressure
+    /// option (for answers to a peer that may not be reading them).
+    pub async fn try_send(&self, frames: &[Bytes]) -> Result<()> {
+        self.core
+            .send_with(frames, None, crate::Backpressure::Fail)
+            .await
+    }
+
     /// Receives the next multipart message.
     pub async fn recv(&self) -> Result<Vec<Bytes>> {
         self.core.recv().await

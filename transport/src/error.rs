@@ -79,6 +79,25 @@ pub enum Error {
         /// Why libzmq refused it.
         source: io::Error,
     },
+    /// A CURVE key is not 32 bytes (or, as text, not 40 characters of Z85).
+    #[error("a CURVE key is 32 bytes or 40 Z85 characters, got {actual}")]
+    KeyLength {
+        /// The length given (bytes, or characters of text).
+        actual: usize,
+    },
+    /// A CURVE key's text is not valid Z85 (a character outside the alphabet, or a group of
+    /// five characters whose value does not fit in four bytes).
+    #[error("invalid Z85 in a CURVE key at position {position}")]
+    KeyEncoding {
+        /// Byte offset of the first bad character (or of the overflowing group).
+        position: usize,
+    },
+    /// CURVE was asked for, but the linked libzmq was built without it.
+    #[error("the linked libzmq has no CURVE support")]
+    CurveUnavailable,
+    /// An allow-list operation on a socket that is not a CURVE server.
+    #[error("this socket is not a CURVE server (see Options::curve)")]
+    NotCurveServer,
     /// Any other libzmq failure, with the operation that failed.
     #[error("{operation} failed: {source}")]
     Socket {

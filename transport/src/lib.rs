@@ -11,7 +11,11 @@
 //!   backpressure at the high-water mark (wait, or a typed error by option);
 //! - connection events from libzmq's socket monitor ([`Events`]);
 //! - the socket options that matter ([`Options`]), with ROUTER_MANDATORY on so a message to an
-//!   unknown peer is an error, never a silent drop.
+//!   unknown peer is an error, never a silent drop;
+//! - CurveZMQ encryption and authentication ([`Curve`], [`KeyPair`]): a Router as CURVE
+//!   server with an allow-list of client keys that can change at run time
+//!   ([`Router::allow_keys`]), and the client key of every received message
+//!   ([`Router::recv_with_key`]).
 //!
 //! What it never does: look inside a frame. Envelopes, request ids and handshakes belong to
 //! the `protocol` and `node` crates above. No `zmq` type appears in this API, so another engine
@@ -22,8 +26,31 @@
 //!   driven from tokio through its edge-triggered ZMQ_FD.
 //! - `router.rs`, `dealer.rs`: the two public socket types.
 //! - `monitor.rs`: connection events.
+//! - `curve.rs`: CURVE keys and the [`Curve`] option; `zap.rs`: the process-wide ZAP handler
+//!   thread that applies each CURVE server's allow-list and tags connections with the
+//!   client's key.
 //! - `options.rs`, `error.rs`: configuration and the one error enum.
 //!
+//! ## CURVE: a refused connection is an event, not an error
+//!
+//! libzmq handshakes in the background, so a refusal never comes back from `connect` or
+//! `send` (a message sent meanwhile waits in the queue, and is dropped with the connection
+//! if libzmq gives up). It shows up in both sockets' [`Events`] as
+//! [`Event::HandshakeFailed`], each time a handshake fails. What libzmq 4.3.4 reports:
+//!
+//! | case | client (Dealer) | server (Router) | client retries? |
+//! |---|---|---|---|
+//! | key not on the allow-list | `Auth` | `Auth` | no: gives the endpoint up |
+//! | plaintext client, CURVE server (or the reverse) | `Protocol` | `Protocol` | no |
+//! | wrong server key | `NoDetail` (the server hangs up) | `Protocol` | yes, every reconnect interval, forever |
+//!
+//! To turn a refusal into an error in bounded time, watch the Dealer's events after
+//! `connect`: the first `HandshakeFailed` comes one handshake after `Connected`
+//! (milliseconds on a LAN); a CURVE client that sees it before any `HandshakeSucceeded`
+//! was refused, so `disconnect` (which also ends the endless retries of the wrong-key case)
+//! and report the reason. To try again after the server changed its allow-list, `connect`
+//! again.
+
 //! ## Example
 //!
 //! ```
@@ -46,13 +73,16 @@
 // One `unsafe` block in the whole crate: registering libzmq's ZMQ_FD with tokio
 // (socket.rs, with its safety argument). `unsafe_code` is denied everywhere else.
 
+mod curve;
 mod dealer;
 mod error;
 mod monitor;
 mod options;
 mod router;
 mod socket;
+mod zap;
 
+pub use curve::{Curve, Key, KeyPair, SecretKey};
 pub use dealer::Dealer;
 pub use error::{Error, Result};
 pub use monitor::{Event, Events, HandshakeFailure};
@@ -64,7 +94,8 @@ pub fn libzmq_version() -> (i32, i32, i32) {
     zmq::version()
 }
 
-/// Whether the linked libzmq supports a capability (`"curve"`, `"ipc"`, ...).
+/// Whether the linked libzmq supports a capability (`"curve"`, `"ipc"`, ...). The workspace
+/// builds libzmq with libsodium (third_party/zmq-sys), so `"curve"` is there.
 pub fn has_capability(name: &str) -> bool {
     zmq::has(name).unwrap_or(false)
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::curve::Curve;
 use crate::error::{os, Error, Result};
 
 /// What `send` does when the send high-water mark is reached.
@@ -69,6 +70,10 @@ pub struct Options {
     pub backpressure: Backpressure,
     /// ZMTP heartbeats; `None` leaves them off.
     pub heartbeat: Option<Heartbeat>,
+    /// CurveZMQ encryption and authentication; `None` is ZMTP's NULL mechanism (plaintext,
+    /// anyone may connect). Both ends must agree: a CURVE server refuses plaintext clients
+    /// and a CURVE client refuses plaintext servers, each with a `HandshakeFailed` event.
+    pub curve: Option<Curve>,
 }
 
 impl Default for Options {
@@ -85,6 +90,7 @@ impl Default for Options {
             router_handover: false,
             backpressure: Backpressure::Wait,
             heartbeat: None,
+            curve: None,
         }
     }
 }
@@ -156,8 +162,29 @@ impl Options {
         self
     }
 
-    /// Applies the options to a fresh libzmq socket.
-    pub(crate) fn apply(&self, socket: &zmq::Socket, router: bool) -> Result<()> {
+    /// Turns CURVE on, as server or client (see [`Curve`]).
+    ///
+    /// ```
+    /// use transport::{Curve, KeyPair, Options};
+    ///
+    /// let keys = KeyPair::generate()?;
+    /// let options = Options::default().curve(Curve::server(&keys));
+    /// assert!(options.curve.as_ref().is_some_and(Curve::is_server));
+    /// # Ok::<(), transport::Error>(())
+    /// ```
+    pub fn curve(mut self, curve: Curve) -> Self {
+        self.curve = Some(curve);
+        self
+    }
+
+    /// Applies the options to a fresh libzmq socket. `zap_domain` is the domain a CURVE
+    /// server socket was registered under with the ZAP handler (zap.rs).
+    pub(crate) fn apply(
+        &self,
+        socket: &zmq::Socket,
+        router: bool,
+        zap_domain: Option<&str>,
+    ) -> Result<()> {
         fn set(name: &'static str, r: zmq::Result<()>) -> Result<()> {
             r.map_err(|e| Error::SetOption {
                 name,
@@ -201,6 +228,38 @@ impl Options {
             )?;
         } else if let Some(id) = &self.routing_id {
             set("routing_id", socket.set_identity(id))?;
+        }
+        match &self.curve {
+            None => {}
+            Some(Curve::Server { secret_key }) => {
+                // The domain first: libzmq reads it when a connection's handshake starts.
+                if let Some(domain) = zap_domain {
+                    set("zap_domain", socket.set_zap_domain(domain))?;
+                }
+                set("curve_server", socket.set_curve_server(true))?;
+                set(
+                    "curve_secretkey",
+                    socket.set_curve_secretkey(secret_key.as_bytes()),
+                )?;
+            }
+            Some(Curve::Client {
+                public_key,
+                secret_key,
+                server_key,
+            }) => {
+                set(
+                    "curve_serverkey",
+                    socket.set_curve_serverkey(server_key.as_bytes()),
+                )?;
+                set(
+                    "curve_publickey",
+                    socket.set_curve_publickey(public_key.as_bytes()),
+                )?;
+                set(
+                    "curve_secretkey",
+                    socket.set_curve_secretkey(secret_key.as_bytes()),
+                )?;
+            }
         }
         Ok(())
     }

@@ -48,9 +48,11 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::Notify;
 
+use crate::curve::{Curve, Key};
 use crate::error::{os, socket_error, Error, Result};
 use crate::monitor::{self, Events};
 use crate::options::{Backpressure, Options};
+use crate::zap::{self, AllowList};
 
 /// Inbound frames larger than this keep libzmq's buffer instead of being copied; smaller ones
 /// are copied, which is cheaper than the bookkeeping of sharing ownership.
@@ -108,6 +110,9 @@ pub(crate) struct Core {
     backpressure: Backpressure,
     /// "router" or "dealer", for traces.
     kind: &'static str,
+    /// A CURVE server's entry with the ZAP handler (its domain and allow-list); `None` for
+    /// every other socket. Also tells whether received messages carry a client key.
+    zap: Option<zap::Registration>,
 }
 
 impl Core {
@@ -117,10 +122,19 @@ impl Core {
             return Err(Error::NoRuntime);
         }
         let router = kind == zmq::ROUTER;
+        if options.curve.is_some() && !crate::has_capability("curve") {
+            return Err(Error::CurveUnavailable);
+        }
+        // A CURVE server registers with the ZAP handler (starting it) before the socket
+        // exists, so the handler is there for its first handshake.
+        let zap = match &options.curve {
+            Some(Curve::Server { .. }) => Some(zap::register()?),
+            _ => None,
+        };
         let socket = context()
             .socket(kind)
             .map_err(socket_error("create socket"))?;
-        options.apply(&socket, router)?;
+        options.apply(&socket, router, zap.as_ref().map(zap::Registration::domain))?;
         let raw = socket.get_fd().map_err(socket_error("read ZMQ_FD"))?;
         // SAFETY: the descriptor belongs to `socket`, which is only closed after this
         // registration is removed: `close` deregisters first, and on drop `fd` is declared
@@ -144,6 +158,7 @@ impl Core {
             events_taken: AtomicBool::new(false),
             backpressure: options.backpressure,
             kind: if router { "router" } else { "dealer" },
+            zap,
         })
     }
 
@@ -282,8 +297,31 @@ impl Core {
         })
     }
 
+    /// The allow-list of a CURVE server socket.
+    pub(crate) fn allow_list(&self) -> Result<&AllowList> {
+        self.zap
+            .as_ref()
+            .map(zap::Registration::allow_list)
+            .ok_or(Error::NotCurveServer)
+    }
+
+    /// Whether this socket is a CURVE server, whose messages carry the client's key.
+    pub(crate) fn is_curve_server(&self) -> bool {
+        self.zap.is_some()
+    }
+
     /// Sends one multipart message, waiting at the high-water mark if so configured.
     pub(crate) async fn send(&self, frames: &[Bytes], peer: Option<&Bytes>) -> Result<()> {
+        self.send_with(frames, peer, self.backpressure).await
+    }
+
+    /// Sends one multipart message with the given backpressure policy for this call.
+    pub(crate) async fn send_with(
+        &self,
+        frames: &[Bytes],
+        peer: Option<&Bytes>,
+        backpressure: Backpressure,
+    ) -> Result<()> {
         if frames.is_empty() {
             return Err(Error::EmptyMessage);
         }
@@ -307,7 +345,7 @@ impl Core {
                     tracing::trace!(kind = self.kind, frames = frames.len(), "sent");
                     return Ok(());
                 }
-                Err(zmq::Error::EAGAIN) => match self.backpressure {
+                Err(zmq::Error::EAGAIN) => match backpressure {
                     Backpressure::Fail => return Err(Error::QueueFull),
                     Backpressure::Wait => self.wait_writable().await,
                 },
@@ -333,10 +371,16 @@ impl Core {
 
     /// Receives one multipart message.
     pub(crate) async fn recv(&self) -> Result<Vec<Bytes>> {
+        self.recv_message(false).await.map(|(frames, _)| frames)
+    }
+
+    /// Receives one multipart message with the CURVE client key libzmq attached to it (see
+    /// [`recv_frames`]); `with_key` false skips the lookup.
+    pub(crate) async fn recv_message(&self, with_key: bool) -> Result<(Vec<Bytes>, Option<Key>)> {
         let _turn = self.receiving.lock().await;
         loop {
             let received = self.with_socket(|socket| {
-                let received = recv_frames(socket);
+                let received = recv_frames(socket, with_key);
                 // Parked iff nothing was there; set under the lock, so a sender that takes
                 // the lock after us sees it (rule 2).
                 self.receiver_parked.store(
@@ -353,9 +397,9 @@ impl Core {
                 Ok(received)
             })?;
             match received {
-                Ok(frames) => {
-                    tracing::trace!(kind = self.kind, frames = frames.len(), "received");
-                    return Ok(frames);
+                Ok(message) => {
+                    tracing::trace!(kind = self.kind, frames = message.0.len(), "received");
+                    return Ok(message);
                 }
                 Err(zmq::Error::EAGAIN) => {}
                 Err(e) => return Err(socket_error("receive")(e)),
@@ -371,8 +415,17 @@ impl Core {
     /// Receives one message if one is already there, without waiting. Lets a busy reader
     /// take a batch of messages per wake-up.
     pub(crate) fn try_recv(&self) -> Result<Option<Vec<Bytes>>> {
-        self.with_socket(|socket| match recv_frames(socket) {
-            Ok(frames) => Ok(Some(frames)),
+        Ok(self.try_recv_message(false)?.map(|(frames, _)| frames))
+    }
+
+    /// [`try_recv`](Self::try_recv) with the CURVE client key, as in
+    /// [`recv_message`](Self::recv_message).
+    pub(crate) fn try_recv_message(
+        &self,
+        with_key: bool,
+    ) -> Result<Option<(Vec<Bytes>, Option<Key>)>> {
+        self.with_socket(|socket| match recv_frames(socket, with_key) {
+            Ok(message) => Ok(Some(message)),
             Err(zmq::Error::EAGAIN) => Ok(None),
             Err(e) => Err(socket_error("receive")(e)),
         })
@@ -441,15 +494,27 @@ fn send_frames(socket: &zmq::Socket, peer: Option<&Bytes>, frames: &[Bytes]) -> 
 }
 
 /// Receives all frames of one message without blocking.
-fn recv_frames(socket: &zmq::Socket) -> zmq::Result<Vec<Bytes>> {
+///
+/// With `with_key`, also reads the "User-Id" property libzmq attaches to every message of a
+/// connection that ZAP authenticated: our ZAP handler (zap.rs) sets it to the CURVE client's
+/// public key in Z85. libzmq gives every frame of the message the connection's metadata; the
+/// first frame that has it is used. Off by default: the lookup allocates and scans, which
+/// the common NULL-mechanism path has no use for.
+fn recv_frames(socket: &zmq::Socket, with_key: bool) -> zmq::Result<(Vec<Bytes>, Option<Key>)> {
     let mut frames = Vec::with_capacity(2);
+    let mut key = None;
     loop {
         let mut message = zmq::Message::new();
         socket.recv(&mut message, zmq::DONTWAIT)?;
+        if with_key && key.is_none() {
+            key = message
+                .gets("User-Id")
+                .and_then(|id| Key::from_z85(id).ok());
+        }
         let more = message.get_more();
         frames.push(from_message(message));
         if !more {
-            return Ok(frames);
+            return Ok((frames, key));
         }
     }
 }

@@ -5,18 +5,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use transport::{Backpressure, Dealer, Error, Event, Options, PeerId, Router};
 
-/// Every await in these tests is bounded, so a bug fails the test instead of hanging CI.
-const LIMIT: Duration = Duration::from_secs(10);
-
-async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(LIMIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
-
-fn frames(parts: &[&'static [u8]]) -> Vec<Bytes> {
-    parts.iter().map(|p| Bytes::from_static(p)).collect()
-}
+mod support;
+use support::{frames, within};
 
 #[tokio::test]
 async fn round_trip_both_ways() {

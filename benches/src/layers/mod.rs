@@ -1,0 +1,167 @@
+//! The rows of the report: for each layer, the server process's echo and the client
+//! process's driver.
+//!
+//! Every server binds, prints the endpoint it really bound on one stdout line, then serves
+//! until the process is killed. Every client connects, makes sure the connection is up, runs
+//! one [`Plan`](crate::measure::Plan) and returns a [`Point`].
+//!
+//! Async servers and clients each run on a current-thread tokio runtime: with one socket
+//! and one loop per process that gave the lowest latency here (no cross-thread wake-ups).
+//! All sockets use a high-water mark of 100,000 messages so that a window of 1000 never
+//! meets backpressure.
+
+mod node;
+mod protocol;
+mod raw;
+mod transport;
+
+use std::fmt;
+use std::io::Write;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::measure::Point;
+
+/// High-water mark of every socket, in messages.
+const HWM: i32 = 100_000;
+
+/// Timeout of one request in the protocol and node rows: far above any latency measured,
+/// so a timeout means something broke.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A row of the report.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    clap::ValueEnum,
+    Serialize,
+    Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Layer {
+    /// Plain `zmq` sockets in blocking threads, ROUTER echo and DEALER client: the limit.
+    Raw,
+    /// `transport::Router` echo and `transport::Dealer` client.
+    Transport,
+    /// `protocol::Server` with an echo handler and `protocol::Client`.
+    Protocol,
+    /// A `Node` bound with a raw echo handler and a `Node` connected to it (`request_raw`).
+    Node,
+    /// One-way ticks from node to node (`tick_raw`), counted by the receiver.
+    NodeTick,
+}
+
+impl Layer {
+    /// Every layer, in report order.
+    pub(crate) const ALL: [Layer; 5] = [
+        Layer::Raw,
+        Layer::Transport,
+        Layer::Protocol,
+        Layer::Node,
+        Layer::NodeTick,
+    ];
+
+    /// The name used on the command line and in the report.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Layer::Raw => "raw",
+            Layer::Transport => "transport",
+            Layer::Protocol => "protocol",
+            Layer::Node => "node",
+            Layer::NodeTick => "node-tick",
+        }
+    }
+
+    /// Whether the row is a one-way stream: one point per size, no window, no latency.
+    pub(crate) fn is_stream(self) -> bool {
+        self == Layer::NodeTick
+    }
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a client process is asked to measure.
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    /// The row.
+    pub(crate) layer: Layer,
+    /// The server's endpoint, as it printed it.
+    pub(crate) endpoint: String,
+    /// Payload bytes per request.
+    pub(crate) size: usize,
+    /// Requests in flight (ignored by a stream).
+    pub(crate) window: usize,
+    /// Warm-up before the measured phase.
+    pub(crate) warmup: Duration,
+    /// Length of the measured phase.
+    pub(crate) duration: Duration,
+}
+
+impl Job {
+    /// The payload every request carries: `size` bytes of 0xab.
+    fn payload(&self) -> bytes::Bytes {
+        bytes::Bytes::from(vec![0xab; self.size])
+    }
+
+    /// Checks that an echo gave back as many bytes as were sent.
+    fn check_reply(&self, got: usize) -> Result<()> {
+        if got == self.size {
+            Ok(())
+        } else {
+            Err(crate::error::Error::BadReply {
+                sent: self.size,
+                got,
+            })
+        }
+    }
+}
+
+/// Serves `layer` on `endpoint` (`tcp://127.0.0.1:0` picks a port) until the process ends.
+/// The bound endpoint is printed on stdout first.
+pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
+    match layer {
+        Layer::Raw => raw::serve(endpoint),
+        Layer::Transport => runtime()?.block_on(transport::serve(endpoint)),
+        Layer::Protocol => runtime()?.block_on(protocol::serve(endpoint)),
+        // One node server answers both the request/reply and the tick rows.
+        Layer::Node | Layer::NodeTick => runtime()?.block_on(node::serve(endpoint)),
+    }
+}
+
+/// Runs one measurement point against a server already serving `job.layer`.
+pub(crate) fn client(job: &Job) -> Result<Point> {
+    match job.layer {
+        Layer::Raw => raw::client(job),
+        Layer::Transport => runtime()?.block_on(transport::client(job)),
+        Layer::Protocol => runtime()?.block_on(protocol::client(job)),
+        Layer::Node => runtime()?.block_on(node::client(job)),
+        Layer::NodeTick => runtime()?.block_on(node::tick_client(job)),
+    }
+}
+
+/// The current-thread runtime every async server and client runs on.
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Prints the bound endpoint as the process's first stdout line, for the orchestrator.
+fn announce(endpoint: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{endpoint}")?;
+    out.flush()?;
+    Ok(())
+}

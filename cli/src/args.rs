@@ -1,0 +1,603 @@
+//! The command line: clap types for every subcommand, and the small parsers behind them
+//! (typed `key=value` pairs, ZeroMQ addresses, JSON data).
+//!
+//! Everything here is pure: parsing never touches the network, so every input error is
+//! reported before a socket is opened.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use node::{Filter, Options, Scope, Value};
+
+use crate::error::Error;
+
+/// `zeronode`: a brokerless service mesh over ZeroMQ, from the command line.
+#[derive(Debug, Parser)]
+#[command(name = "zeronode", version, about, long_about = None)]
+pub(crate) struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a node with the built-in handlers `echo`, `ping`, `delay` and `zeronode:peers`,
+    /// until Ctrl-C or SIGTERM.
+    Node(NodeArgs),
+    /// Send one request and print the reply as one line of JSON.
+    Request(RequestArgs),
+    /// Send one tick (fire and forget) and print `sent` or `sent to N nodes`.
+    Tick(TickArgs),
+    /// List the peers of a running `zeronode node`, with their options.
+    Peers(PeersArgs),
+}
+
+/// `zeronode node`.
+#[derive(Debug, Args)]
+pub(crate) struct NodeArgs {
+    /// This node's id (default: a generated `node-xxxxxxxxxxxx`).
+    #[arg(long, value_name = "ID")]
+    pub(crate) id: Option<String>,
+    /// Address to serve on, e.g. `tcp://127.0.0.1:0` (port 0 picks a free port; the real
+    /// address is printed as `listening on ADDR`).
+    #[arg(long, value_name = "ADDR", value_parser = parse_bind_address)]
+    pub(crate) bind: Option<String>,
+    /// Node to connect to; repeat the flag (or separate with commas) for several.
+    #[arg(short, long, value_name = "ADDR", value_delimiter = ',', value_parser = parse_connect_address)]
+    pub(crate) connect: Vec<String>,
+    /// An option this node advertises to its peers (typed: see `KEY=VALUE` below); repeat it.
+    #[arg(short = 'o', long = "option", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub(crate) options: Vec<KeyValue>,
+    /// Print the number of peers and the requests and ticks handled per second, every
+    /// SECONDS (fractions allowed).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub(crate) stats: Option<Duration>,
+    /// Heartbeat interval in milliseconds (a silent peer is dropped after 2.5 intervals).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) heartbeat_ms: Option<u64>,
+    /// How long each `--connect` waits for the remote node's handshake, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) connect_timeout: u64,
+    /// Print one line per request and tick received.
+    #[arg(short, long)]
+    pub(crate) verbose: bool,
+}
+
+impl NodeArgs {
+    /// The `-o` pairs as node options (a later key replaces an earlier one).
+    pub(crate) fn options(&self) -> Options {
+        self.options
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect()
+    }
+}
+
+/// How a short-lived command reaches the mesh: the nodes it connects to.
+#[derive(Debug, Args)]
+pub(crate) struct ConnectArgs {
+    /// Node to connect to; repeat the flag (or separate with commas) for several.
+    #[arg(short, long, value_name = "ADDR", required = true, value_delimiter = ',', value_parser = parse_connect_address)]
+    pub(crate) connect: Vec<String>,
+    /// How long each connect waits for the remote node's handshake, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) connect_timeout: u64,
+}
+
+impl ConnectArgs {
+    /// The handshake timeout.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout)
+    }
+}
+
+/// Who a request or tick goes to. Without `--to`, `--any` or `--all`, it goes to the node
+/// at `--connect` (which must then be a single address).
+#[derive(Debug, Args)]
+pub(crate) struct TargetArgs {
+    /// The id of the node to send to.
+    #[arg(long, value_name = "ID", conflicts_with = "any")]
+    pub(crate) to: Option<String>,
+    /// Send to one node matching the `-f` conditions (every joined node without `-f`).
+    #[arg(long)]
+    pub(crate) any: bool,
+    /// An exact-match condition on the peers' options (typed like `-o`); repeat it: all
+    /// must hold. Needs `--any` (or `--all` for ticks).
+    #[arg(short = 'f', long = "filter", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub(crate) filter: Vec<KeyValue>,
+    /// Only consider the nodes this one connected to (with `--any` / `--all`).
+    #[arg(long, conflicts_with = "down")]
+    pub(crate) up: bool,
+    /// Only consider the nodes connected to this one (with `--any` / `--all`).
+    #[arg(long)]
+    pub(crate) down: bool,
+}
+
+/// Where a message goes, once the flags are checked.
+#[derive(Debug, Clone)]
+pub(crate) enum Aim {
+    /// The node at the only `--connect` address, whatever its id.
+    Connected,
+    /// The node with this id.
+    Id(String),
+    /// One node matching the filter.
+    Any(Conditions, Scope),
+    /// Every node matching the filter (ticks only).
+    All(Conditions, Scope),
+}
+
+impl TargetArgs {
+    /// Checks the flags together and says where the message goes. `all` is `--all` (ticks).
+    pub(crate) fn aim(&self, all: bool, connect: &[String]) -> Result<Aim, Error> {
+        let broadcast = self.any || all;
+        if !broadcast {
+            if !self.filter.is_empty() {
+                return Err(Error::Usage(
+                    "-f/--filter needs --any (or --all for a tick)".into(),
+                ));
+            }
+            if self.up || self.down {
+                return Err(Error::Usage(
+                    "--up/--down need --any (or --all for a tick)".into(),
+                ));
+            }
+        }
+        let conditions = Conditions(self.filter.clone());
+        let scope = match (self.up, self.down) {
+            (true, _) => Scope::Up,
+            (_, true) => Scope::Down,
+            _ => Scope::Both,
+        };
+        Ok(match (&self.to, self.any, all) {
+            (Some(id), _, _) => Aim::Id(id.clone()),
+            (None, true, _) => Aim::Any(conditions, scope),
+            (None, false, true) => Aim::All(conditions, scope),
+            (None, false, false) if connect.len() == 1 => Aim::Connected,
+            (None, false, false) => {
+                return Err(Error::Usage(
+                    "with several --connect addresses, say which node: --to ID or --any".into(),
+                ))
+            }
+        })
+    }
+}
+
+/// `zeronode request`.
+#[derive(Debug, Args)]
+pub(crate) struct RequestArgs {
+    /// Where to connect.
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+    /// Who answers.
+    #[command(flatten)]
+    pub(crate) target: TargetArgs,
+    /// The event name, e.g. `echo`, `ping`, `delay`.
+    #[arg(value_name = "EVENT")]
+    pub(crate) event: String,
+    /// The request's data as JSON (sent as MessagePack); `null` when absent.
+    #[arg(value_name = "JSON")]
+    pub(crate) data: Option<String>,
+    /// How long to wait for the reply, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) timeout: u64,
+}
+
+/// `zeronode tick`.
+#[derive(Debug, Args)]
+pub(crate) struct TickArgs {
+    /// Where to connect.
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+    /// Who receives it.
+    #[command(flatten)]
+    pub(crate) target: TargetArgs,
+    /// Send to every node matching the `-f` conditions (every joined node without `-f`).
+    #[arg(long, conflicts_with_all = ["to", "any"])]
+    pub(crate) all: bool,
+    /// The event name.
+    #[arg(value_name = "EVENT")]
+    pub(crate) event: String,
+    /// The tick's data as JSON (sent as MessagePack); `null` when absent.
+    #[arg(value_name = "JSON")]
+    pub(crate) data: Option<String>,
+}
+
+/// `zeronode peers`.
+#[derive(Debug, Args)]
+pub(crate) struct PeersArgs {
+    /// The `zeronode node` to ask.
+    #[arg(short, long, value_name = "ADDR", value_parser = parse_connect_address)]
+    pub(crate) connect: String,
+    /// How long the connect waits for the remote node's handshake, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) connect_timeout: u64,
+    /// How long to wait for the answer, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) timeout: u64,
+    /// Print one JSON object per peer (`{"id":..,"direction":..,"options":{..}}`) instead
+    /// of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// One typed `key=value` pair, from `-o` or `-f`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct KeyValue {
+    /// The option's name.
+    pub(crate) key: String,
+    /// Its typed value.
+    pub(crate) value: Value,
+}
+
+/// The `-f` conditions of a command: exact matches, all ANDed.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Conditions(pub(crate) Vec<KeyValue>);
+
+impl Conditions {
+    /// The node filter: one exact-match condition per pair (none: every peer).
+    pub(crate) fn filter(&self) -> Filter {
+        self.0.iter().fold(Filter::new(), |f, kv| {
+            f.eq(kv.key.clone(), kv.value.clone())
+        })
+    }
+}
+
+/// Shows the conditions as they were typed: `role=api tier=1` (nothing when there is none).
+impl std::fmt::Display for Conditions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, kv) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{}={}", kv.key, format_value(&kv.value))?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses `key=value`. The value is typed:
+///
+/// - `true` / `false`: a bool;
+/// - a whole number (`42`, `-3`): an integer; a decimal (`2.5`, `1e3`): a float;
+/// - anything with a comma: a list of such values (`tags=a,b`; a trailing comma makes a
+///   one-element list, `tags=a,`; a lone comma an empty one);
+/// - `"..."` (quotes included, as the shell passes them: `'k="007"'`): that string as is;
+/// - anything else: a string.
+pub(crate) fn parse_key_value(arg: &str) -> Result<KeyValue, String> {
+    let (key, raw) = arg
+        .split_once('=')
+        .ok_or_else(|| format!("expected KEY=VALUE, got {arg:?}"))?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(format!("the key is empty in {arg:?}"));
+    }
+    Ok(KeyValue {
+        key: key.to_owned(),
+        value: parse_value(raw),
+    })
+}
+
+/// Types one value as [`parse_key_value`] describes.
+pub(crate) fn parse_value(raw: &str) -> Value {
+    if let Some(quoted) = raw
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+    {
+        return Value::String(quoted.to_owned());
+    }
+    if raw.contains(',') {
+        return Value::List(
+            raw.split(',')
+                .filter(|item| !item.is_empty())
+                .map(parse_scalar)
+                .collect(),
+        );
+    }
+    parse_scalar(raw)
+}
+
+/// Types one list element or plain value: bool, integer, float or string.
+fn parse_scalar(raw: &str) -> Value {
+    match raw {
+        "true" => return Value::Bool(true),
+        "false" => return Value::Bool(false),
+        _ => {}
+    }
+    if let Ok(i) = raw.parse::<i64>() {
+        return Value::Int(i);
+    }
+    // `f64::from_str` also takes `inf`, `NaN` and `infinity`: those stay strings.
+    let numeric = !raw.is_empty()
+        && raw
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E'));
+    if numeric {
+        if let Ok(x) = raw.parse::<f64>() {
+            if x.is_finite() {
+                return Value::Float(x);
+            }
+        }
+    }
+    Value::String(raw.to_owned())
+}
+
+/// Shows a value in the syntax `-o` accepts, so what `peers` prints can be typed back:
+/// lists as `a,b` (`a,` for one element, `,` for none).
+pub(crate) fn format_value(value: &Value) -> String {
+    match value {
+        Value::List(items) => match items.len() {
+            0 => ",".to_owned(),
+            1 => format!("{},", format_value(&items[0])),
+            _ => items.iter().map(format_value).collect::<Vec<_>>().join(","),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// The transports a CLI node can use (`inproc://` only works inside one process).
+const SCHEMES: &str = "tcp://HOST:PORT or ipc://PATH";
+
+/// Checks an address to connect to: `tcp://HOST:PORT` (port 1 to 65535) or `ipc://PATH`.
+pub(crate) fn parse_connect_address(arg: &str) -> Result<String, String> {
+    check_address(arg, false).map(|()| arg.to_owned())
+}
+
+/// Checks an address to bind: `tcp://HOST:PORT` (port 0 or `*` picks one; host `*` is every
+/// interface) or `ipc://PATH`.
+pub(crate) fn parse_bind_address(arg: &str) -> Result<String, String> {
+    check_address(arg, true).map(|()| arg.to_owned())
+}
+
+/// The syntax check behind both address parsers; libzmq checks the rest (host names, paths).
+fn check_address(arg: &str, bind: bool) -> Result<(), String> {
+    let expected = || format!("expected {SCHEMES}");
+    let (scheme, rest) = arg.split_once("://").ok_or_else(expected)?;
+    match scheme {
+        "ipc" if !rest.is_empty() => Ok(()),
+        "tcp" => {
+            let (host, port) = rest.rsplit_once(':').ok_or_else(expected)?;
+            if host.is_empty() {
+                return Err(format!("missing host, {}", expected()));
+            }
+            if bind && port == "*" {
+                return Ok(());
+            }
+            match port.parse::<u16>() {
+                Ok(0) if !bind => Err("port 0 can only be bound, not connected to".into()),
+                Ok(_) => Ok(()),
+                Err(_) => Err(format!("invalid port {port:?}, {}", expected())),
+            }
+        }
+        _ => Err(expected()),
+    }
+}
+
+/// Parses a positive number of seconds, fractions allowed (`--stats 0.5`).
+fn parse_seconds(arg: &str) -> Result<Duration, String> {
+    let seconds: f64 = arg
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, got {arg:?}"))?;
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0) {
+        return Err("expected a number of seconds above 0 and at most 86400".into());
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// Parses the optional JSON data of a request or tick (`null` when absent).
+pub(crate) fn parse_data(data: Option<&str>) -> Result<serde_json::Value, Error> {
+    match data {
+        None => Ok(serde_json::Value::Null),
+        Some(text) => serde_json::from_str(text).map_err(Error::InvalidJson),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(arg: &str) -> Value {
+        match parse_key_value(arg) {
+            Ok(kv) => kv.value,
+            Err(e) => panic!("{arg}: {e}"),
+        }
+    }
+
+    #[test]
+    fn values_are_typed() {
+        assert_eq!(kv("a=true"), Value::Bool(true));
+        assert_eq!(kv("a=false"), Value::Bool(false));
+        assert_eq!(kv("a=42"), Value::Int(42));
+        assert_eq!(kv("a=-3"), Value::Int(-3));
+        assert_eq!(kv("a=2.5"), Value::Float(2.5));
+        assert_eq!(kv("a=1e3"), Value::Float(1000.0));
+        assert_eq!(kv("a=api"), Value::from("api"));
+        assert_eq!(kv("a="), Value::from(""));
+        assert_eq!(kv("a=True"), Value::from("True"));
+    }
+
+    #[test]
+    fn non_finite_and_odd_numbers_stay_strings() {
+        assert_eq!(kv("a=inf"), Value::from("inf"));
+        assert_eq!(kv("a=NaN"), Value::from("NaN"));
+        assert_eq!(kv("a=1e999"), Value::from("1e999"));
+        assert_eq!(kv("a=1.2.3"), Value::from("1.2.3"));
+        assert_eq!(kv("a=-"), Value::from("-"));
+    }
+
+    #[test]
+    fn commas_make_lists_of_typed_values() {
+        assert_eq!(kv("tags=a,b"), Value::from(vec!["a", "b"]));
+        assert_eq!(
+            kv("mix=a,1,2.5,true"),
+            Value::List(vec![
+                Value::from("a"),
+                Value::Int(1),
+                Value::Float(2.5),
+                Value::Bool(true)
+            ])
+        );
+        assert_eq!(kv("one=a,"), Value::from(vec!["a"]));
+        assert_eq!(kv("none=,"), Value::List(vec![]));
+    }
+
+    #[test]
+    fn quotes_force_a_string() {
+        assert_eq!(kv(r#"zip="007""#), Value::from("007"));
+        assert_eq!(kv(r#"s="a,b""#), Value::from("a,b"));
+        assert_eq!(kv(r#"s="true""#), Value::from("true"));
+    }
+
+    #[test]
+    fn value_may_hold_an_equals_sign() {
+        assert_eq!(kv("expr=a=b"), Value::from("a=b"));
+    }
+
+    #[test]
+    fn malformed_pairs_are_refused() {
+        assert!(parse_key_value("role").unwrap_err().contains("KEY=VALUE"));
+        assert!(parse_key_value("=api")
+            .unwrap_err()
+            .contains("key is empty"));
+    }
+
+    #[test]
+    fn format_value_reads_back_the_same() {
+        for arg in [
+            "a=x", "a=1", "a=2.5", "a=true", "a=x,y", "a=x,", "a=,", "a=1,b",
+        ] {
+            let value = kv(arg);
+            let back = kv(&format!("a={}", format_value(&value)));
+            assert_eq!(back, value, "{arg}");
+        }
+        assert_eq!(format_value(&Value::Float(5.0)), "5.0");
+    }
+
+    #[test]
+    fn connect_addresses() {
+        assert!(parse_connect_address("tcp://127.0.0.1:5000").is_ok());
+        assert!(parse_connect_address("tcp://[::1]:5000").is_ok());
+        assert!(parse_connect_address("tcp://example.com:1").is_ok());
+        assert!(parse_connect_address("ipc:///tmp/zn.sock").is_ok());
+        for bad in [
+            "nonsense",
+            "tcp://",
+            "tcp://127.0.0.1",
+            "tcp://:5000",
+            "tcp://127.0.0.1:0",
+            "tcp://127.0.0.1:*",
+            "tcp://127.0.0.1:70000",
+            "udp://127.0.0.1:5000",
+            "ipc://",
+        ] {
+            assert!(parse_connect_address(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bind_addresses() {
+        assert!(parse_bind_address("tcp://127.0.0.1:0").is_ok());
+        assert!(parse_bind_address("tcp://*:5000").is_ok());
+        assert!(parse_bind_address("tcp://0.0.0.0:*").is_ok());
+        assert!(parse_bind_address("nonsense").is_err());
+    }
+
+    #[test]
+    fn seconds() {
+        assert_eq!(parse_seconds("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_seconds("0.5"), Ok(Duration::from_millis(500)));
+        assert!(parse_seconds("0").is_err());
+        assert!(parse_seconds("-1").is_err());
+        assert!(parse_seconds("x").is_err());
+    }
+
+    #[test]
+    fn data_defaults_to_null_and_rejects_bad_json() {
+        assert_eq!(parse_data(None).ok(), Some(serde_json::Value::Null));
+        assert_eq!(
+            parse_data(Some(r#"{"a":[1,2,"x"]}"#)).ok(),
+            Some(serde_json::json!({"a": [1, 2, "x"]}))
+        );
+        assert!(matches!(
+            parse_data(Some("{a:")),
+            Err(Error::InvalidJson(_))
+        ));
+    }
+
+    fn target(args: &[&str]) -> TargetArgs {
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            t: TargetArgs,
+        }
+        let argv = std::iter::once("t").chain(args.iter().copied());
+        match T::try_parse_from(argv) {
+            Ok(t) => t.t,
+            Err(e) => panic!("{args:?}: {e}"),
+        }
+    }
+
+    #[test]
+    fn aim_follows_the_flags() {
+        let one = vec!["tcp://127.0.0.1:1".to_owned()];
+        let two = vec![one[0].clone(), "tcp://127.0.0.1:2".to_owned()];
+        assert!(matches!(target(&[]).aim(false, &one), Ok(Aim::Connected)));
+        assert!(matches!(target(&[]).aim(false, &two), Err(Error::Usage(_))));
+        assert!(matches!(
+            target(&["--to", "srv"]).aim(false, &two),
+            Ok(Aim::Id(id)) if id == "srv"
+        ));
+        assert!(matches!(
+            target(&["--any", "-f", "role=api", "--up"]).aim(false, &one),
+            Ok(Aim::Any(c, Scope::Up)) if c.to_string() == "role=api"
+        ));
+        assert!(matches!(
+            target(&["-f", "k=v"]).aim(true, &one),
+            Ok(Aim::All(_, Scope::Both))
+        ));
+        assert!(matches!(
+            target(&["-f", "role=api"]).aim(false, &one),
+            Err(Error::Usage(_))
+        ));
+        assert!(matches!(
+            target(&["--down"]).aim(false, &one),
+            Err(Error::Usage(_))
+        ));
+    }
+
+    #[test]
+    fn conditions_make_exact_filters() {
+        let conditions = Conditions(vec![
+            KeyValue {
+                key: "role".into(),
+                value: Value::from("api"),
+            },
+            KeyValue {
+                key: "tier".into(),
+                value: Value::Int(1),
+            },
+        ]);
+        let filter = conditions.filter();
+        let peer: Options = [
+            ("role".to_owned(), Value::from("api")),
+            ("tier".to_owned(), Value::Float(1.0)),
+        ]
+        .into_iter()
+        .collect();
+        assert!(filter.matches(&peer));
+        assert!(!Conditions(vec![KeyValue {
+            key: "role".into(),
+            value: Value::from("db"),
+        }])
+        .filter()
+        .matches(&peer));
+        assert_eq!(conditions.to_string(), "role=api tier=1");
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

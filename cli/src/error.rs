@@ -1,0 +1,221 @@
+//! What can go wrong in a `zeronode` command, as one clear line for a person.
+//!
+//! Each variant says what the command was doing; [`explain`] turns the node's typed errors
+//! into words. `main` prints `error: <message>` on stderr and exits with [`Error::exit_code`].
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use node::ErrorCode;
+
+/// Everything a command can fail with.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// Flags that do not fit together (clap checks the rest).
+    #[error("{0}")]
+    Usage(String),
+    /// The data argument is not JSON.
+    #[error("invalid JSON data: {0}")]
+    InvalidJson(serde_json::Error),
+    /// The runtime or the signal handlers could not start.
+    #[error("cannot start: {0}")]
+    Start(std::io::Error),
+    /// The node could not be created.
+    #[error("cannot create the node: {}", explain(.0))]
+    Build(node::Error),
+    /// Binding the node's address failed.
+    #[error("{}", bind_message(address, source))]
+    Bind {
+        /// The address asked for.
+        address: String,
+        /// Why.
+        source: node::Error,
+    },
+    /// Connecting (or its handshake) failed.
+    #[error("{}", connect_message(address, *timeout, source))]
+    Connect {
+        /// The address.
+        address: String,
+        /// The handshake timeout it was given.
+        timeout: Duration,
+        /// Why.
+        source: node::Error,
+    },
+    /// Sending the request or tick, or its reply, failed.
+    #[error("{}{}", explain(source), hint.as_deref().unwrap_or(""))]
+    Send {
+        /// Why.
+        source: node::Error,
+        /// What the user may want to know besides (the peers there are, ...), starting
+        /// with a space.
+        hint: Option<String>,
+    },
+    /// The reply of `zeronode:peers` is not a list of peers.
+    #[error("the node's answer to zeronode:peers is not a list of peers: {0}")]
+    BadPeersReply(node::Error),
+    /// A second Ctrl-C or SIGTERM arrived while the node was closing.
+    #[error("interrupted again while closing: stopped without waiting")]
+    Interrupted,
+}
+
+impl Error {
+    /// The process exit code: 2 for input the user must fix (as clap does), 130 for a
+    /// forced stop, 1 for the rest.
+    pub(crate) fn exit_code(&self) -> ExitCode {
+        match self {
+            Error::Usage(_) | Error::InvalidJson(_) => ExitCode::from(2),
+            Error::Interrupted => ExitCode::from(130),
+            _ => ExitCode::FAILURE,
+        }
+    }
+}
+
+/// The message for a failed bind, naming the address once.
+fn bind_message(address: &str, source: &node::Error) -> String {
+    let cause = explain(source);
+    // The transport's own message already reads `cannot bind ADDR: why`.
+    if cause.starts_with("cannot bind") {
+        cause
+    } else {
+        format!("cannot bind {address}: {cause}")
+    }
+}
+
+/// The message for a failed connect: an unreachable node reads as such.
+fn connect_message(address: &str, timeout: Duration, source: &node::Error) -> String {
+    match source {
+        node::Error::HandshakeTimeout { .. } => format!(
+            "cannot reach {address}: no node answered within {} ms (is a zeronode node \
+             listening there? --connect-timeout sets the wait)",
+            timeout.as_millis()
+        ),
+        other => format!("cannot connect to {address}: {}", explain(other)),
+    }
+}
+
+/// Says in words what a node error means to the person who typed the command.
+pub(crate) fn explain(error: &node::Error) -> String {
+    use node::Error as E;
+    match error {
+        E::NodeNotFound { id } => format!("no connected node has the id {id:?}"),
+        E::NoNodesMatchFilter => "no connected node matches the filter".into(),
+        E::Timeout { event, timeout } => format!(
+            "request {event:?} timed out: no reply within {} ms",
+            timeout.as_millis()
+        ),
+        E::Handler { code, message } => format!("the remote handler failed: {code}: {message}"),
+        E::NoHandler { event } => {
+            format!("the remote node has no handler for {event:?} (NO_HANDLER)")
+        }
+        E::PeerLeft { id } => format!("node {id:?} left before answering"),
+        E::NotConnected => "the connection to the node is gone".into(),
+        E::Closed => "the node is closing".into(),
+        E::DuplicateId { id } => {
+            format!("the id {id:?} is already used by another node of the mesh")
+        }
+        E::VersionMismatch { ours, theirs } => {
+            format!("the remote node speaks node protocol version {theirs}, this one {ours}")
+        }
+        E::HandshakeTimeout { endpoint } => {
+            format!("no node answered at {endpoint} (is a zeronode node listening there?)")
+        }
+        E::HandshakeRefused { reason } => format!("the remote node refused us: {reason}"),
+        E::InvalidFilter { reason } => format!("invalid filter: {reason}"),
+        other => match other.code() {
+            ErrorCode::Serialization => {
+                format!("the data cannot travel as MessagePack or come back as JSON: {other}")
+            }
+            ErrorCode::InvalidEvent => {
+                format!("{other} (an event is 1 to 1024 bytes, outside `_system:`)")
+            }
+            ErrorCode::InvalidEnvelope => format!("the remote sent an invalid message: {other}"),
+            _ => other.to_string(),
+        },
+    }
+}
+
+/// Makes a message fit on one line (a cause from the layers below may hold line breaks).
+pub(crate) fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreachable_reads_as_such() {
+        let e = Error::Connect {
+            address: "tcp://127.0.0.1:9".into(),
+            timeout: Duration::from_millis(300),
+            source: node::Error::HandshakeTimeout {
+                endpoint: "tcp://127.0.0.1:9".into(),
+            },
+        };
+        let text = e.to_string();
+        assert!(text.starts_with("cannot reach tcp://127.0.0.1:9: no node answered within 300 ms"));
+    }
+
+    #[test]
+    fn remote_errors_carry_code_and_message() {
+        let e = Error::Send {
+            source: node::Error::Handler {
+                code: "BAD_REQUEST".into(),
+                message: "nope".into(),
+            },
+            hint: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "the remote handler failed: BAD_REQUEST: nope"
+        );
+        let e = Error::Send {
+            source: node::Error::NoHandler { event: "x".into() },
+            hint: None,
+        };
+        assert!(e.to_string().contains("NO_HANDLER"));
+    }
+
+    #[test]
+    fn hints_follow_the_cause() {
+        let e = Error::Send {
+            source: node::Error::NoNodesMatchFilter,
+            hint: Some(" role=x (connected: a)".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "no connected node matches the filter role=x (connected: a)"
+        );
+    }
+
+    #[test]
+    fn bind_errors_name_the_address_once() {
+        let e = Error::Bind {
+            address: "tcp://x:1".into(),
+            source: node::Error::Bind("this node is already bound"),
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot bind tcp://x:1: this node is already bound"
+        );
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(Error::Usage("x".into()).exit_code(), ExitCode::from(2));
+        assert_eq!(Error::Interrupted.exit_code(), ExitCode::from(130));
+        assert_eq!(
+            Error::Send {
+                source: node::Error::Closed,
+                hint: None
+            }
+            .exit_code(),
+            ExitCode::FAILURE
+        );
+    }
+
+    #[test]
+    fn one_line_joins_lines() {
+        assert_eq!(one_line("a\nb  c\r\n"), "a b c");
+    }
+}

@@ -1,0 +1,205 @@
+//! `zeronode request`, `zeronode tick` and `zeronode peers`: a short-lived node (generated
+//! id, no bound address) connects, sends one message, prints the outcome and closes
+//! gracefully, so the remote side sees it leave with the reason `stopped`.
+
+use std::time::Duration;
+
+use node::{Node, NodeId, PeerInfo, Scope, Target};
+
+use crate::args::{parse_data, Aim, PeersArgs, RequestArgs, TickArgs};
+use crate::error::Error;
+use crate::output::say;
+use crate::peers::{self, format_options, PeerRow};
+
+/// Sends one request and prints the reply as one line of JSON.
+pub(crate) async fn request(args: RequestArgs) -> Result<(), Error> {
+    // Every input is checked before the network is touched.
+    let aim = args.target.aim(false, &args.connect.connect)?;
+    let data = parse_data(args.data.as_deref())?;
+    let timeout = Duration::from_millis(args.timeout);
+    let session = Session::open(&args.connect.connect, args.connect.connect_timeout()).await?;
+    let target = session.target(&aim);
+    let reply = session
+        .node
+        .request_timeout::<_, serde_json::Value>(target, &args.event, &data, timeout)
+        .await
+        .map_err(|source| session.send_error(&aim, source));
+    session.close().await;
+    say(reply?);
+    Ok(())
+}
+
+/// Sends one tick and prints `sent` (or `sent to N nodes` with `--all`).
+pub(crate) async fn tick(args: TickArgs) -> Result<(), Error> {
+    let aim = args.target.aim(args.all, &args.connect.connect)?;
+    let data = parse_data(args.data.as_deref())?;
+    let session = Session::open(&args.connect.connect, args.connect.connect_timeout()).await?;
+    let sent = match &aim {
+        Aim::All(conditions, scope) => {
+            session
+                .node
+                .tick_all(&conditions.filter(), *scope, &args.event, &data)
+                .await
+        }
+        other => session
+            .node
+            .tick(session.target(other), &args.event, &data)
+            .await
+            .map(|()| 1),
+    }
+    .map_err(|source| session.send_error(&aim, source));
+    // A graceful close flushes the tick before the connection goes.
+    session.close().await;
+    let sent = sent?;
+    match aim {
+        Aim::All(..) => say(format_args!(
+            "sent to {sent} node{}",
+            if sent == 1 { "" } else { "s" }
+        )),
+        _ => say("sent"),
+    }
+    Ok(())
+}
+
+/// Asks a `zeronode node` for its peers and prints them (a table, or JSON lines).
+pub(crate) async fn peers(args: PeersArgs) -> Result<(), Error> {
+    let addresses = [args.connect.clone()];
+    let session = Session::open(&addresses, Duration::from_millis(args.connect_timeout)).await?;
+    let aim = Aim::Connected;
+    let reply = session
+        .node
+        .request_timeout::<_, Vec<PeerRow>>(
+            session.target(&aim),
+            peers::EVENT,
+            &(),
+            Duration::from_millis(args.timeout),
+        )
+        .await;
+    let me = session.node.id().to_string();
+    let reply = reply.map_err(|source| match source.code() {
+        node::ErrorCode::Serialization => Error::BadPeersReply(source),
+        node::ErrorCode::NoHandler => Error::Send {
+            source,
+            hint: Some(" (is it a `zeronode node`?)".into()),
+        },
+        _ => session.send_error(&aim, source),
+    });
+    session.close().await;
+    // This command's own node is a peer of the remote one for the moment: leave it out.
+    let rows: Vec<PeerRow> = reply?.into_iter().filter(|row| row.id != me).collect();
+    if args.json {
+        for row in &rows {
+            match serde_json::to_string(row) {
+                Ok(line) => say(line),
+                Err(e) => tracing::error!(cause = %e, id = %row.id, "peer not printable as JSON"),
+            }
+        }
+    } else {
+        for line in peers::table(&rows) {
+            say(line);
+        }
+    }
+    Ok(())
+}
+
+/// How long a short-lived command waits after closing its node before exiting, so libzmq
+/// gets the last messages out (see [`Session::close`]).
+const FLUSH_PAUSE: Duration = Duration::from_millis(50);
+
+/// A short-lived node and the peers it connected to.
+struct Session {
+    /// The node (generated id, not bound).
+    node: Node,
+    /// The peer behind each `--connect` address, in order.
+    connected: Vec<PeerInfo>,
+}
+
+impl Session {
+    /// Builds the node and connects to every address; on failure the node is closed.
+    async fn open(addresses: &[String], connect_timeout: Duration) -> Result<Session, Error> {
+        let node = Node::builder()
+            .handshake_timeout(connect_timeout)
+            // Nothing is served: nothing to wait for when closing.
+            .close_grace(Duration::from_secs(1))
+            .build()
+            .await
+            .map_err(Error::Build)?;
+        let mut connected = Vec::with_capacity(addresses.len());
+        for address in addresses {
+            match node.connect(address).await {
+                Ok(peer) => connected.push(peer),
+                Err(source) => {
+                    node.close().await;
+                    return Err(Error::Connect {
+                        address: address.clone(),
+                        timeout: connect_timeout,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(Session { node, connected })
+    }
+
+    /// The node API's target for an aim (`All` is sent with `tick_all` instead).
+    fn target(&self, aim: &Aim) -> Target {
+        match aim {
+            // `aim` allows `Connected` only with exactly one address, and `open` joined it.
+            Aim::Connected => match self.connected.first() {
+                Some(peer) => Target::Id(peer.id.clone()),
+                None => Target::Id(NodeId::new("")),
+            },
+            Aim::Id(id) => Target::Id(NodeId::new(id)),
+            Aim::Any(conditions, scope) | Aim::All(conditions, scope) => {
+                Target::Any(conditions.filter(), *scope)
+            }
+        }
+    }
+
+    /// Wraps a send error, adding what helps fix it: the nodes there are.
+    fn send_error(&self, aim: &Aim, source: node::Error) -> Error {
+        let hint = match (&source, aim) {
+            (node::Error::NodeNotFound { .. }, _) => Some(format!(" ({})", self.known())),
+            (node::Error::NoNodesMatchFilter, Aim::Any(c, scope) | Aim::All(c, scope)) => {
+                let among = match scope {
+                    Scope::Up => " among upstream nodes",
+                    Scope::Down => " among downstream nodes",
+                    Scope::Both => "",
+                };
+                let conditions = if c.0.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {c}")
+                };
+                Some(format!("{conditions}{among} ({})", self.known()))
+            }
+            _ => None,
+        };
+        Error::Send { source, hint }
+    }
+
+    /// The joined peers with their options, for error messages.
+    fn known(&self) -> String {
+        let peers = self.node.peers();
+        if peers.is_empty() {
+            return "no node is connected".into();
+        }
+        let listed: Vec<String> = peers
+            .iter()
+            .map(|p| match p.options.is_empty() {
+                true => p.id.to_string(),
+                false => format!("{} {}", p.id, format_options(&p.options)),
+            })
+            .collect();
+        format!("connected: {}", listed.join("; "))
+    }
+
+    /// Closes the node gracefully: the remote side sees it leave as `stopped`.
+    async fn close(self) {
+        self.node.close().await;
+        // libzmq writes queued messages (our tick, our goodbye) from its own I/O thread,
+        // after `close` returns; the transport's process-wide context is never terminated,
+        // so nothing waits for that at exit. A short pause lets the queue drain.
+        tokio::time::sleep(FLUSH_PAUSE).await;
+    }
+}

@@ -1,0 +1,366 @@
+//! `zeronode node`: runs one node until Ctrl-C or SIGTERM.
+//!
+//! What it prints on stdout, one line each, in this order:
+//!
+//! ```text
+//! listening on tcp://127.0.0.1:40123      (with --bind; the port resolved)
+//! node api-1 ready                         (every --connect joined)
+//! peer joined w1 (downstream) role=worker
+//! peer left w1 (downstream, stopped)
+//! stats: 2 peers, 1520.0 requests/s, 0.0 ticks/s      (with --stats)
+//! node api-1 stopping (SIGINT)
+//! node api-1 stopped
+//! ```
+//!
+//! The built-in request handlers are `echo` (the data back, byte for byte), `ping`
+//! (`"pong"`), `delay` (waits the number of milliseconds it is given, then returns it) and
+//! `zeronode:peers` (see [`crate::peers`]); every tick is accepted (and counted).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use node::{BoxError, HandlerError, LeaveReason, Node, NodeEvent, Request, Response};
+use regex::Regex;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::args::NodeArgs;
+use crate::error::Error;
+use crate::output::say;
+use crate::peers::{self, direction_name, format_options, PeerRow};
+
+/// How long a stopping node lets requests in flight finish (a `delay` may be running).
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs the node until a signal, then closes it gracefully.
+pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
+    // Installed first: a signal while connecting still stops the node cleanly.
+    let mut signals = Signals::new().map_err(Error::Start)?;
+    let mut builder = Node::builder()
+        .options(args.options())
+        .handshake_timeout(Duration::from_millis(args.connect_timeout))
+        .close_grace(CLOSE_GRACE);
+    if let Some(id) = &args.id {
+        builder = builder.id(id.as_str());
+    }
+    if let Some(ms) = args.heartbeat_ms {
+        builder = builder.heartbeat_interval(Duration::from_millis(ms));
+    }
+    let node = builder.build().await.map_err(Error::Build)?;
+    let counters = Arc::new(Counters::default());
+    register_handlers(&node, &counters, args.verbose);
+    // Subscribed before binding, so no join goes unlogged.
+    let events = node.events();
+    let result = serve(&node, &args, events, &counters, &mut signals).await;
+    // Idempotent: returns at once when `serve` already closed the node.
+    if !matches!(result, Err(Error::Interrupted)) {
+        node.close().await;
+    }
+    // The `zeronode:peers` handler holds a clone of the node: drop it.
+    node.off_request(peers::EVENT);
+    result
+}
+
+/// Binds, connects, serves until a signal, and closes.
+async fn serve(
+    node: &Node,
+    args: &NodeArgs,
+    events: broadcast::Receiver<NodeEvent>,
+    counters: &Arc<Counters>,
+    signals: &mut Signals,
+) -> Result<(), Error> {
+    if let Some(address) = &args.bind {
+        let real = node.bind(address).await.map_err(|source| Error::Bind {
+            address: address.clone(),
+            source,
+        })?;
+        say(format_args!("listening on {real}"));
+    }
+    let logger = tokio::spawn(log_events(events));
+    let timeout = Duration::from_millis(args.connect_timeout);
+    for address in &args.connect {
+        tokio::select! {
+            joined = node.connect(address) => {
+                joined.map_err(|source| Error::Connect {
+                    address: address.clone(),
+                    timeout,
+                    source,
+                })?;
+            }
+            signal = signals.recv() => return stop(node, signal, signals, logger).await,
+        }
+    }
+    say(format_args!("node {} ready", node.id()));
+    let stats = args
+        .stats
+        .map(|every| tokio::spawn(report_stats(node.clone(), Arc::clone(counters), every)));
+    let signal = signals.recv().await;
+    if let Some(stats) = stats {
+        stats.abort();
+    }
+    stop(node, signal, signals, logger).await
+}
+
+/// Closes the node gracefully; a second signal gives up waiting.
+async fn stop(
+    node: &Node,
+    signal: &'static str,
+    signals: &mut Signals,
+    logger: JoinHandle<()>,
+) -> Result<(), Error> {
+    say(format_args!("node {} stopping ({signal})", node.id()));
+    tokio::select! {
+        () = node.close() => {}
+        _ = signals.recv() => return Err(Error::Interrupted),
+    }
+    // The logger ends at `Stopped`, after the last `peer left` lines.
+    let _ = tokio::time::timeout(Duration::from_secs(1), logger).await;
+    say(format_args!("node {} stopped", node.id()));
+    Ok(())
+}
+
+/// What the handlers count, for `--stats`.
+#[derive(Debug, Default)]
+struct Counters {
+    /// Requests handled by the built-in handlers.
+    requests: AtomicU64,
+    /// Ticks received.
+    ticks: AtomicU64,
+}
+
+impl Counters {
+    /// Counts one request (and prints it with `--verbose`).
+    fn request(&self, req: &Request, verbose: bool) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        if verbose {
+            say(format_args!("request {} from {}", req.event(), req.from()));
+        }
+    }
+
+    /// Counts one tick (and prints it with its data with `--verbose`).
+    fn tick(&self, req: &Request, verbose: bool) {
+        self.ticks.fetch_add(1, Ordering::Relaxed);
+        if verbose {
+            let data = req
+                .decode::<serde_json::Value>()
+                .map(|v| v.to_string())
+                .unwrap_or_else(|_| format!("<{} bytes>", req.payload().len()));
+            say(format_args!(
+                "tick {} from {}: {data}",
+                req.event(),
+                req.from()
+            ));
+        }
+    }
+}
+
+/// Registers `echo`, `ping`, `delay`, `zeronode:peers` and the catch-all tick handler.
+fn register_handlers(node: &Node, counters: &Arc<Counters>, verbose: bool) {
+    let c = Arc::clone(counters);
+    // A service rather than `on_request`: the payload goes back untouched, whatever it is.
+    node.on_request_service(
+        "echo",
+        tower::service_fn(move |req: Request| {
+            c.request(&req, verbose);
+            std::future::ready(Ok::<_, BoxError>(Response::raw(req.payload().clone())))
+        }),
+    );
+
+    let c = Arc::clone(counters);
+    node.on_request("ping", move |req: Request| {
+        c.request(&req, verbose);
+        async { Ok::<_, HandlerError>("pong") }
+    });
+
+    let c = Arc::clone(counters);
+    node.on_request("delay", move |req: Request| {
+        c.request(&req, verbose);
+        async move {
+            let data: serde_json::Value = req.decode()?;
+            let wait = delay_of(&data)?;
+            tokio::time::sleep(wait).await;
+            Ok::<_, HandlerError>(data)
+        }
+    });
+
+    let c = Arc::clone(counters);
+    // This clone of the node lives in the node's own handler table (a cycle): `run` removes
+    // the handler once the node is closed.
+    let me = node.clone();
+    node.on_request(peers::EVENT, move |req: Request| {
+        c.request(&req, verbose);
+        let rows: Vec<PeerRow> = me.peers().into_iter().map(PeerRow::from).collect();
+        async move { Ok::<_, HandlerError>(rows) }
+    });
+
+    let c = Arc::clone(counters);
+    let every_event = Regex::new(".*").expect("a constant, valid regex");
+    node.on_tick(every_event, move |req: Request| {
+        c.tick(&req, verbose);
+        async {}
+    });
+}
+
+/// The wait a `delay` request asks for: a non-negative number of milliseconds.
+fn delay_of(data: &serde_json::Value) -> Result<Duration, HandlerError> {
+    let bad = || {
+        HandlerError::new(
+            HandlerError::BAD_REQUEST,
+            format!("delay expects a number of milliseconds (e.g. 500), got {data}"),
+        )
+    };
+    let ms = data.as_f64().filter(|ms| *ms >= 0.0).ok_or_else(bad)?;
+    Duration::try_from_secs_f64(ms / 1000.0).map_err(|_| bad())
+}
+
+/// Prints one line per peer joining, changing its options or leaving, until the node stops.
+async fn log_events(mut events: broadcast::Receiver<NodeEvent>) {
+    loop {
+        match events.recv().await {
+            Ok(NodeEvent::PeerJoined {
+                id,
+                direction,
+                options,
+            }) => say(format_args!(
+                "peer joined {id} ({}) {}",
+                direction_name(direction),
+                format_options(&options)
+            )),
+            Ok(NodeEvent::PeerOptionsChanged { id, options }) => say(format_args!(
+                "peer options {id} {}",
+                format_options(&options)
+            )),
+            Ok(NodeEvent::PeerLeft {
+                id,
+                direction,
+                reason,
+            }) => say(format_args!(
+                "peer left {id} ({}, {})",
+                direction_name(direction),
+                reason_name(reason)
+            )),
+            Ok(NodeEvent::Error { source, message }) => {
+                tracing::warn!(?source, "{message}");
+            }
+            Ok(NodeEvent::Stopped) | Err(broadcast::error::RecvError::Closed) => break,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                say(format_args!(
+                    "({missed} node events not shown: output too slow)"
+                ));
+            }
+            Ok(other) => tracing::debug!(?other, "node event"),
+        }
+    }
+}
+
+/// Why a peer left, in words.
+fn reason_name(reason: LeaveReason) -> &'static str {
+    match reason {
+        LeaveReason::Stopped => "stopped",
+        LeaveReason::TimedOut => "timed out",
+        LeaveReason::Disconnected => "disconnected",
+        LeaveReason::Local => "closed here",
+    }
+}
+
+/// Prints, every `every`, the peer count and the rates since the last line.
+async fn report_stats(node: Node, counters: Arc<Counters>, every: Duration) {
+    let mut interval = tokio::time::interval_at(Instant::now() + every, every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = (Instant::now(), 0u64, 0u64);
+    loop {
+        interval.tick().await;
+        let now = Instant::now();
+        let requests = counters.requests.load(Ordering::Relaxed);
+        let ticks = counters.ticks.load(Ordering::Relaxed);
+        let seconds = now.duration_since(last.0).as_secs_f64().max(f64::EPSILON);
+        say(format_args!(
+            "stats: {} peers, {:.1} requests/s, {:.1} ticks/s",
+            node.peers().len(),
+            (requests - last.1) as f64 / seconds,
+            (ticks - last.2) as f64 / seconds,
+        ));
+        last = (now, requests, ticks);
+    }
+}
+
+/// The signals that stop a node: SIGINT (Ctrl-C) and SIGTERM (Ctrl-C only off Unix).
+struct Signals {
+    /// SIGINT.
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    /// SIGTERM.
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers (from now on these signals no longer kill the process).
+    fn new() -> std::io::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Signals {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(Signals {})
+        }
+    }
+
+    /// Waits for the next signal and names it.
+    async fn recv(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.interrupt.recv() => "SIGINT",
+                _ = self.terminate.recv() => "SIGTERM",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_takes_a_non_negative_number_of_milliseconds() {
+        assert_eq!(
+            delay_of(&serde_json::json!(250)).ok(),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            delay_of(&serde_json::json!(1.5)).ok(),
+            Some(Duration::from_micros(1500))
+        );
+        for bad in [
+            serde_json::json!(-1),
+            serde_json::json!("500"),
+            serde_json::json!(null),
+            serde_json::json!(1e300),
+        ] {
+            let err = delay_of(&bad).err();
+            assert_eq!(
+                err.map(|e| e.code),
+                Some(HandlerError::BAD_REQUEST.to_owned()),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn reasons_read_as_words() {
+        assert_eq!(reason_name(LeaveReason::TimedOut), "timed out");
+    }
+}

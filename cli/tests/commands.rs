@@ -1,0 +1,333 @@
+//! The `zeronode` binary end to end, over loopback: a `zeronode node` child serves, one-shot
+//! `request` / `tick` / `peers` commands talk to it, and every error a user can make gives
+//! one `error:` line and a non-zero exit.
+
+mod support;
+
+use support::{zeronode, NodeProcess};
+
+/// A node `srv` advertising `role=api`, as the tests below talk to it.
+fn server(extra: &[&str]) -> NodeProcess {
+    let mut args = vec![
+        "--id",
+        "srv",
+        "--bind",
+        "tcp://127.0.0.1:0",
+        "-o",
+        "role=api",
+    ];
+    args.extend_from_slice(extra);
+    let mut srv = NodeProcess::start(&args);
+    assert_eq!(srv.next_line(), "node srv ready");
+    srv
+}
+
+#[test]
+fn request_round_trips_json_through_echo() {
+    let srv = server(&[]);
+    let data = r#"{"a":[1,2,"x"]}"#;
+    let run = zeronode(&["request", "--connect", &srv.address, "echo", data]);
+    let sent: serde_json::Value = serde_json::from_str(data).expect("test JSON");
+    let got: serde_json::Value = serde_json::from_str(run.ok()).expect("the reply is JSON");
+    assert_eq!(got, sent);
+    assert_eq!(run.ok().lines().count(), 1);
+}
+
+#[test]
+fn request_without_data_sends_null() {
+    let srv = server(&[]);
+    let run = zeronode(&["request", "--connect", &srv.address, "echo"]);
+    assert_eq!(run.ok(), "null");
+}
+
+#[test]
+fn ping_answers_pong_by_id_and_by_filter() {
+    let srv = server(&[]);
+    let run = zeronode(&["request", "--connect", &srv.address, "ping"]);
+    assert_eq!(run.ok(), r#""pong""#);
+    let run = zeronode(&["request", "--connect", &srv.address, "--to", "srv", "ping"]);
+    assert_eq!(run.ok(), r#""pong""#);
+    let run = zeronode(&[
+        "request",
+        "--connect",
+        &srv.address,
+        "--any",
+        "-f",
+        "role=api",
+        "ping",
+    ]);
+    assert_eq!(run.ok(), r#""pong""#);
+}
+
+#[test]
+fn a_filter_matching_nobody_says_so() {
+    let srv = server(&[]);
+    let run = zeronode(&[
+        "request",
+        "--connect",
+        &srv.address,
+        "--any",
+        "-f",
+        "role=nothing",
+        "ping",
+    ]);
+    let line = run.failed();
+    assert!(line.contains("no connected node matches"), "{line}");
+    assert!(line.contains("role=nothing"), "{line}");
+}
+
+#[test]
+fn an_unknown_id_says_so() {
+    let srv = server(&[]);
+    let run = zeronode(&[
+        "request",
+        "--connect",
+        &srv.address,
+        "--to",
+        "ghost",
+        "ping",
+    ]);
+    let line = run.failed();
+    assert!(
+        line.contains(r#"no connected node has the id "ghost""#),
+        "{line}"
+    );
+}
+
+#[test]
+fn ticks_reach_the_node() {
+    let mut srv = server(&["--verbose"]);
+    let run = zeronode(&["tick", "--connect", &srv.address, "news", r#"{"n":1}"#]);
+    assert_eq!(run.ok(), "sent");
+    srv.wait_for("the tick", |l| {
+        l.starts_with("tick news from ") && l.ends_with(r#"{"n":1}"#)
+    });
+
+    let run = zeronode(&[
+        "tick",
+        "--connect",
+        &srv.address,
+        "--all",
+        "-f",
+        "role=api",
+        "news",
+        "2",
+    ]);
+    assert_eq!(run.ok(), "sent to 1 node");
+    srv.wait_for("the second tick", |l| {
+        l.starts_with("tick news from ") && l.ends_with(": 2")
+    });
+
+    let run = zeronode(&[
+        "tick",
+        "--connect",
+        &srv.address,
+        "--all",
+        "-f",
+        "role=db",
+        "x",
+    ]);
+    assert!(run.failed().contains("no connected node matches"));
+}
+
+#[test]
+fn peers_lists_a_long_lived_node_with_its_options() {
+    let mut srv = server(&[]);
+    let mut worker = NodeProcess::start(&[
+        "--id",
+        "w1",
+        "--connect",
+        &srv.address,
+        "-o",
+        "role=worker",
+        "-o",
+        "tags=a,b",
+    ]);
+    // Its own "peer joined srv" line may come before or after "ready".
+    worker.wait_for("w1 ready", |l| l == "node w1 ready");
+    srv.wait_for("w1 joining", |l| {
+        l == "peer joined w1 (downstream) role=worker tags=a,b"
+    });
+
+    let run = zeronode(&["peers", "--connect", &srv.address]);
+    let table: Vec<&str> = run.ok().lines().collect();
+    assert_eq!(table[0], "ID  DIRECTION   OPTIONS");
+    assert!(
+        table.contains(&"w1  downstream  role=worker tags=a,b"),
+        "{table:?}"
+    );
+    // The asking node itself is left out.
+    assert!(table.iter().all(|l| !l.starts_with("node-")), "{table:?}");
+
+    let run = zeronode(&["peers", "--connect", &srv.address, "--json"]);
+    let rows: Vec<serde_json::Value> = run
+        .ok()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert!(
+        rows.contains(&serde_json::json!({
+            "id": "w1",
+            "direction": "downstream",
+            "options": {"role": "worker", "tags": ["a", "b"]},
+        })),
+        "{rows:?}"
+    );
+
+    // The worker leaves gracefully; the server logs why.
+    worker.signal("INT");
+    assert_eq!(worker.wait_exit().code(), Some(0));
+    srv.wait_for("w1 leaving", |l| l == "peer left w1 (downstream, stopped)");
+}
+
+#[test]
+fn a_request_shows_up_as_a_join_and_a_leave() {
+    let mut srv = server(&[]);
+    zeronode(&["request", "--connect", &srv.address, "ping"]).ok();
+    let joined = srv.wait_for("a join", |l| l.starts_with("peer joined node-"));
+    let id = joined
+        .split_whitespace()
+        .nth(2)
+        .expect("peer joined ID ...")
+        .to_owned();
+    srv.wait_for("its leave", |l| {
+        l == format!("peer left {id} (downstream, stopped)")
+    });
+}
+
+#[test]
+fn sigint_and_sigterm_stop_a_node_cleanly() {
+    for signal in ["INT", "TERM"] {
+        let mut srv = server(&[]);
+        srv.signal(signal);
+        assert_eq!(srv.wait_exit().code(), Some(0), "{srv}");
+        let lines = srv.rest();
+        assert!(
+            lines.contains(&format!("node srv stopping (SIG{signal})")),
+            "{lines:?}"
+        );
+        assert_eq!(lines.last().map(String::as_str), Some("node srv stopped"));
+        assert!(!srv.stderr().contains("panicked"));
+    }
+}
+
+#[test]
+fn stats_are_printed_periodically() {
+    let mut srv = server(&["--stats", "0.2"]);
+    zeronode(&["request", "--connect", &srv.address, "ping"]).ok();
+    srv.wait_for("a stats line", |l| {
+        l.starts_with("stats: ") && l.contains("requests/s")
+    });
+}
+
+// ---- errors -------------------------------------------------------------------------
+
+#[test]
+fn an_unknown_flag_is_a_usage_error() {
+    let run = zeronode(&["request", "--bogus"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(run.stderr.starts_with("error:"), "{run:?}");
+    assert!(!run.stderr.contains("panicked"));
+}
+
+#[test]
+fn a_bad_address_is_refused_before_connecting() {
+    let run = zeronode(&["request", "--connect", "nonsense", "ping"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(run.failed().contains("nonsense"));
+    let run = zeronode(&["node", "--bind", "nonsense"]);
+    assert!(run.failed().contains("nonsense"));
+}
+
+#[test]
+fn a_malformed_option_is_refused() {
+    let run = zeronode(&["node", "-o", "novalue"]);
+    assert!(run.failed().contains("KEY=VALUE"));
+}
+
+#[test]
+fn an_unreachable_node_times_out_the_connect() {
+    // A port nothing listens on: bind one, learn it, stop the node.
+    let mut gone = server(&[]);
+    let address = gone.address.clone();
+    gone.signal("TERM");
+    gone.wait_exit();
+    let run = zeronode(&[
+        "request",
+        "--connect",
+        &address,
+        "--connect-timeout",
+        "300",
+        "ping",
+    ]);
+    let line = run.failed();
+    assert!(
+        line.contains("cannot reach") && line.contains("300 ms"),
+        "{line}"
+    );
+
+    let run = zeronode(&["node", "--connect", &address, "--connect-timeout", "300"]);
+    assert!(run.failed().contains("cannot reach"));
+}
+
+#[test]
+fn invalid_json_is_refused_before_connecting() {
+    // No node is needed: the data is checked first.
+    let run = zeronode(&["request", "--connect", "tcp://127.0.0.1:9", "echo", "{a:"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(run.failed().starts_with("error: invalid JSON data"));
+}
+
+#[test]
+fn a_slow_reply_times_out() {
+    let srv = server(&[]);
+    let run = zeronode(&[
+        "request",
+        "--connect",
+        &srv.address,
+        "delay",
+        "2000",
+        "--timeout",
+        "200",
+    ]);
+    let line = run.failed();
+    assert!(
+        line.contains("timed out") && line.contains("200 ms"),
+        "{line}"
+    );
+    // Within its timeout the same request answers with its data.
+    let run = zeronode(&["request", "--connect", &srv.address, "delay", "50"]);
+    assert_eq!(run.ok(), "50");
+}
+
+#[test]
+fn remote_errors_show_their_code_and_message() {
+    let srv = server(&[]);
+    let run = zeronode(&["request", "--connect", &srv.address, "no-such-event"]);
+    let line = run.failed();
+    assert!(
+        line.contains("no handler") && line.contains("NO_HANDLER"),
+        "{line}"
+    );
+
+    let run = zeronode(&["request", "--connect", &srv.address, "delay", r#""soon""#]);
+    let line = run.failed();
+    assert!(
+        line.contains("BAD_REQUEST") && line.contains("milliseconds"),
+        "{line}"
+    );
+}
+
+#[test]
+fn filters_need_any_or_all() {
+    let run = zeronode(&[
+        "request",
+        "--connect",
+        "tcp://127.0.0.1:9",
+        "-f",
+        "role=api",
+        "ping",
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(run.failed().contains("--any"));
+}

@@ -1,1 +1,0 @@
-//! Examples (being written).

@@ -1,0 +1,191 @@
+//! Runs every example program as a user would and checks that it did its job: it exits
+//! with success within a bounded time and prints the line that proves its point.
+//!
+//! Every program binds port 0 on loopback, so these tests run in parallel.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Longest a program may run before the test kills it and fails.
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A running program, killed if the test ends (or panics) before it exits.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Already exited is fine: kill then fails harmlessly.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs the program at `path` to completion (at most [`LIMIT`]), asserts it succeeded and
+/// that its stdout contains every one of `expected`; returns the stdout.
+fn run(path: &str, expected: &[&str]) -> String {
+    let child = Command::new(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {path}: {e}"));
+    let mut running = Running(child);
+    // Read the pipes on their own threads, so a chatty program never blocks on a full pipe.
+    let stdout = drain(running.0.stdout.take());
+    let stderr = drain(running.0.stderr.take());
+    let deadline = Instant::now() + LIMIT;
+    let status = loop {
+        match running.0.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            Ok(None) => panic!("{path} still running after {LIMIT:?}: killed"),
+            Err(e) => panic!("waiting for {path}: {e}"),
+        }
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    assert!(
+        status.success(),
+        "{path} exited with {status}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    );
+    for line in expected {
+        assert!(
+            stdout.contains(line),
+            "{path}: no {line:?} in its output\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+        );
+    }
+    stdout
+}
+
+/// Reads a pipe to its end on a thread.
+fn drain(pipe: Option<impl Read + Send + 'static>) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_string(&mut text);
+        }
+        text
+    })
+}
+
+#[test]
+fn request_gets_a_typed_reply() {
+    run(
+        env!("CARGO_BIN_EXE_request"),
+        &["shop: coffee x3 costs 7.50"],
+    );
+}
+
+#[test]
+fn tick_handler_counts_every_tick() {
+    run(env!("CARGO_BIN_EXE_tick"), &["counted 5 of 5 ticks"]);
+}
+
+#[test]
+fn request_any_reaches_only_matching_workers() {
+    let out = run(
+        env!("CARGO_BIN_EXE_request_any"),
+        &[
+            "answered by: render-1, render-2, render-4",
+            "answered by: render-1, render-3",
+            "error, as expected: no node matches the filter",
+        ],
+    );
+    assert!(!out.contains("render-3 rendered frame 7"), "{out}");
+}
+
+#[test]
+fn tick_all_reaches_one_layer() {
+    run(
+        env!("CARGO_BIN_EXE_tick_all"),
+        &[
+            "the tick went to 3 nodes",
+            "every layer B node reported; layer A did not",
+        ],
+    );
+}
+
+#[test]
+fn patterns_route_by_regex_and_off_request_removes() {
+    run(
+        env!("CARGO_BIN_EXE_patterns"),
+        &[
+            "user:delete  -> delete ada: done by the ^user: handler",
+            "audit:logout -> tick seen by the ^audit: handler",
+            "user:create  -> error, as expected: no handler",
+        ],
+    );
+}
+
+#[test]
+fn predicate_filter_follows_computed_load() {
+    run(
+        env!("CARGO_BIN_EXE_predicate"),
+        &[
+            "taken by {\"worker-3\"}",
+            "a predicate filter cannot travel",
+        ],
+    );
+}
+
+#[test]
+fn handler_errors_reach_the_caller() {
+    run(
+        env!("CARGO_BIN_EXE_handler_error"),
+        &[
+            "Error::Handler code=INSUFFICIENT_FUNDS",
+            "BAD_REQUEST",
+            "Error::NoHandler",
+        ],
+    );
+}
+
+#[test]
+fn middleware_times_out_and_refuses_without_token() {
+    run(
+        env!("CARGO_BIN_EXE_middleware"),
+        &[
+            "refused: TIMEOUT",
+            "admin:purge token=s3cret     -> allowed",
+            "admin:purge token=none       -> refused: UNAUTHORIZED",
+        ],
+    );
+}
+
+#[test]
+fn ring_goes_all_the_way_round_both_ways() {
+    run(
+        env!("CARGO_BIN_EXE_ring"),
+        &[
+            "path ring-0 -> ring-1 -> ring-2 -> ring-3 -> ring-4 -> ring-0",
+            "path ring-0 -> ring-4 -> ring-3 -> ring-2 -> ring-1 -> ring-0",
+        ],
+    );
+}
+
+#[test]
+fn reconnect_rejoins_a_restarted_server() {
+    run(
+        env!("CARGO_BIN_EXE_reconnect"),
+        &[
+            "event PeerLeft svc",
+            "joined again",
+            "svc answers version 2",
+        ],
+    );
+}
+
+#[test]
+fn mesh_runs_and_prints_its_summary() {
+    let out = run(
+        env!("CARGO_BIN_EXE_mesh"),
+        &["== summary after", "req/s", "errors: 0"],
+    );
+    // Every node appears in the table, and traffic went both ways.
+    for node in ["gw-1", "gw-2", "w-eu-1", "w-eu-2", "w-us-1"] {
+        assert!(out.lines().any(|l| l.starts_with(node)), "{node}: {out}");
+    }
+    assert!(out.contains("requests answered"), "{out}");
+}

@@ -1,0 +1,529 @@
+//! Faults and hostile input: nothing crashes, nothing hangs, nothing is lost silently.
+//! Every test counts outcomes: sent = answered + typed errors, exactly.
+//!
+//! This test target has its own `main` (`harness = false`): the tests run one after the other
+//! (they measure this process's resident memory, which parallel tests would blur), and the
+//! same binary started with `--child` is the node process that the dead-peer test kills.
+
+mod support;
+
+use std::collections::HashSet;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use node::{ErrorCode, HandlerError, Node, NodeEvent, Request};
+use support::*;
+
+// ---------------------------------------------------------------------------------------
+// Hostile input
+
+/// Resident memory of this process, in bytes.
+fn rss() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// A small deterministic generator, so a failure can be replayed.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// A valid header (request, id 7, event `typed`, no metadata) for garbage payloads.
+fn header(kind: u8, event: &str, flags: u8) -> Vec<u8> {
+    let mut h = vec![0x5A, 1, kind, flags];
+    h.extend_from_slice(&7u64.to_be_bytes());
+    h.extend_from_slice(&(event.len() as u16).to_be_bytes());
+    h.extend_from_slice(event.as_bytes());
+    h.extend_from_slice(&0u32.to_be_bytes());
+    h
+}
+
+/// One malformed (or unjoined) message of kind `n % 10`.
+fn hostile(n: u64, rng: &mut XorShift, max_payload: usize) -> Vec<Vec<u8>> {
+    match n % 10 {
+        // Truncated headers.
+        0 => {
+            let full = header(1, "typed", 0);
+            let cut = (rng.next() as usize) % 14;
+            vec![full[..cut].to_vec()]
+        }
+        // Wrong magic.
+        1 => {
+            let mut h = header(1, "typed", 0);
+            h[0] = 0x47;
+            vec![h]
+        }
+        // Wrong version.
+        2 => {
+            let mut h = header(1, "typed", 0);
+            h[1] = 2 + (rng.next() % 200) as u8;
+            vec![h]
+        }
+        // Absurd event length.
+        3 => {
+            let mut h = header(1, "typed", 0);
+            h[12] = 0xff;
+            h[13] = 0xff;
+            vec![h]
+        }
+        // Absurd metadata length.
+        4 => {
+            let mut h = header(1, "typed", 0);
+            let at = h.len() - 4;
+            h[at..].copy_from_slice(&u32::MAX.to_be_bytes());
+            vec![h]
+        }
+        // Random bytes, one to three frames.
+        5 => {
+            let frames = 1 + (rng.next() % 3) as usize;
+            (0..frames)
+                .map(|_| {
+                    let len = 1 + (rng.next() % 64) as usize;
+                    rng.bytes(len)
+                })
+                .collect()
+        }
+        // A valid header with a garbage payload, from a connection that never joined.
+        6 => {
+            let len = 1 + (rng.next() % 32) as usize;
+            vec![header(1, "typed", 0), rng.bytes(len)]
+        }
+        // System events from a peer that never joined.
+        7 => vec![header(4, "_system:heartbeat", 1)],
+        8 => vec![header(4, "_system:options", 1), rng.bytes(8)],
+        // Now and then a payload of the maximum size (valid, unjoined), or one byte over
+        // (too large); otherwise a request with an empty event name.
+        _ => match n % 5000 {
+            9 => vec![header(1, "typed", 0), vec![0xAB; max_payload]],
+            19 => vec![header(1, "typed", 0), vec![0xAB; max_payload + 1]],
+            _ => vec![header(1, "", 0)],
+        },
+    }
+}
+
+async fn a_flood_of_hostile_messages_is_counted_and_the_node_keeps_serving() {
+    const MESSAGES: u64 = 100_000;
+    const MAX_PAYLOAD: usize = 64 * 1024;
+    let target = support::builder("target")
+        .max_payload(MAX_PAYLOAD)
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    target.on_request("typed", |req: Request| async move {
+        let n: u64 = req.decode()?;
+        Ok::<_, HandlerError>(n + 1)
+    });
+    let address = address(&target);
+
+    // A well-behaved peer keeps asking throughout.
+    let good = client("good").await;
+    good.connect(&address).await.unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = Arc::new(AtomicU64::new(0));
+    let asker = {
+        let (good, stop, answered) = (good.clone(), Arc::clone(&stop), Arc::clone(&answered));
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let reply: u64 = good.request("target", "typed", &n).await.unwrap();
+                assert_eq!(reply, n + 1);
+                answered.fetch_add(1, Ordering::Relaxed);
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+
+    let before = rss();
+    // The attacker: a raw libzmq DEALER, no handshake, never reads what comes back.
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let attacker = tokio::task::spawn_blocking(move || {
+        let ctx = zmq::Context::new();
+        let raw = ctx.socket(zmq::DEALER).unwrap();
+        raw.set_sndhwm(100_000).unwrap();
+        raw.set_linger(0).unwrap();
+        raw.connect(&address).unwrap();
+        let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
+        for n in 0..MESSAGES {
+            let frames = hostile(n, &mut rng, MAX_PAYLOAD);
+            raw.send_multipart(frames, 0).unwrap();
+        }
+        // Keep the connection (and its queue) until the node has taken everything.
+        let _ = released.recv_timeout(Duration::from_secs(90));
+    });
+    let sent = MESSAGES;
+
+    // Every hostile message is accounted for: invalid envelope, or refused as unjoined, or
+    // (if random bytes happened to form a reply) an unmatched reply.
+    let accounted = || {
+        let s = target.stats();
+        s.invalid_envelopes + s.unjoined_messages + s.unmatched_replies
+    };
+    for _ in 0..3000 {
+        if accounted() >= sent {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = release.send(());
+    attacker.await.unwrap();
+    assert_eq!(accounted(), sent, "{:?}", target.stats());
+    let stats = target.stats();
+    assert!(stats.invalid_envelopes > sent / 2, "{stats:?}");
+    assert!(stats.unjoined_messages > sent / 10, "{stats:?}");
+
+    stop.store(true, Ordering::Relaxed);
+    within("asker", asker).await.unwrap();
+    assert!(
+        answered.load(Ordering::Relaxed) > 10,
+        "the good peer was served throughout"
+    );
+    // Still serving after the flood.
+    let reply: u64 = good.request("target", "typed", &41u64).await.unwrap();
+    assert_eq!(reply, 42);
+    let growth = rss().saturating_sub(before);
+    assert!(
+        growth < 128 * 1024 * 1024,
+        "resident memory grew by {growth} bytes"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Dead peers: a server process killed with SIGKILL under load
+
+/// A child process, killed when dropped (even if the test fails).
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts this binary as a node process (`--child`) and waits until it is ready.
+fn spawn_node(args: &[&str]) -> (ChildGuard, std::io::BufReader<ChildStdout>) {
+    use std::io::BufRead;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .arg("--child")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the node process exited early"
+        );
+        if line.starts_with("ready") {
+            break;
+        }
+    }
+    (ChildGuard(child), out)
+}
+
+/// The node process (`faults --child --id ID --bind ADDR`): answers `echo` with its payload,
+/// prints `ready`, and runs until killed or until its standard input closes.
+async fn child(args: Vec<String>) {
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let mut builder = support::builder(&value("--id").unwrap_or_else(|| "child".into()));
+    if let Some(address) = value("--bind") {
+        builder = builder.bind(address);
+    }
+    let node = builder.build().await.unwrap();
+    node.on_request_service(
+        "echo",
+        tower::service_fn(|req: Request| async move {
+            Ok::<_, node::BoxError>(node::Response::raw(req.payload().clone()))
+        }),
+    );
+    println!("ready {}", node.address().unwrap_or_default());
+    let _ = tokio::task::spawn_blocking(|| {
+        let mut sink = String::new();
+        while std::io::stdin()
+            .read_line(&mut sink)
+            .map(|n| n > 0)
+            .unwrap_or(false)
+        {
+            sink.clear();
+        }
+    })
+    .await;
+    node.close().await;
+}
+
+/// A free loopback port (bound and released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn a_killed_server_fails_pending_requests_and_clients_rejoin_after_restart() {
+    let address = format!("tcp://127.0.0.1:{}", free_port());
+    let (server, _out) = spawn_node(&["--id", "victim", "--bind", &address]);
+    let client: Node = support::builder("client")
+        .request_timeout(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap();
+    let mut events = client.events();
+    client.connect(&address).await.unwrap();
+
+    // Load: 8 workers, each request carrying a unique nonce that the echo must return.
+    let sent = Arc::new(AtomicU64::new(0));
+    let replied = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..8u64 {
+        let (client, sent, replied, failed, stop) = (
+            client.clone(),
+            Arc::clone(&sent),
+            Arc::clone(&replied),
+            Arc::clone(&failed),
+            Arc::clone(&stop),
+        );
+        workers.push(tokio::spawn(async move {
+            let mut codes = HashSet::new();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let nonce = Bytes::from(format!("{w}:{i}"));
+                i += 1;
+                sent.fetch_add(1, Ordering::Relaxed);
+                match client
+                    .request_raw("victim", "echo", nonce.clone(), Duration::from_secs(3))
+                    .await
+                {
+                    Ok(reply) => {
+                        assert_eq!(reply, nonce, "a reply answered another request");
+                        replied.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        codes.insert(e.code());
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            }
+            codes
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before_kill = replied.load(Ordering::Relaxed);
+    assert!(before_kill > 0);
+
+    drop(server); // SIGKILL: no goodbye, no FIN from the node layer.
+    wait_for(&mut events, "victim left", |e| match e {
+        NodeEvent::PeerLeft { id, .. } if id.as_str() == "victim" => Some(()),
+        _ => None,
+    })
+    .await;
+
+    let (_restarted, _out2) = spawn_node(&["--id", "victim", "--bind", &address]);
+    wait_for(&mut events, "victim joined again", |e| match e {
+        NodeEvent::PeerJoined { id, .. } if id.as_str() == "victim" => Some(()),
+        _ => None,
+    })
+    .await;
+    let after_rejoin = replied.load(Ordering::Relaxed);
+    within("traffic resumes", async {
+        while replied.load(Ordering::Relaxed) < after_rejoin + 100 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+
+    stop.store(true, Ordering::Relaxed);
+    let mut codes = HashSet::new();
+    for worker in workers {
+        codes.extend(within("worker", worker).await.unwrap());
+    }
+    let (sent, replied, failed) = (
+        sent.load(Ordering::Relaxed),
+        replied.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+    );
+    assert_eq!(sent, replied + failed, "every request ended exactly once");
+    assert!(failed > 0, "requests pending at the kill must fail");
+    for code in &codes {
+        assert!(
+            matches!(
+                code,
+                ErrorCode::PeerLeft | ErrorCode::RequestTimeout | ErrorCode::NodeNotFound
+            ),
+            "unexpected error {code:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Overload
+
+async fn a_slow_handler_under_load_applies_backpressure_and_does_not_stall_other_peers() {
+    let server = support::builder("server")
+        .hwm(50)
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    server.on_request("slow", |_req: Request| async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok::<_, HandlerError>(())
+    });
+    server.on_request(
+        "fast",
+        |_req: Request| async move { Ok::<_, HandlerError>(()) },
+    );
+    let flooder = support::builder("flooder").hwm(50).build().await.unwrap();
+    let polite = client("polite").await;
+    flooder.connect(&address(&server)).await.unwrap();
+    polite.connect(&address(&server)).await.unwrap();
+
+    let before = rss();
+    // The flooder keeps 2,000 slow requests in flight, far more than the server answers.
+    let sent = Arc::new(AtomicU64::new(0));
+    let ended = Arc::new(AtomicU64::new(0));
+    let mut flood = Vec::new();
+    for _ in 0..2000 {
+        let (flooder, sent, ended) = (flooder.clone(), Arc::clone(&sent), Arc::clone(&ended));
+        flood.push(tokio::spawn(async move {
+            sent.fetch_add(1, Ordering::Relaxed);
+            let result = flooder
+                .request_timeout::<_, ()>("server", "slow", &(), Duration::from_secs(1))
+                .await;
+            ended.fetch_add(1, Ordering::Relaxed);
+            result.err().map(|e| e.code())
+        }));
+    }
+    // Meanwhile the polite peer's quick requests are answered.
+    for _ in 0..20 {
+        within(
+            "polite request",
+            polite.request_timeout::<_, ()>("server", "fast", &(), Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    }
+    let mut timeouts = 0;
+    for call in flood {
+        match within("flood call", call).await.unwrap() {
+            None => {}
+            Some(ErrorCode::RequestTimeout) => timeouts += 1,
+            Some(other) => panic!("unexpected error {other:?}"),
+        }
+    }
+    assert_eq!(sent.load(Ordering::Relaxed), ended.load(Ordering::Relaxed));
+    assert!(
+        timeouts > 0,
+        "the server cannot answer 2,000 slow requests in a second"
+    );
+    let growth = rss().saturating_sub(before);
+    assert!(
+        growth < 128 * 1024 * 1024,
+        "resident memory grew by {growth} bytes"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The harness
+
+type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if args.first().map(String::as_str) == Some("--child") {
+        runtime.block_on(child(args));
+        return;
+    }
+    let tests: [(&str, Test); 3] = [
+        (
+            "a_flood_of_hostile_messages_is_counted_and_the_node_keeps_serving",
+            || Box::pin(a_flood_of_hostile_messages_is_counted_and_the_node_keeps_serving()),
+        ),
+        (
+            "a_killed_server_fails_pending_requests_and_clients_rejoin_after_restart",
+            || Box::pin(a_killed_server_fails_pending_requests_and_clients_rejoin_after_restart()),
+        ),
+        (
+            "a_slow_handler_under_load_applies_backpressure_and_does_not_stall_other_peers",
+            || {
+                Box::pin(
+                    a_slow_handler_under_load_applies_backpressure_and_does_not_stall_other_peers(),
+                )
+            },
+        ),
+    ];
+    // `cargo test -- NAME` filters as libtest does (substring); `--list` lists.
+    let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in &tests {
+            println!("{name}: test");
+        }
+        return;
+    }
+    let (mut passed, mut failed) = (0, 0);
+    for (name, test) in tests {
+        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+            continue;
+        }
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            runtime.block_on(async { tokio::time::timeout(Duration::from_secs(120), test()).await })
+        }));
+        match outcome {
+            Ok(Ok(())) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Ok(Err(_)) => {
+                println!("test {name} ... FAILED (over 120 s)");
+                failed += 1;
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed += 1;
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,55 @@
+//! Helpers shared by the transport's socket tests.
+
+// Each test binary uses a subset.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use transport::{Event, Events, HandshakeFailure};
+
+/// Every await in these tests is bounded, so a bug fails the test instead of hanging CI.
+pub(crate) const LIMIT: Duration = Duration::from_secs(10);
+
+/// Awaits `fut`, failing the test with `what` after [`LIMIT`].
+pub(crate) async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// A message from static frames.
+pub(crate) fn frames(parts: &[&'static [u8]]) -> Vec<Bytes> {
+    parts.iter().map(|p| Bytes::from_static(p)).collect()
+}
+
+/// The next event for which `pick` returns something, within [`LIMIT`].
+pub(crate) async fn next_event<T>(
+    events: &mut Events,
+    what: &str,
+    mut pick: impl FnMut(&Event) -> Option<T>,
+) -> T {
+    within(what, async {
+        loop {
+            match events.recv().await {
+                Some(event) => {
+                    if let Some(found) = pick(&event) {
+                        return found;
+                    }
+                }
+                None => panic!("event stream ended while waiting for: {what}"),
+            }
+        }
+    })
+    .await
+}
+
+/// How the next ZMTP handshake ends: `Ok` on success, the reason on failure.
+pub(crate) async fn handshake_outcome(events: &mut Events) -> Result<(), HandshakeFailure> {
+    next_event(events, "handshake outcome", |event| match event {
+        Event::HandshakeSucceeded { .. } => Some(Ok(())),
+        Event::HandshakeFailed { reason, .. } => Some(Err(*reason)),
+        _ => None,
+    })
+    .await
+}
