@@ -279,6 +279,7 @@ fn run(args: &RunArgs) -> Result<ExitCode> {
         out: args.out.clone(),
     };
 
+    let load_before = report::load_average();
     let exe = std::env::current_exe()?;
     let targets = targets(&args);
     eprintln!(
@@ -328,7 +329,12 @@ fn run(args: &RunArgs) -> Result<ExitCode> {
         windows: args.windows.clone(),
         layers: args.layers.clone(),
     };
-    let report = Report::new(Machine::here(cores), settings, points, failures);
+    let report = Report::new(
+        Machine::here(cores, load_before),
+        settings,
+        points,
+        failures,
+    );
     println!("{}", report.table());
     for file in report.write(&args.out)? {
         println!("wrote {}", file.display());

@@ -26,16 +26,34 @@ pub(crate) struct Machine {
     pub(crate) platform: String,
     /// The libzmq linked in (the `zmq` crate's bundled build).
     pub(crate) libzmq: String,
+    /// `/proc/loadavg` (1, 5, 15 minutes) when the run started: anything above the core
+    /// count means other work competed for the CPU during the run. `None` off Linux.
+    pub(crate) load_before: Option<String>,
+    /// `/proc/loadavg` when the run ended.
+    pub(crate) load_after: Option<String>,
+}
+
+/// The 1, 5 and 15 minute load averages, on Linux.
+pub(crate) fn load_average() -> Option<String> {
+    let text = fs::read_to_string("/proc/loadavg").ok()?;
+    Some(
+        text.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
 }
 
 impl Machine {
-    /// This machine.
-    pub(crate) fn here(cores: usize) -> Machine {
+    /// This machine, at the end of a run that started with `load_before`.
+    pub(crate) fn here(cores: usize, load_before: Option<String>) -> Machine {
         let (major, minor, patch) = zmq::version();
         Machine {
             cores,
             platform: format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
             libzmq: format!("{major}.{minor}.{patch}"),
+            load_before,
+            load_after: load_average(),
         }
     }
 
@@ -202,11 +220,14 @@ impl Report {
         let _ = writeln!(
             out,
             "x raw: throughput over raw libzmq's at the same size and window, same run.\n\
-             {}s warm-up, {}s measured per point; libzmq {} on {}.\n{}",
+             {}s warm-up, {}s measured per point; libzmq {} on {}; load average {} before, \
+             {} after.\n{}",
             self.settings.warmup_s,
             self.settings.duration_s,
             self.machine.libzmq,
             self.machine.platform,
+            self.machine.load_before.as_deref().unwrap_or("unknown"),
+            self.machine.load_after.as_deref().unwrap_or("unknown"),
             self.note
         );
         out
@@ -282,6 +303,11 @@ fn colour(layer: Layer) -> RGBColor {
 /// Panel size of one small multiple, in pixels.
 const PANEL: (u32, u32) = (520, 340);
 
+/// Canvas size of a grid of panels, with room for the title.
+fn canvas(rows: usize, cols: usize) -> (u32, u32) {
+    ((PANEL.0 * cols as u32).max(640), PANEL.1 * rows as u32 + 50)
+}
+
 /// Rows and columns of a grid of `n` panels: two columns from two panels on.
 fn grid(n: usize) -> (usize, usize) {
     let cols = n.clamp(1, 2);
@@ -300,12 +326,11 @@ fn throughput_chart(report: &Report, path: &Path) -> PlotResult {
     sizes.sort_unstable();
     sizes.dedup();
     let (rows, cols) = grid(sizes.len());
-    let root = SVGBackend::new(path, (PANEL.0 * cols as u32, PANEL.1 * rows as u32 + 70))
-        .into_drawing_area();
+    let root = SVGBackend::new(path, canvas(rows, cols)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(
         &format!(
-            "Throughput against window, client and server processes on {} cores",
+            "Throughput against window ({} cores shared by client and server)",
             report.machine.cores
         ),
         ("sans-serif", 18),
@@ -376,12 +401,11 @@ fn latency_chart(report: &Report, path: &Path) -> PlotResult {
     sizes.sort_unstable();
     sizes.dedup();
     let (rows, cols) = grid(sizes.len());
-    let root = SVGBackend::new(path, (PANEL.0 * cols as u32, PANEL.1 * rows as u32 + 70))
-        .into_drawing_area();
+    let root = SVGBackend::new(path, canvas(rows, cols)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(
         &format!(
-            "Round-trip latency at window 1, client and server processes on {} cores",
+            "Latency at window 1 ({} cores shared by client and server)",
             report.machine.cores
         ),
         ("sans-serif", 18),
@@ -393,25 +417,41 @@ fn latency_chart(report: &Report, path: &Path) -> PlotResult {
             .filter(|p| p.size == size)
             .filter_map(|p| p.latency_us.map(|l| (p.layer, l)))
             .collect();
-        let top = here.iter().map(|(_, l)| l.p99).fold(0.0, f64::max).max(1.0) * 1.15;
+        // Log scale: a p99 is often ten times the median on a shared machine.
+        let top = here.iter().map(|(_, l)| l.p99).fold(1.0, f64::max) * 1.5;
+        let bottom = here.iter().map(|(_, l)| l.p50).fold(top, f64::min).max(0.1) / 1.5;
         let mut chart = ChartBuilder::on(panel)
             .caption(format!("{size} B payload"), ("sans-serif", 15))
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
-            .build_cartesian_2d(45.0..100.0, 0.0..top)?;
+            .build_cartesian_2d((0..2).into_segmented(), (bottom..top).log_scale())?;
         chart
             .configure_mesh()
+            .disable_x_mesh()
             .x_desc("percentile")
-            .y_desc("microseconds")
-            .x_label_formatter(&|q| format!("p{q:.0}"))
+            .y_desc("microseconds (log scale)")
+            .x_label_formatter(&|q| {
+                match q {
+                    SegmentValue::CenterOf(0) => "p50",
+                    SegmentValue::CenterOf(1) => "p95",
+                    SegmentValue::CenterOf(2) => "p99",
+                    _ => "",
+                }
+                .to_owned()
+            })
+            .y_label_formatter(&|us| format!("{us:.0}"))
             .draw()?;
         for (layer, l) in here {
             let c = colour(layer);
             chart
                 .draw_series(
                     LineSeries::new(
-                        [(50.0, l.p50), (95.0, l.p95), (99.0, l.p99)],
+                        [
+                            (SegmentValue::CenterOf(0), l.p50),
+                            (SegmentValue::CenterOf(1), l.p95),
+                            (SegmentValue::CenterOf(2), l.p99),
+                        ],
                         c.stroke_width(2),
                     )
                     .point_size(3),
@@ -456,7 +496,7 @@ mod tests {
             latency_us,
         };
         Report::new(
-            Machine::here(2),
+            Machine::here(2, None),
             Settings {
                 warmup_s: 1.0,
                 duration_s: 1.0,

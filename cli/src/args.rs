@@ -63,6 +63,10 @@ pub(crate) struct NodeArgs {
     /// Print one line per request and tick received.
     #[arg(short, long)]
     pub(crate) verbose: bool,
+    /// Run as a router node: forward requests and ticks that its peers cannot deliver
+    /// themselves (to ids they are not joined to, or filters nothing near them matches).
+    #[arg(long)]
+    pub(crate) router: bool,
 }
 
 impl NodeArgs {

@@ -41,7 +41,8 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
     let mut builder = Node::builder()
         .options(args.options())
         .handshake_timeout(Duration::from_millis(args.connect_timeout))
-        .close_grace(CLOSE_GRACE);
+        .close_grace(CLOSE_GRACE)
+        .router(args.router);
     if let Some(id) = &args.id {
         builder = builder.id(id.as_str());
     }

@@ -331,3 +331,40 @@ fn filters_need_any_or_all() {
     assert_eq!(run.status.code(), Some(2));
     assert!(run.failed().contains("--any"));
 }
+
+#[test]
+fn a_router_node_forwards_to_nodes_the_caller_is_not_joined_to() {
+    let mut router = server(&["--router"]);
+    let mut worker = NodeProcess::start(&[
+        "--id",
+        "w1",
+        "--connect",
+        &router.address,
+        "-o",
+        "role=worker",
+    ]);
+    worker.wait_for("w1 ready", |l| l == "node w1 ready");
+    router.wait_for("w1 joining", |l| l.starts_with("peer joined w1"));
+
+    // The short-lived request node is joined to the router (srv) only.
+    let run = zeronode(&[
+        "request",
+        "--connect",
+        &router.address,
+        "--to",
+        "w1",
+        "ping",
+    ]);
+    assert_eq!(run.ok().trim(), "\"pong\"");
+    let run = zeronode(&[
+        "request",
+        "--connect",
+        &router.address,
+        "--any",
+        "-f",
+        "role=worker",
+        "echo",
+        "[1,2]",
+    ]);
+    assert_eq!(run.ok().trim(), "[1,2]");
+}

@@ -396,10 +396,15 @@ async fn main() -> Result {
         );
         workers.push(w);
     }
+    println!("traffic:");
     println!(
-        "traffic: each gateway keeps {WINDOW} requests in flight (by filter, least in flight first; and by id);\n         \
-         gateways tick config:push to layer B every {CONFIG_PUSH_EVERY:?}, workers tick stats:report to layer A every \
-         {STATS_REPORT_EVERY:?} and ask a gateway for quota:check every {QUOTA_CHECK_EVERY:?}"
+        "  each gateway keeps {WINDOW} requests in flight to the workers: image:resize by filter \
+         (least in flight first), worker:status by id"
+    );
+    println!("  each gateway ticks config:push to layer B every {CONFIG_PUSH_EVERY:?}");
+    println!(
+        "  each worker asks any gateway for quota:check every {QUOTA_CHECK_EVERY:?} and ticks \
+         stats:report to layer A every {STATS_REPORT_EVERY:?}"
     );
 
     let started = Instant::now();
