@@ -303,6 +303,23 @@ fn colour(layer: Layer) -> RGBColor {
 /// Panel size of one small multiple, in pixels.
 const PANEL: (u32, u32) = (520, 340);
 
+/// Labels for a log axis from `lo` to `hi`: 1, 2 and 5 times each power of ten (plotters
+/// labels only the powers themselves, too few over one decade).
+fn log_labels(lo: f64, hi: f64) -> Vec<f64> {
+    let mut labels = Vec::new();
+    let mut decade = 10f64.powi(lo.max(1e-3).log10().floor() as i32);
+    while decade <= hi {
+        for step in [1.0, 2.0, 5.0] {
+            let value = decade * step;
+            if (lo..=hi).contains(&value) {
+                labels.push(value);
+            }
+        }
+        decade *= 10.0;
+    }
+    labels
+}
+
 /// Canvas size of a grid of panels, with room for the title.
 fn canvas(rows: usize, cols: usize) -> (u32, u32) {
     ((PANEL.0 * cols as u32).max(640), PANEL.1 * rows as u32 + 50)
@@ -425,7 +442,12 @@ fn latency_chart(report: &Report, path: &Path) -> PlotResult {
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
-            .build_cartesian_2d((0..2).into_segmented(), (bottom..top).log_scale())?;
+            .build_cartesian_2d(
+                (0..2).into_segmented(),
+                (bottom..top)
+                    .log_scale()
+                    .with_key_points(log_labels(bottom, top)),
+            )?;
         chart
             .configure_mesh()
             .disable_x_mesh()
@@ -552,6 +574,15 @@ mod tests {
         assert!(svg.starts_with("<svg"));
         assert!(svg.contains("transport") || svg.contains("node"));
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn log_labels_are_one_two_five() {
+        assert_eq!(
+            log_labels(15.0, 1200.0),
+            [20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]
+        );
+        assert_eq!(log_labels(1.0, 1.0), [1.0]);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! Client <-> Server request measured in the same run, and one-way tick throughput.
 //!
 //! `cargo bench -p node`. Groups: `request/{size}B/window={1,100}` with the functions
-//! `protocol` and `node`; `tick/{size}B` (one way, counted by the receiver).
+//! `protocol` and `node`; `hop/{size}B/window={1,100}` with `direct` and `via-router` (the
+//! cost of one router hop); `tick/{size}B` (one way, counted by the receiver).
 //! Each server has its own thread and runtime, as a server process would; the client runs on
 //! criterion's thread.
 
@@ -127,15 +128,30 @@ fn layers(c: &mut Criterion) {
             .unwrap()
     });
 
-    // A node server with a raw echo handler and a tick counter.
+    // A router node, on its own thread as a router process would be.
+    let (router_endpoint, _router) = spawn_server(|endpoint, stopped| async move {
+        let router = node_builder("bench-router")
+            .router(true)
+            .bind("tcp://127.0.0.1:0")
+            .build()
+            .await
+            .unwrap();
+        endpoint.send(router.address().unwrap()).unwrap();
+        let _ = stopped.await;
+        router.close().await;
+    });
+
+    // A node server with a raw echo handler and a tick counter, also joined to the router.
     let ticks = Arc::new(AtomicU64::new(0));
     let counted = Arc::clone(&ticks);
+    let server_router = router_endpoint.clone();
     let (node_endpoint, _node_server) = spawn_server(move |endpoint, stopped| async move {
         let server = node_builder("bench-server")
             .bind("tcp://127.0.0.1:0")
             .build()
             .await
             .unwrap();
+        server.connect(&server_router).await.unwrap();
         server.on_request_service(
             "echo",
             tower::service_fn(|req: Request| async move {
@@ -153,6 +169,12 @@ fn layers(c: &mut Criterion) {
     let client_node = runtime.block_on(async {
         let node = node_builder("bench-client").build().await.unwrap();
         node.connect(&node_endpoint).await.unwrap();
+        node
+    });
+    // A client joined to the router only: its requests to bench-server take one hop.
+    let routed_node = runtime.block_on(async {
+        let node = node_builder("bench-routed").build().await.unwrap();
+        node.connect(&router_endpoint).await.unwrap();
         node
     });
 
@@ -183,6 +205,24 @@ fn layers(c: &mut Criterion) {
             });
             group.finish();
         }
+        if size == 100 || size == 1000 {
+            for window in WINDOWS {
+                let mut group = c.benchmark_group(format!("hop/{size}B/window={window}"));
+                group.throughput(Throughput::Elements(1));
+                for (name, node) in [("direct", &client_node), ("via-router", &routed_node)] {
+                    group.bench_function(BenchmarkId::from_parameter(name), |b| {
+                        b.iter_custom(|iters| {
+                            runtime.block_on(drive(window, iters, || async {
+                                node.request_raw("bench-server", "echo", payload.clone(), TIMEOUT)
+                                    .await
+                                    .unwrap();
+                            }))
+                        })
+                    });
+                }
+                group.finish();
+            }
+        }
         let mut group = c.benchmark_group("tick");
         group.throughput(Throughput::Elements(1));
         group.bench_function(format!("{size}B"), |b| {
@@ -207,6 +247,7 @@ fn layers(c: &mut Criterion) {
         group.finish();
     }
     runtime.block_on(async {
+        routed_node.close().await;
         client_node.close().await;
         client.close().await;
     });

@@ -995,6 +995,9 @@ impl Node {
             });
         }
         inner.state.lock().routes.clear();
+        // Handlers often hold a clone of their node (to send from a handler): dropping them
+        // here breaks that cycle, so a closed node is freed.
+        *inner.handlers.lock() = Handlers::default();
         inner.emit(NodeEvent::Stopped);
         tracing::debug!(node = %inner.id, "closed");
     }
