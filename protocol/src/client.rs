@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use transport::{Dealer, Event, HandshakeFailure, Options, PeerId};
 
 use crate::conversation::{Conversation, Rejected, Stats};
-use crate::envelope::{check_user_event, Envelope, SYSTEM_PREFIX};
+use crate::envelope::{check_system_event, check_user_event, Envelope};
 use crate::error::{Error, Result};
 use crate::handler::{RequestHandler, TickHandler};
 
@@ -205,9 +205,7 @@ impl Client {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Envelope> {
-        if !event.starts_with(SYSTEM_PREFIX) {
-            return Err(Error::InvalidEvent(event.to_owned()));
-        }
+        check_system_event(event)?;
         self.conversation
             .request(&server(), event, metadata, payload, timeout)
             .await
@@ -215,9 +213,7 @@ impl Client {
 
     /// Sends a system tick (event in the `_system:` namespace; for the node layer).
     pub async fn system_tick(&self, event: &str, payload: Bytes) -> Result<()> {
-        if !event.starts_with(SYSTEM_PREFIX) {
-            return Err(Error::InvalidEvent(event.to_owned()));
-        }
+        check_system_event(event)?;
         self.conversation
             .tick(&server(), event, Bytes::new(), payload)
             .await

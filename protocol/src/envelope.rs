@@ -359,6 +359,15 @@ pub(crate) fn check_user_event(event: &str) -> Result<(), Error> {
     check_event(event)
 }
 
+/// Checks an event name the node layer sends as a system message: it must be in the
+/// reserved namespace.
+pub(crate) fn check_system_event(event: &str) -> Result<(), Error> {
+    if !event.starts_with(SYSTEM_PREFIX) {
+        return Err(Error::InvalidEvent(event.to_owned()));
+    }
+    Ok(())
+}
+
 /// Checks an event name: not empty and not too long.
 pub(crate) fn check_event(event: &str) -> Result<(), Error> {
     if event.is_empty() || event.len() > MAX_EVENT_LEN {

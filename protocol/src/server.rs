@@ -8,7 +8,7 @@ use transport::{Events, Options, PeerId, Router};
 
 use crate::client::DEFAULT_MAX_PAYLOAD;
 use crate::conversation::{Conversation, Rejected, Stats};
-use crate::envelope::{check_user_event, Envelope, SYSTEM_PREFIX};
+use crate::envelope::{check_system_event, check_user_event, Envelope};
 use crate::error::{Error, Result};
 use crate::handler::{RequestHandler, TickHandler};
 
@@ -107,9 +107,7 @@ impl Server {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Envelope> {
-        if !event.starts_with(SYSTEM_PREFIX) {
-            return Err(Error::InvalidEvent(event.to_owned()));
-        }
+        check_system_event(event)?;
         self.conversation
             .request(peer, event, metadata, payload, timeout)
             .await
@@ -117,9 +115,7 @@ impl Server {
 
     /// Sends a system tick to `peer` (event in the `_system:` namespace).
     pub async fn system_tick(&self, peer: &PeerId, event: &str, payload: Bytes) -> Result<()> {
-        if !event.starts_with(SYSTEM_PREFIX) {
-            return Err(Error::InvalidEvent(event.to_owned()));
-        }
+        check_system_event(event)?;
         self.conversation
             .tick(peer, event, Bytes::new(), payload)
             .await
@@ -128,9 +124,7 @@ impl Server {
     /// Sends a system tick to `peer` without waiting: a peer whose queue is full (it is not
     /// reading) gets [`Error::Transport`] with `QueueFull` instead of holding us up.
     pub async fn try_system_tick(&self, peer: &PeerId, event: &str, payload: Bytes) -> Result<()> {
-        if !event.starts_with(SYSTEM_PREFIX) {
-            return Err(Error::InvalidEvent(event.to_owned()));
-        }
+        check_system_event(event)?;
         self.conversation.try_tick(peer, event, payload).await
     }
 
