@@ -61,10 +61,11 @@ impl Machine {
     pub(crate) fn note(&self) -> String {
         format!(
             "Client and server are two processes on one {}-core machine: they share its CPU \
-             with each other (and with anything else running), so absolute numbers are lower \
-             than across two machines and noisy (the same point varies by up to 2x between \
-             runs on a shared machine). Compare rows of the same run: ratios to raw libzmq \
-             measured in the same run are steadier than the absolute numbers.",
+             with each other and with anything else running, so absolute numbers are lower \
+             than across two machines and noisy. With a load average above the core count \
+             (recorded below) the same point varied by up to 5x between two runs here, most \
+             at window 1. Compare rows of the same run (measured seconds apart), and repeat \
+             a run before trusting a single ratio.",
             self.cores
         )
     }

@@ -258,6 +258,12 @@ pub struct NodeStats {
     pub unmatched_replies: u64,
     /// Requests of ours that ended with a timeout.
     pub timeouts: u64,
+    /// Requests this node sent (system requests included).
+    pub requests_sent: u64,
+    /// Ticks this node sent (heartbeats included).
+    pub ticks_sent: u64,
+    /// Ticks this node received (heartbeats included).
+    pub ticks_received: u64,
 }
 
 /// A zeronode node: binds at most one address, connects to any number of nodes, and talks to
@@ -924,6 +930,9 @@ impl Node {
             stats.invalid_envelopes += c.invalid_envelopes;
             stats.unmatched_replies += c.unmatched_replies;
             stats.timeouts += c.timeouts;
+            stats.requests_sent += c.requests_sent;
+            stats.ticks_sent += c.ticks_sent;
+            stats.ticks_received += c.ticks_handled;
         }
         stats
     }

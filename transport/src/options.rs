@@ -215,7 +215,10 @@ impl Options {
                 "heartbeat_timeout",
                 socket.set_heartbeat_timeout(millis(hb.timeout)),
             )?;
-            set("heartbeat_ttl", socket.set_heartbeat_ttl(millis(hb.ttl)))?;
+            // libzmq carries the TTL in deciseconds in a 16-bit field and refuses more than
+            // 6553.5 s; a longer wish means "practically forever".
+            let ttl = millis(hb.ttl).min(MAX_HEARTBEAT_TTL_MS);
+            set("heartbeat_ttl", socket.set_heartbeat_ttl(ttl))?;
         }
         if router {
             set(
@@ -264,6 +267,9 @@ impl Options {
         Ok(())
     }
 }
+
+/// The longest ZMTP heartbeat TTL libzmq accepts, in milliseconds.
+const MAX_HEARTBEAT_TTL_MS: i32 = 6_553_500;
 
 /// A duration as libzmq's milliseconds, saturating.
 fn millis(d: Duration) -> i32 {
