@@ -597,3 +597,48 @@ async fn a_ring_of_three_nodes_forwards_around() {
         .unwrap();
     assert_eq!(path, ["start", "n1", "n2", "n0"]);
 }
+
+#[tokio::test]
+async fn a_protocol_version_mismatch_is_refused_with_a_typed_error_on_both_sides() {
+    #[derive(serde::Serialize)]
+    struct Hello {
+        id: String,
+        instance: String,
+        version: u32,
+        options: node::Options,
+    }
+    let a = server("a").await;
+    let mut events = a.events();
+    // A peer from the future: speaks the envelope, but a node protocol version we do not.
+    let client = protocol::Client::connect(&address(&a), LIMIT)
+        .await
+        .unwrap();
+    let hello = Hello {
+        id: "future".into(),
+        instance: "x".into(),
+        version: node::PROTOCOL_VERSION + 1,
+        options: node::Options::new(),
+    };
+    let refused = client
+        .system_request(
+            "_system:handshake",
+            Bytes::new(),
+            protocol::encode_value(&hello).unwrap(),
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap_err();
+    match refused {
+        protocol::Error::Remote(remote) => {
+            assert_eq!(remote.code, "VERSION_MISMATCH");
+            assert_eq!(remote.message, node::PROTOCOL_VERSION.to_string());
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    wait_for(&mut events, "a reports the refusal", |e| match e {
+        NodeEvent::Error { message, .. } if message.contains("protocol version") => Some(()),
+        _ => None,
+    })
+    .await;
+    assert!(a.peer("future").is_none());
+}
