@@ -53,3 +53,8 @@ pub use node::{Node, NodeStats, Target, PROTOCOL_VERSION};
 pub use options::{Options, Value};
 pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
 pub use tower::BoxError;
+
+/// The README's code example, compiled and run as a doctest so it cannot go stale.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
