@@ -10,86 +10,22 @@
 // criterion's macros generate undocumented functions.
 #![allow(missing_docs)]
 
+#[path = "../../protocol/benches/support/mod.rs"]
+mod support;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use futures::stream::FuturesUnordered;
-use futures::StreamExt;
 use node::{Node, Request, Response};
 use protocol::{request_fn, Client, Server};
+use support::{drive, spawn_server};
 
 const SIZES: [usize; 4] = [100, 500, 1000, 2000];
 const WINDOWS: [usize; 2] = [1, 100];
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Runs `serve` on its own thread and current-thread runtime until the guard drops.
-fn spawn_server<F, Fut>(serve: F) -> (String, ServerGuard)
-where
-    F: FnOnce(std::sync::mpsc::Sender<String>, tokio::sync::oneshot::Receiver<()>) -> Fut
-        + Send
-        + 'static,
-    Fut: std::future::Future<Output = ()>,
-{
-    let (endpoint_tx, endpoint_rx) = std::sync::mpsc::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let handle = thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(serve(endpoint_tx, stopped));
-    });
-    let endpoint = endpoint_rx.recv().unwrap();
-    (
-        endpoint,
-        ServerGuard {
-            stop: Some(stop),
-            handle: Some(handle),
-        },
-    )
-}
-
-struct ServerGuard {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    handle: Option<thread::JoinHandle<()>>,
-}
-
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(handle) = self.handle.take() {
-            let _ = handle.join();
-        }
-    }
-}
-
-/// Keeps `window` calls in flight until `total` completed.
-async fn drive<F, Fut>(window: usize, total: u64, mut call: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let start = Instant::now();
-    let mut in_flight = FuturesUnordered::new();
-    let mut started = 0u64;
-    while started < total && in_flight.len() < window {
-        in_flight.push(call());
-        started += 1;
-    }
-    while in_flight.next().await.is_some() {
-        if started < total {
-            in_flight.push(call());
-            started += 1;
-        }
-    }
-    start.elapsed()
-}
 
 /// The client's runtime runs only while criterion measures; between samples it is idle, so
 /// heartbeats are slowed down enough that nobody is declared dead in those pauses.

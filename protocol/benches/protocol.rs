@@ -9,14 +9,15 @@
 // criterion's macros generate undocumented functions.
 #![allow(missing_docs)]
 
-use std::thread;
+#[path = "support/mod.rs"]
+mod support;
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use futures::stream::FuturesUnordered;
-use futures::StreamExt;
 use protocol::{encode_value, request_fn, Client, Envelope, Kind, Server};
+use support::{drive, spawn_server};
 use transport::{Dealer, Options, Router};
 
 const SIZES: [usize; 4] = [100, 500, 1000, 2000];
@@ -79,71 +80,6 @@ mod serde_bytes_like {
             d.deserialize_any(V)
         }
     }
-}
-
-/// Runs `serve` on its own thread with its own current-thread runtime; returns the endpoint
-/// it bound and a guard that stops it.
-fn spawn_server<F, Fut>(serve: F) -> (String, ServerGuard)
-where
-    F: FnOnce(std::sync::mpsc::Sender<String>, tokio::sync::oneshot::Receiver<()>) -> Fut
-        + Send
-        + 'static,
-    Fut: std::future::Future<Output = ()>,
-{
-    let (endpoint_tx, endpoint_rx) = std::sync::mpsc::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let handle = thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(serve(endpoint_tx, stopped));
-    });
-    (
-        endpoint_rx.recv().unwrap(),
-        ServerGuard {
-            stop: Some(stop),
-            handle: Some(handle),
-        },
-    )
-}
-
-struct ServerGuard {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    handle: Option<thread::JoinHandle<()>>,
-}
-
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(handle) = self.handle.take() {
-            let _ = handle.join();
-        }
-    }
-}
-
-/// Keeps `window` calls in flight until `total` completed.
-async fn drive<F, Fut>(window: usize, total: u64, mut call: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let start = Instant::now();
-    let mut in_flight = FuturesUnordered::new();
-    let mut started = 0u64;
-    while started < total && in_flight.len() < window {
-        in_flight.push(call());
-        started += 1;
-    }
-    while in_flight.next().await.is_some() {
-        if started < total {
-            in_flight.push(call());
-            started += 1;
-        }
-    }
-    start.elapsed()
 }
 
 fn request(c: &mut Criterion) {
