@@ -1504,6 +1504,13 @@ async fn on_downstream_request(
     incoming: Incoming,
 ) -> std::result::Result<Answer, RemoteError> {
     if incoming.event() == HANDSHAKE {
+        // A closing node takes no new peers (they would join and be dropped at once).
+        if inner.closing.load(Ordering::Acquire) {
+            return Err(RemoteError::new(
+                RemoteError::SHUTTING_DOWN,
+                "the node is closing",
+            ));
+        }
         return handshake_downstream(&inner, server, &incoming);
     }
     let Some(from) = downstream_peer(&inner, &incoming.from) else {
