@@ -305,6 +305,25 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// Counts a request being handled, for graceful close; the count goes down however the
+/// handling ends (answered, or dropped by an aborted server).
+struct Handling<'a>(&'a Inner);
+
+impl<'a> Handling<'a> {
+    fn start(inner: &'a Inner) -> Handling<'a> {
+        inner.handling.fetch_add(1, Ordering::AcqRel);
+        Handling(inner)
+    }
+}
+
+impl Drop for Handling<'_> {
+    fn drop(&mut self) {
+        if self.0.handling.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.handled.notify_waiters();
+        }
+    }
+}
+
 /// Decrements the in-flight count of a peer when a request to it ends, however it ends.
 struct InFlight(Arc<AtomicUsize>);
 
@@ -1099,20 +1118,16 @@ impl Inner {
                 "the node is closing and takes no new requests",
             ));
         }
-        let event = incoming.event().to_owned();
-        let stack = self.handlers.lock().request_stack(&event);
+        let stack = self.handlers.lock().request_stack(incoming.event());
         let Some(stack) = stack else {
             return Err(RemoteError::new(
                 RemoteError::NO_HANDLER,
-                format!("no handler for {event:?}"),
+                format!("no handler for {:?}", incoming.event()),
             ));
         };
-        self.handling.fetch_add(1, Ordering::AcqRel);
+        let _handling = Handling::start(self);
         let result = handler::call(stack, Request::new(from, incoming)).await;
         self.answered.fetch_add(1, Ordering::Relaxed);
-        if self.handling.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.handled.notify_waiters();
-        }
         result.map(Answer::from)
     }
 
