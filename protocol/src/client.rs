@@ -91,6 +91,12 @@ impl Client {
                     Event::Disconnected { .. } => {
                         let failed = conversation.fail_all(|| Error::ConnectionLost);
                         tracing::debug!(failed, "connection lost; pending requests failed");
+                        // A refused connection is closed right after the refusal: the state
+                        // stays Refused (until a later handshake succeeds) so that whoever
+                        // waits sees why.
+                        if matches!(*state_tx.borrow(), Connection::Refused(_)) {
+                            continue;
+                        }
                         Connection::Connecting
                     }
                     _ => continue,
@@ -106,7 +112,13 @@ impl Client {
                 match &*state.borrow_and_update() {
                     Connection::Connected => return Ok(()),
                     Connection::Closed => return Err(Error::Closed),
-                    _ => {}
+                    Connection::Refused(reason) => {
+                        return Err(Error::Refused {
+                            endpoint: endpoint.to_owned(),
+                            reason: *reason,
+                        })
+                    }
+                    Connection::Connecting => {}
                 }
                 if state.changed().await.is_err() {
                     return Err(Error::Closed);

@@ -16,7 +16,7 @@ use futures::{FutureExt, StreamExt};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
-use transport::PeerId;
+use transport::{Key, PeerId};
 
 use crate::envelope::{check_event, encode_value, Envelope, Frames, Kind};
 use crate::error::{Error, RemoteError, Result};
@@ -335,15 +335,15 @@ impl<L: Link> Conversation<L> {
             tokio::select! {
                 biased;
                 received = self.link.recv() => match received {
-                    Ok((peer, frames)) => {
-                        if let Some(work) = self.on_message(peer, frames, closing) {
+                    Ok((peer, key, frames)) => {
+                        if let Some(work) = self.on_message(peer, key, frames, closing) {
                             start(&mut running, work);
                         }
                         // Take what else is already waiting: one wake-up, many messages.
                         for _ in 0..BATCH {
                             match self.link.try_recv() {
-                                Ok(Some((peer, frames))) => {
-                                    if let Some(work) = self.on_message(peer, frames, closing) {
+                                Ok(Some((peer, key, frames))) => {
+                                    if let Some(work) = self.on_message(peer, key, frames, closing) {
                                         start(&mut running, work);
                                     }
                                 }
@@ -404,6 +404,7 @@ impl<L: Link> Conversation<L> {
     fn on_message(
         self: &Arc<Self>,
         peer: PeerId,
+        key: Option<Key>,
         frames: Vec<Bytes>,
         closing: bool,
     ) -> Option<futures::future::BoxFuture<'static, ()>> {
@@ -432,8 +433,8 @@ impl<L: Link> Conversation<L> {
                 };
                 self.counters.ticks_handled.fetch_add(1, Ordering::Relaxed);
                 let this = Arc::clone(self);
-                let work = AssertUnwindSafe(handler(Incoming::from_envelope(peer, envelope)))
-                    .catch_unwind();
+                let work =
+                    AssertUnwindSafe(handler(Incoming::new(peer, key, envelope))).catch_unwind();
                 Some(Box::pin(async move {
                     if work.await.is_err() {
                         this.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
@@ -465,9 +466,8 @@ impl<L: Link> Conversation<L> {
                         this.answer(&peer, id, Err(missing)).await;
                     }));
                 };
-                let work =
-                    AssertUnwindSafe(handler(Incoming::from_envelope(peer.clone(), envelope)))
-                        .catch_unwind();
+                let work = AssertUnwindSafe(handler(Incoming::new(peer.clone(), key, envelope)))
+                    .catch_unwind();
                 Some(Box::pin(async move {
                     let result = match work.await {
                         Ok(result) => result,

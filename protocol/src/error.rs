@@ -84,6 +84,8 @@ pub enum ErrorCode {
     InvalidEvent,
     /// A payload could not be encoded or decoded.
     Serialization,
+    /// The server refused the connection's handshake (security).
+    Refused,
     /// The transport failed.
     Transport,
 }
@@ -181,6 +183,17 @@ pub enum Error {
         /// The endpoint.
         endpoint: String,
     },
+    /// The server refused the connection during the security handshake: our key is not on
+    /// its allow-list, we spoke plaintext to a CURVE server (or the reverse), or the server's
+    /// public key we were given is not the server's. Returned by `connect` at once; libzmq
+    /// does not retry an endpoint that refused it this way.
+    #[error("{endpoint} refused the connection: {reason}")]
+    Refused {
+        /// The endpoint.
+        endpoint: String,
+        /// What libzmq reported.
+        reason: transport::HandshakeFailure,
+    },
     /// The transport layer failed.
     #[error(transparent)]
     Transport(#[from] transport::Error),
@@ -195,6 +208,7 @@ impl Error {
             Error::NoHandler { .. } => ErrorCode::NoHandler,
             Error::NotConnected | Error::ConnectTimeout { .. } => ErrorCode::NotConnected,
             Error::ConnectionLost => ErrorCode::ConnectionLost,
+            Error::Refused { .. } => ErrorCode::Refused,
             Error::Closed => ErrorCode::Closed,
             Error::InvalidEnvelope(_) => ErrorCode::InvalidEnvelope,
             Error::ReservedEvent(_) => ErrorCode::ReservedEvent,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
-use transport::PeerId;
+use transport::{Key, PeerId};
 
 use crate::envelope::{decode_value, Envelope};
 use crate::error::{RemoteError, Result};
@@ -18,13 +18,29 @@ use crate::error::{RemoteError, Result};
 pub struct Incoming {
     /// The sender's routing id (empty on a Client: the sender is its server).
     pub from: PeerId,
+    key: Option<Key>,
     envelope: Envelope,
 }
 
 impl Incoming {
     /// An incoming message from `from` (for tests and for layers that forward messages).
     pub fn from_envelope(from: PeerId, envelope: Envelope) -> Incoming {
-        Incoming { from, envelope }
+        Incoming::new(from, None, envelope)
+    }
+
+    /// An incoming message from `from`, authenticated with CURVE public key `key`.
+    pub fn new(from: PeerId, key: Option<Key>, envelope: Envelope) -> Incoming {
+        Incoming {
+            from,
+            key,
+            envelope,
+        }
+    }
+
+    /// The sender's CURVE public key, as libzmq authenticated it during the handshake: set
+    /// on a server whose socket is a CURVE server, `None` otherwise.
+    pub fn peer_key(&self) -> Option<&Key> {
+        self.key.as_ref()
     }
 
     /// The event name.

@@ -4,7 +4,11 @@
 use std::future::Future;
 
 use bytes::Bytes;
-use transport::{Dealer, PeerId, Router};
+use transport::{Dealer, Key, PeerId, Router};
+
+/// One received message: who sent it, the sender's CURVE public key when the socket is a
+/// CURVE server (libzmq authenticated it during the handshake), and the frames.
+pub(crate) type Received = (PeerId, Option<Key>, Vec<Bytes>);
 
 /// A socket the conversation can drive. Private to the crate.
 pub(crate) trait Link: Clone + Send + Sync + 'static {
@@ -23,10 +27,10 @@ pub(crate) trait Link: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a;
 
     /// Receives the next message and who sent it (an empty id for a Dealer's remote).
-    fn recv(&self) -> impl Future<Output = transport::Result<(PeerId, Vec<Bytes>)>> + Send + '_;
+    fn recv(&self) -> impl Future<Output = transport::Result<Received>> + Send + '_;
 
     /// Receives a message if one is already waiting.
-    fn try_recv(&self) -> transport::Result<Option<(PeerId, Vec<Bytes>)>>;
+    fn try_recv(&self) -> transport::Result<Option<Received>>;
 
     /// Closes the socket.
     fn close(&self) -> impl Future<Output = ()> + Send + '_;
@@ -49,14 +53,14 @@ impl Link for Dealer {
         Dealer::try_send(self, frames)
     }
 
-    async fn recv(&self) -> transport::Result<(PeerId, Vec<Bytes>)> {
+    async fn recv(&self) -> transport::Result<Received> {
         Dealer::recv(self)
             .await
-            .map(|frames| (PeerId::default(), frames))
+            .map(|frames| (PeerId::default(), None, frames))
     }
 
-    fn try_recv(&self) -> transport::Result<Option<(PeerId, Vec<Bytes>)>> {
-        Dealer::try_recv(self).map(|m| m.map(|frames| (PeerId::default(), frames)))
+    fn try_recv(&self) -> transport::Result<Option<Received>> {
+        Dealer::try_recv(self).map(|m| m.map(|frames| (PeerId::default(), None, frames)))
     }
 
     fn close(&self) -> impl Future<Output = ()> + Send + '_ {
@@ -81,12 +85,13 @@ impl Link for Router {
         Router::try_send(self, peer, frames)
     }
 
-    fn recv(&self) -> impl Future<Output = transport::Result<(PeerId, Vec<Bytes>)>> + Send + '_ {
-        Router::recv(self)
+    // `recv_with_key` reads the key only on a CURVE server; elsewhere it is `recv`.
+    fn recv(&self) -> impl Future<Output = transport::Result<Received>> + Send + '_ {
+        self.recv_with_key()
     }
 
-    fn try_recv(&self) -> transport::Result<Option<(PeerId, Vec<Bytes>)>> {
-        Router::try_recv(self)
+    fn try_recv(&self) -> transport::Result<Option<Received>> {
+        self.try_recv_with_key()
     }
 
     fn close(&self) -> impl Future<Output = ()> + Send + '_ {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use transport::{Events, Options, PeerId, Router};
+use transport::{Events, Key, Options, PeerId, Router};
 
 use crate::client::DEFAULT_MAX_PAYLOAD;
 use crate::conversation::{Conversation, Rejected, Stats};
@@ -175,6 +175,32 @@ impl Server {
     /// Requests waiting for their reply.
     pub fn in_flight(&self) -> usize {
         self.conversation.in_flight()
+    }
+
+    /// CURVE servers only: from now on accept exactly these client keys (see
+    /// [`Router::allow_keys`]; handshakes already done are not undone).
+    pub fn allow_keys(&self, keys: impl IntoIterator<Item = Key>) -> Result<()> {
+        Ok(self.conversation.link.allow_keys(keys)?)
+    }
+
+    /// CURVE servers only: add one key to the allow-list (starting one if there was none).
+    pub fn allow_key(&self, key: Key) -> Result<()> {
+        Ok(self.conversation.link.allow_key(key)?)
+    }
+
+    /// CURVE servers only: take a key off the allow-list; whether it was on it.
+    pub fn revoke_key(&self, key: &Key) -> Result<bool> {
+        Ok(self.conversation.link.revoke_key(key)?)
+    }
+
+    /// CURVE servers only: drop the allow-list (any client that knows our key may connect).
+    pub fn allow_any_key(&self) -> Result<()> {
+        Ok(self.conversation.link.allow_any_key()?)
+    }
+
+    /// CURVE servers only: the keys on the allow-list, `None` when there is no list.
+    pub fn allowed_keys(&self) -> Result<Option<Vec<Key>>> {
+        Ok(self.conversation.link.allowed_keys()?)
     }
 
     /// Counters.

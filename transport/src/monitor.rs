@@ -89,6 +89,20 @@ pub enum HandshakeFailure {
     NoDetail,
 }
 
+impl std::fmt::Display for HandshakeFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HandshakeFailure::Protocol => {
+                "handshake protocol error (security mechanism mismatch or malformed handshake)"
+            }
+            HandshakeFailure::Auth => "not authorized (key not on the allow-list)",
+            HandshakeFailure::NoDetail => {
+                "handshake failed (a wrong server key, or the peer closed during the handshake)"
+            }
+        })
+    }
+}
+
 /// The stream of [`Event`]s of one socket. It ends when the socket is closed.
 #[derive(Debug)]
 pub struct Events {
