@@ -242,6 +242,9 @@ async fn log_events(mut events: broadcast::Receiver<NodeEvent>) {
                 direction_name(direction),
                 reason_name(reason)
             )),
+            Ok(NodeEvent::ConnectionRefused { endpoint, reason }) => {
+                say(format_args!("connection refused on {endpoint}: {reason}"))
+            }
             Ok(NodeEvent::Error { source, message }) => {
                 tracing::warn!(?source, "{message}");
             }
@@ -263,6 +266,8 @@ fn reason_name(reason: LeaveReason) -> &'static str {
         LeaveReason::TimedOut => "timed out",
         LeaveReason::Disconnected => "disconnected",
         LeaveReason::Local => "closed here",
+        LeaveReason::Revoked => "key revoked",
+        _ => "other",
     }
 }
 

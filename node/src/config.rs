@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use transport::{Key, KeyPair};
+
 use crate::options::{Options, Value};
 use crate::peer::{NodeId, Strategy};
 
@@ -30,6 +32,14 @@ pub struct Config {
     pub router: bool,
     /// How many router hops a forwarded message may take.
     pub hop_limit: u8,
+    /// This node's CURVE key pair. With it, the address the node binds accepts only CURVE
+    /// connections (encrypted, and authenticated by key), and
+    /// [`Node::connect_secure`](crate::Node::connect_secure) can connect to CURVE nodes.
+    pub curve: Option<KeyPair>,
+    /// The client keys the bound address accepts (CURVE only; `None`: any client that
+    /// knows our public key). Changed at run time with
+    /// [`Node::allow_key`](crate::Node::allow_key) and friends.
+    pub allowed_keys: Option<Vec<Key>>,
 }
 
 impl Default for Config {
@@ -46,6 +56,8 @@ impl Default for Config {
             close_grace: Duration::from_secs(10),
             router: false,
             hop_limit: crate::forward::DEFAULT_HOP_LIMIT,
+            curve: None,
+            allowed_keys: None,
         }
     }
 }
@@ -168,6 +180,46 @@ impl NodeBuilder {
     /// Sets how many router hops a forwarded message may take.
     pub fn hop_limit(mut self, hops: u8) -> Self {
         self.config.hop_limit = hops;
+        self
+    }
+
+    /// Secures the node with CURVE (CurveZMQ): its bound address then accepts only
+    /// encrypted connections from nodes that know its public key, and it can connect to
+    /// secured nodes with [`Node::connect_secure`](crate::Node::connect_secure).
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> node::Result<()> {
+    /// use std::time::Duration;
+    /// use node::{KeyPair, Node};
+    ///
+    /// let (server_keys, client_keys) = (KeyPair::generate()?, KeyPair::generate()?);
+    /// let server = Node::builder()
+    ///     .id("vault")
+    ///     .curve(server_keys.clone())
+    ///     .allow_keys([client_keys.public]) // only this client may join
+    ///     .bind("tcp://127.0.0.1:0")
+    ///     .build()
+    ///     .await?;
+    /// server.on_request("secret", |_req| async { Ok("42") });
+    ///
+    /// let client = Node::builder().id("teller").curve(client_keys).build().await?;
+    /// let address = server.address().unwrap();
+    /// let peer = client.connect_secure(&address, server_keys.public).await?;
+    /// assert_eq!(peer.key, Some(server_keys.public));
+    /// let answer: String = client.request("vault", "secret", &()).await?;
+    /// assert_eq!(answer, "42");
+    /// # client.close().await; server.close().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn curve(mut self, keys: KeyPair) -> Self {
+        self.config.curve = Some(keys);
+        self
+    }
+
+    /// The client public keys the bound address accepts (needs [`curve`](Self::curve)).
+    /// Without a list, any client that knows this node's public key may connect.
+    pub fn allow_keys(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
+        self.config.allowed_keys = Some(keys.into_iter().collect());
         self
     }
 

@@ -28,6 +28,10 @@ pub enum ErrorCode {
     VersionMismatch,
     /// The handshake did not complete.
     HandshakeFailed,
+    /// The peer refused the connection: security (CURVE key, allow-list, mechanism).
+    Refused,
+    /// The node has no CURVE key pair, or is not bound, for a security call.
+    Security,
     /// A filter is malformed or cannot travel.
     InvalidFilter,
     /// A forwarded message looped between routers or ran out of hops.
@@ -118,6 +122,19 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The node at `endpoint` refused the connection during the security handshake: our key
+    /// is not on its allow-list (or was revoked), the server key we gave is not its key,
+    /// or one side speaks CURVE and the other plaintext. Returned at once by `connect`.
+    #[error("{endpoint} refused the connection: {reason}")]
+    Refused {
+        /// The endpoint.
+        endpoint: String,
+        /// What libzmq reported.
+        reason: transport::HandshakeFailure,
+    },
+    /// A security call on a node that has no CURVE key pair ([`NodeBuilder::curve`](crate::NodeBuilder::curve)).
+    #[error("this node has no CURVE key pair")]
+    NoKeys,
     /// A filter could not be built or parsed (bad operator, bad operand, bad regex).
     #[error("invalid filter: {reason}")]
     InvalidFilter {
@@ -164,6 +181,8 @@ impl Error {
             Error::HandshakeTimeout { .. } | Error::HandshakeRefused { .. } => {
                 ErrorCode::HandshakeFailed
             }
+            Error::Refused { .. } => ErrorCode::Refused,
+            Error::NoKeys => ErrorCode::Security,
             Error::InvalidFilter { .. } | Error::PredicateNotSerializable => {
                 ErrorCode::InvalidFilter
             }
@@ -202,6 +221,7 @@ impl From<protocol::Error> for Error {
             protocol::Error::NoHandler { event } => Error::NoHandler { event },
             protocol::Error::NotConnected => Error::NotConnected,
             protocol::Error::Closed => Error::Closed,
+            protocol::Error::Refused { endpoint, reason } => Error::Refused { endpoint, reason },
             other => Error::Protocol(other),
         }
     }

@@ -5,6 +5,7 @@ use crate::peer::{Direction, NodeId};
 
 /// Why a peer left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LeaveReason {
     /// It closed gracefully and said goodbye.
     Stopped,
@@ -14,6 +15,8 @@ pub enum LeaveReason {
     Disconnected,
     /// We disconnected from it, or we are closing.
     Local,
+    /// Its CURVE key was taken off our allow-list.
+    Revoked,
 }
 
 /// Where an error event comes from.
@@ -55,6 +58,15 @@ pub enum NodeEvent {
         direction: Direction,
         /// Why it left.
         reason: LeaveReason,
+    },
+    /// Our bound address refused a connection during the security handshake (CURVE): a key
+    /// not on the allow-list, a plaintext client, or a client that has another server key.
+    /// Nothing it sent reached a handler.
+    ConnectionRefused {
+        /// Our endpoint that refused it.
+        endpoint: String,
+        /// What libzmq reported.
+        reason: transport::HandshakeFailure,
     },
     /// Something went wrong that no caller is waiting for.
     Error {

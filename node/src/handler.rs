@@ -48,6 +48,14 @@ impl Request {
         self.incoming.event()
     }
 
+    /// The CURVE public key of the peer this request came through, on a secured connection
+    /// (as libzmq authenticated it): authorize by key in a handler or middleware. For a
+    /// request forwarded by a router node it is the router's key; [`from`](Self::from) is
+    /// the origin.
+    pub fn peer_key(&self) -> Option<&transport::Key> {
+        self.incoming.peer_key()
+    }
+
     /// The raw payload, untouched.
     pub fn payload(&self) -> &Bytes {
         self.incoming.payload()

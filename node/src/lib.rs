@@ -53,6 +53,7 @@ pub use node::{Node, NodeStats, Target, PROTOCOL_VERSION};
 pub use options::{Options, Value};
 pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
 pub use tower::BoxError;
+pub use transport::{HandshakeFailure, Key, KeyPair, SecretKey};
 
 /// The README's code example, compiled and run as a doctest so it cannot go stale.
 #[doc = include_str!("../../README.md")]

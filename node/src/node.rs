@@ -20,6 +20,7 @@ use tokio::sync::{broadcast, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service};
+use transport::{Curve, Event as SocketEvent, Key};
 
 use crate::config::{Config, NodeBuilder};
 use crate::error::{Error, Result};
@@ -49,6 +50,8 @@ const REJOIN: &str = "_system:rejoin";
 const DUPLICATE_ID: &str = "DUPLICATE_ID";
 const VERSION_MISMATCH: &str = "VERSION_MISMATCH";
 const NOT_JOINED: &str = "NOT_JOINED";
+/// The handshake of a connection whose CURVE key is not (or no longer) on the allow-list.
+const NOT_AUTHORIZED: &str = "NOT_AUTHORIZED";
 
 /// What each side tells the other in the handshake.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -420,6 +423,15 @@ impl Node {
             .min_by_key(|p| p.direction != Direction::Upstream)
     }
 
+    /// Socket options of the bound server: CURVE server when the node has a key pair.
+    fn server_options(&self) -> transport::Options {
+        let options = self.transport_options();
+        match &self.inner.config.curve {
+            Some(keys) => options.curve(Curve::server(keys)),
+            None => options,
+        }
+    }
+
     fn transport_options(&self) -> transport::Options {
         let config = &self.inner.config;
         transport::Options::default()
@@ -445,12 +457,16 @@ impl Node {
         if self.inner.server.lock().is_some() {
             return Err(Error::Bind("this node is already bound"));
         }
-        let (server, _events) = Server::bind_with(
+        let (server, events) = Server::bind_with(
             address,
-            self.transport_options(),
+            self.server_options(),
             self.inner.config.max_payload,
         )
         .await?;
+        if let (Some(_), Some(keys)) = (&self.inner.config.curve, &self.inner.config.allowed_keys) {
+            server.allow_keys(keys.iter().copied())?;
+        }
+        tokio::spawn(report_refusals(Arc::downgrade(&self.inner), events));
         let weak = Arc::downgrade(&self.inner);
         let dispatch_server = server.clone();
         server.on_any_request(Some(request_fn(move |incoming: Incoming| {
@@ -519,6 +535,29 @@ impl Node {
     /// connection is kept: after a restart of the peer or a network cut, this node reconnects
     /// and re-handshakes by itself (peer left, then peer joined again).
     pub async fn connect(&self, address: &str) -> Result<PeerInfo> {
+        self.connect_with(address, None).await
+    }
+
+    /// Connects to a node secured with CURVE ([`NodeBuilder::curve`]) whose public key is
+    /// `server_key`, with this node's own key pair (which must be set: [`Error::NoKeys`]
+    /// otherwise). The connection is encrypted and both ends are authenticated by key.
+    ///
+    /// A refusal is [`Error::Refused`] at once: our key is not on the server's allow-list,
+    /// `server_key` is not the server's key, or the server is not a CURVE node. Like
+    /// [`connect`](Self::connect) otherwise.
+    pub async fn connect_secure(&self, address: &str, server_key: Key) -> Result<PeerInfo> {
+        self.connect_with(address, Some(server_key)).await
+    }
+
+    async fn connect_with(&self, address: &str, server_key: Option<Key>) -> Result<PeerInfo> {
+        let options = match server_key {
+            None => self.transport_options(),
+            Some(server_key) => {
+                let keys = self.inner.config.curve.as_ref().ok_or(Error::NoKeys)?;
+                self.transport_options()
+                    .curve(Curve::client(keys, server_key))
+            }
+        };
         if self.is_closing() {
             return Err(Error::Closed);
         }
@@ -526,29 +565,28 @@ impl Node {
             return Err(Error::Bind("already connected to this address"));
         }
         let timeout = self.inner.config.handshake_timeout;
-        let client = match Client::connect_with(
-            address,
-            self.transport_options(),
-            self.inner.config.max_payload,
-            timeout,
-        )
-        .await
-        {
-            Ok(client) => client,
-            Err(protocol::Error::ConnectTimeout { endpoint }) => {
-                return Err(Error::HandshakeTimeout { endpoint })
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let client =
+            match Client::connect_with(address, options, self.inner.config.max_payload, timeout)
+                .await
+            {
+                Ok(client) => client,
+                Err(protocol::Error::ConnectTimeout { endpoint }) => {
+                    return Err(Error::HandshakeTimeout { endpoint })
+                }
+                Err(e) => return Err(e.into()),
+            };
         let current: Arc<Mutex<Option<NodeId>>> = Arc::new(Mutex::new(None));
-        install_upstream_dispatch(&self.inner, &client, Arc::clone(&current));
+        install_upstream_dispatch(&self.inner, &client, Arc::clone(&current), server_key);
         let left = Arc::new(Notify::new());
         let (first_tx, first_rx) = tokio::sync::oneshot::channel();
         let supervisor = tokio::spawn(supervise_upstream(
             Arc::downgrade(&self.inner),
             client.clone(),
-            current,
-            left,
+            Upstreaming {
+                current,
+                left,
+                server_key,
+            },
             first_tx,
         ));
         self.inner.upstreams.lock().insert(
@@ -631,6 +669,84 @@ impl Node {
             }
         }
         Ok(())
+    }
+
+    // ---- security --------------------------------------------------------------------
+
+    /// This node's CURVE public key (what connecting nodes pass to
+    /// [`connect_secure`](Self::connect_secure)), if it has a key pair.
+    pub fn public_key(&self) -> Option<Key> {
+        self.inner.config.curve.as_ref().map(|keys| keys.public)
+    }
+
+    /// The bound CURVE server: where the allow-list lives.
+    fn curve_server(&self) -> Result<Server> {
+        if self.inner.config.curve.is_none() {
+            return Err(Error::NoKeys);
+        }
+        self.inner
+            .server
+            .lock()
+            .clone()
+            .ok_or(Error::Bind("this node is not bound"))
+    }
+
+    /// From now on accept exactly these client keys (an empty list refuses everyone).
+    /// Nodes already joined with a key not on the new list are dropped, as by
+    /// [`revoke_key`](Self::revoke_key). Needs a bound CURVE node.
+    pub async fn allow_keys(&self, keys: impl IntoIterator<Item = Key>) -> Result<()> {
+        let keys: Vec<Key> = keys.into_iter().collect();
+        self.curve_server()?.allow_keys(keys.iter().copied())?;
+        self.drop_peers_keyed(|key| !keys.contains(key)).await;
+        Ok(())
+    }
+
+    /// Adds a client key to the allow-list (starting a list that holds only this key if
+    /// there was none). A node refused earlier can `connect_secure` again and get in.
+    pub fn allow_key(&self, key: Key) -> Result<()> {
+        Ok(self.curve_server()?.allow_key(key)?)
+    }
+
+    /// Takes a client key off the allow-list: new connections with it are refused, and the
+    /// nodes joined with it are dropped now (they see the node leave; their attempt to
+    /// rejoin is refused with [`Error::Refused`]). Whether the key was on the list.
+    pub async fn revoke_key(&self, key: &Key) -> Result<bool> {
+        let was = self.curve_server()?.revoke_key(key)?;
+        self.drop_peers_keyed(|k| k == key).await;
+        Ok(was)
+    }
+
+    /// Drops the allow-list: any client that knows this node's public key may connect.
+    pub fn allow_any_key(&self) -> Result<()> {
+        Ok(self.curve_server()?.allow_any_key()?)
+    }
+
+    /// The keys on the allow-list; `None` when any key is accepted.
+    pub fn allowed_keys(&self) -> Result<Option<Vec<Key>>> {
+        Ok(self.curve_server()?.allowed_keys()?)
+    }
+
+    /// Drops the downstream peers whose key matches: goodbye sent, peer left (revoked).
+    async fn drop_peers_keyed(&self, matches: impl Fn(&Key) -> bool) {
+        let dropped: Vec<(NodeId, Link)> = self
+            .inner
+            .state
+            .lock()
+            .registry
+            .all()
+            .filter(|e| e.direction == Direction::Downstream)
+            .filter(|e| e.key.as_ref().is_some_and(&matches))
+            .map(|e| (e.id.clone(), e.link.clone()))
+            .collect();
+        for (id, link) in dropped {
+            self.inner
+                .peer_left(&id, Direction::Downstream, LeaveReason::Revoked);
+            let _ = tokio::time::timeout(
+                Duration::from_millis(200),
+                link.system_tick(BYE, Bytes::new()),
+            )
+            .await;
+        }
     }
 
     // ---- handlers -------------------------------------------------------------------
@@ -1612,6 +1728,20 @@ fn handshake_downstream(
         );
         return Err(RemoteError::new(DUPLICATE_ID, hello.id.to_string()));
     }
+    let key = incoming.peer_key().copied();
+    if let Some(key) = key {
+        // The connection passed the allow-list when it was made; the key may have been
+        // revoked since (a revoked peer that tries to rejoin on its old connection).
+        if let Ok(Some(allowed)) = server.allowed_keys() {
+            if !allowed.contains(&key) {
+                inner.report(
+                    ErrorSource::Handshake,
+                    format!("refused {}: key {key} is not allowed", hello.id),
+                );
+                return Err(RemoteError::new(NOT_AUTHORIZED, key.to_string()));
+            }
+        }
+    }
     let route = incoming.from.clone();
     let entry = Entry {
         id: hello.id.clone(),
@@ -1619,6 +1749,7 @@ fn handshake_downstream(
         options: hello.options.clone(),
         instance: hello.instance.clone(),
         router: hello.router,
+        key,
         link: Link::Down {
             server,
             route: route.clone(),
@@ -1673,12 +1804,22 @@ fn install_upstream_dispatch(
     inner: &Arc<Inner>,
     client: &Client,
     current: Arc<Mutex<Option<NodeId>>>,
+    server_key: Option<Key>,
 ) {
     let weak = Arc::downgrade(inner);
     let peer = Arc::clone(&current);
     client.on_any_request(Some(request_fn(move |incoming: Incoming| {
         let weak = weak.clone();
         let peer = peer.lock().clone();
+        // Our side of a CURVE connection: the peer is the server whose key we checked.
+        let incoming = match server_key {
+            Some(key) => Incoming::new(
+                incoming.from.clone(),
+                Some(key),
+                incoming.envelope().clone(),
+            ),
+            None => incoming,
+        };
         async move {
             let (Some(inner), Some(from)) = (weak.upgrade(), peer) else {
                 return Err(RemoteError::new(NOT_JOINED, "handshake first"));
@@ -1732,6 +1873,10 @@ async fn handshake_upstream(inner: &Inner, client: &Client) -> Result<Hello> {
         Err(protocol::Error::Remote(remote)) => {
             return Err(match remote.code.as_str() {
                 DUPLICATE_ID => Error::DuplicateId { id: remote.message },
+                NOT_AUTHORIZED => Error::Refused {
+                    endpoint: client.endpoint().to_owned(),
+                    reason: transport::HandshakeFailure::Auth,
+                },
                 VERSION_MISMATCH => Error::VersionMismatch {
                     ours: PROTOCOL_VERSION,
                     theirs: remote.message.parse().unwrap_or(0),
@@ -1767,25 +1912,63 @@ async fn handshake_upstream(inner: &Inner, client: &Client) -> Result<Hello> {
     Ok(hello)
 }
 
+/// What an upstream supervisor shares with the connection's dispatch.
+struct Upstreaming {
+    /// The id of the peer joined through this connection, once joined.
+    current: Arc<Mutex<Option<NodeId>>>,
+    /// Wakes the supervisor when the peer is declared gone.
+    left: Arc<Notify>,
+    /// The server's CURVE key, on a secured connection.
+    server_key: Option<Key>,
+}
+
+/// Reports the connections our server refused (CURVE: a key not on the allow-list, a
+/// plaintext client, a client with another server key) as events, until the socket closes.
+async fn report_refusals(weak: Weak<Inner>, mut events: transport::Events) {
+    while let Some(event) = events.recv().await {
+        let SocketEvent::HandshakeFailed { endpoint, reason } = event else {
+            continue;
+        };
+        let Some(inner) = weak.upgrade() else { return };
+        tracing::info!(node = %inner.id, %endpoint, %reason, "connection refused");
+        inner.emit(NodeEvent::ConnectionRefused { endpoint, reason });
+    }
+}
+
 /// Keeps one upstream connection joined: handshakes, and after every loss (the peer left,
 /// the connection dropped) handshakes again once it can. The first outcome goes to
 /// `connect` through `first`.
 async fn supervise_upstream(
     weak: Weak<Inner>,
     client: Client,
-    current: Arc<Mutex<Option<NodeId>>>,
-    left: Arc<Notify>,
+    upstreaming: Upstreaming,
     first: tokio::sync::oneshot::Sender<Result<PeerInfo>>,
 ) {
+    let Upstreaming {
+        current,
+        left,
+        server_key,
+    } = upstreaming;
     let mut first = Some(first);
     let mut connection = client.watch_connection();
     loop {
         // Wait for a live connection.
         loop {
-            match &*connection.borrow_and_update() {
+            let refused = match &*connection.borrow_and_update() {
                 Connection::Connected => break,
                 Connection::Closed => return,
-                _ => {}
+                Connection::Refused(reason) => Some(*reason),
+                _ => None,
+            };
+            if let Some(reason) = refused {
+                // The server refused a reconnection (it restarted with another key or
+                // allow-list): libzmq does not retry after an authentication refusal.
+                if let Some(inner) = weak.upgrade() {
+                    inner.report(
+                        ErrorSource::Handshake,
+                        format!("{} refused the connection: {reason}", client.endpoint()),
+                    );
+                }
             }
             if connection.changed().await.is_err() {
                 return;
@@ -1803,6 +1986,7 @@ async fn supervise_upstream(
                     options: hello.options.clone(),
                     instance: hello.instance.clone(),
                     router: hello.router,
+                    key: server_key,
                     link: Link::Up {
                         client: client.clone(),
                         left: Arc::clone(&left),
@@ -1827,6 +2011,7 @@ async fn supervise_upstream(
                             options: hello.options,
                             in_flight: 0,
                             router: hello.router,
+                            key: server_key,
                         })
                     }
                     Err(_) => {
@@ -1848,6 +2033,15 @@ async fn supervise_upstream(
             }
         } else if let Err(e) = outcome {
             inner.report(ErrorSource::Handshake, format!("re-handshake failed: {e}"));
+            if matches!(&e, Error::Refused { .. }) {
+                // Our key was revoked: retrying cannot help. Give the connection up.
+                if let Some(upstream) = inner.upstreams.lock().remove(client.endpoint()) {
+                    drop(upstream.supervisor);
+                }
+                drop(inner);
+                client.close().await;
+                return;
+            }
         }
         let interval = inner.config.heartbeat_interval;
         drop(inner);

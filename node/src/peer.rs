@@ -130,6 +130,9 @@ pub struct PeerInfo {
     pub in_flight: usize,
     /// Whether it is a router node (it forwards messages for its peers).
     pub router: bool,
+    /// Its CURVE public key, on a secured connection: the key libzmq authenticated (a
+    /// downstream peer's client key, or the server key we connected with).
+    pub key: Option<transport::Key>,
 }
 
 /// One joined peer in one direction. `L` is how to reach it (a client, or a routing id).
@@ -142,6 +145,8 @@ pub(crate) struct Entry<L> {
     pub(crate) instance: String,
     /// Whether the peer is a router node.
     pub(crate) router: bool,
+    /// Its CURVE public key, on a secured connection.
+    pub(crate) key: Option<transport::Key>,
     pub(crate) link: L,
     /// When we last heard from the peer; shared so the message path updates it without
     /// taking the registry lock.
@@ -329,6 +334,7 @@ impl<L: Clone> Registry<L> {
                 options: e.options.clone(),
                 in_flight: e.in_flight.load(Ordering::Relaxed),
                 router: e.router,
+                key: e.key,
             })
             .collect();
         list.sort_by(|a, b| (&a.id, a.direction as u8).cmp(&(&b.id, b.direction as u8)));
@@ -376,6 +382,7 @@ mod tests {
             options: options([("role", Value::from(role))]),
             instance: instance.into(),
             router: false,
+            key: None,
             link: 0,
             last_seen: Arc::new(Mutex::new(now)),
             dead_after: Duration::from_millis(300),

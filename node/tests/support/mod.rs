@@ -69,10 +69,12 @@ pub async fn wait_for<T>(
 
 /// A TCP proxy on loopback that can cut the path silently: while cut, bytes are read and
 /// dropped in both directions and connections stay open, as in a network partition (no RST,
-/// no FIN). Needs no root, so it runs in every CI.
+/// no FIN). Needs no root, so it runs in every CI. It keeps a copy of every byte it
+/// forwards, in both directions, for tests that look at what crosses the wire.
 pub struct Proxy {
     pub address: String,
     cut: Arc<std::sync::atomic::AtomicBool>,
+    recorded: Arc<std::sync::Mutex<Vec<u8>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -88,6 +90,8 @@ impl Proxy {
         let address = format!("tcp://{}", listener.local_addr().unwrap());
         let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = Arc::clone(&cut);
+        let recorded = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&recorded);
         let task = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
                 let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else {
@@ -95,13 +99,19 @@ impl Proxy {
                 };
                 let (in_read, in_write) = inbound.into_split();
                 let (out_read, out_write) = outbound.into_split();
-                for (mut from, mut to, flag) in [
+                for (mut from, mut to, flag, record) in [
                     (
                         Box::new(in_read) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
                         Box::new(out_write) as Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
                         Arc::clone(&flag),
+                        Arc::clone(&record),
                     ),
-                    (Box::new(out_read), Box::new(in_write), Arc::clone(&flag)),
+                    (
+                        Box::new(out_read),
+                        Box::new(in_write),
+                        Arc::clone(&flag),
+                        Arc::clone(&record),
+                    ),
                 ] {
                     tokio::spawn(async move {
                         let mut buf = vec![0u8; 64 * 1024];
@@ -113,6 +123,7 @@ impl Proxy {
                             if flag.load(Ordering::SeqCst) {
                                 continue; // blackholed
                             }
+                            record.lock().unwrap().extend_from_slice(&buf[..n]);
                             if to.write_all(&buf[..n]).await.is_err() {
                                 break;
                             }
@@ -121,7 +132,17 @@ impl Proxy {
                 }
             }
         });
-        Proxy { address, cut, task }
+        Proxy {
+            address,
+            cut,
+            recorded,
+            task,
+        }
+    }
+
+    /// Every byte forwarded so far, both directions interleaved.
+    pub fn recorded(&self) -> Vec<u8> {
+        self.recorded.lock().unwrap().clone()
     }
 
     /// Cuts (true) or heals (false) the path.
