@@ -4,6 +4,7 @@
 //! Everything here is pure: parsing never touches the network, so every input error is
 //! reported before a socket is opened.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -32,6 +33,33 @@ pub(crate) enum Command {
     Tick(TickArgs),
     /// List the peers of a running `zeronode node`, with their options.
     Peers(PeersArgs),
+    /// Write a new CURVE key pair to FILE (private) and its public key to FILE.pub.
+    Keygen(KeygenArgs),
+}
+
+/// `zeronode keygen`.
+#[derive(Debug, Args)]
+pub(crate) struct KeygenArgs {
+    /// Where to write the key pair; the public key goes to the same path plus `.pub`.
+    #[arg(value_name = "FILE")]
+    pub(crate) file: PathBuf,
+    /// Replace existing files.
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
+/// CURVE security of a command's connections (see `zeronode keygen`).
+#[derive(Debug, Args, Clone, Default)]
+pub(crate) struct SecurityArgs {
+    /// This node's CURVE key pair, a file written by `zeronode keygen`. A node with a key
+    /// serves only CURVE connections (encrypted, authenticated by key).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) key: Option<PathBuf>,
+    /// The CURVE public key of the node(s) --connect reaches (40 characters of Z85, or a
+    /// key file): every --connect is then secured. Without --key, a one-time key pair is
+    /// made for the connection.
+    #[arg(long, value_name = "KEY|FILE")]
+    pub(crate) server_key: Option<String>,
 }
 
 /// `zeronode node`.
@@ -67,6 +95,13 @@ pub(crate) struct NodeArgs {
     /// themselves (to ids they are not joined to, or filters nothing near them matches).
     #[arg(long)]
     pub(crate) router: bool,
+    /// Keys and server key.
+    #[command(flatten)]
+    pub(crate) security: SecurityArgs,
+    /// A client public key this node accepts (needs --key; Z85 or a key file); repeat it.
+    /// Without --allow, any node that knows this node's public key may connect.
+    #[arg(long, value_name = "KEY|FILE")]
+    pub(crate) allow: Vec<String>,
 }
 
 impl NodeArgs {
@@ -88,6 +123,9 @@ pub(crate) struct ConnectArgs {
     /// How long each connect waits for the remote node's handshake, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) connect_timeout: u64,
+    /// Keys and server key.
+    #[command(flatten)]
+    pub(crate) security: SecurityArgs,
 }
 
 impl ConnectArgs {
@@ -224,6 +262,9 @@ pub(crate) struct PeersArgs {
     /// of a table.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Keys and server key.
+    #[command(flatten)]
+    pub(crate) security: SecurityArgs,
 }
 
 /// One typed `key=value` pair, from `-o` or `-f`.

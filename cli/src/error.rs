@@ -14,6 +14,14 @@ pub(crate) enum Error {
     /// Flags that do not fit together (clap checks the rest).
     #[error("{0}")]
     Usage(String),
+    /// A key or key file given on the command line is unusable.
+    #[error("key {what}: {reason}")]
+    Key {
+        /// The file or text given.
+        what: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The data argument is not JSON.
     #[error("invalid JSON data: {0}")]
     InvalidJson(serde_json::Error),
@@ -63,7 +71,7 @@ impl Error {
     /// forced stop, 1 for the rest.
     pub(crate) fn exit_code(&self) -> ExitCode {
         match self {
-            Error::Usage(_) | Error::InvalidJson(_) => ExitCode::from(2),
+            Error::Usage(_) | Error::InvalidJson(_) | Error::Key { .. } => ExitCode::from(2),
             Error::Interrupted => ExitCode::from(130),
             _ => ExitCode::FAILURE,
         }
@@ -120,6 +128,10 @@ pub(crate) fn explain(error: &node::Error) -> String {
             format!("no node answered at {endpoint} (is a zeronode node listening there?)")
         }
         E::HandshakeRefused { reason } => format!("the remote node refused us: {reason}"),
+        E::Refused { reason, .. } => format!(
+            "the remote node refused the connection: {reason} (a secured node needs \
+             --server-key with its public key, and --key with a key pair it allows)"
+        ),
         E::InvalidFilter { reason } => format!("invalid filter: {reason}"),
         other => match other.code() {
             ErrorCode::Serialization => {

@@ -16,6 +16,11 @@
 //! zeronode tick --connect tcp://127.0.0.1:5000 --all -f role=api news '"hi"' # sent to 1 node
 //! zeronode peers --connect tcp://127.0.0.1:5000                              # a table
 //! zeronode peers --connect tcp://127.0.0.1:5000 --json                       # JSON lines
+//!
+//! # secured with CURVE: a key pair per node, clients name the server's public key
+//! zeronode keygen api.key && zeronode keygen w1.key   # api.key + api.key.pub, w1.key + ...
+//! zeronode node --id api-1 --bind tcp://127.0.0.1:5001 --key api.key --allow w1.key.pub
+//! zeronode request --connect tcp://127.0.0.1:5001 --key w1.key --server-key api.key.pub ping
 //! ```
 //!
 //! A short-lived command reaches only the nodes it connects to (there is no routing through
@@ -33,12 +38,14 @@
 //! - `serve.rs`: `zeronode node` (handlers, event log, stats, signals);
 //! - `send.rs`: `request`, `tick` and `peers` through a short-lived node;
 //! - `peers.rs`: the `zeronode:peers` reply and its table;
+//! - `keys.rs`: CURVE key files (`keygen`, `--key`, `--server-key`, `--allow`);
 //! - `error.rs`: errors as one clear line, and exit codes; `output.rs`: panic-free stdout.
 
 #![forbid(unsafe_code)]
 
 mod args;
 mod error;
+mod keys;
 mod output;
 mod peers;
 mod send;
@@ -80,11 +87,24 @@ fn run(command: Command) -> Result<(), Error> {
             Command::Request(args) => send::request(args).await,
             Command::Tick(args) => send::tick(args).await,
             Command::Peers(args) => send::peers(args).await,
+            Command::Keygen(args) => keygen(&args),
         }
     });
     // Whatever a closed node left behind (a timer, a socket thread) must not hold the exit.
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
+}
+
+/// `zeronode keygen FILE`: writes the pair and says where the public key is.
+fn keygen(args: &args::KeygenArgs) -> Result<(), Error> {
+    let (keys, public) = keys::keygen(&args.file, args.force)?;
+    output::say(format_args!("public key {}", keys.public));
+    output::say(format_args!(
+        "wrote {} (private) and {}",
+        args.file.display(),
+        public.display()
+    ));
+    Ok(())
 }
 
 /// Reports a command-line error. A rejected value (`--connect nonsense`, `-o novalue`)

@@ -8,6 +8,7 @@ use node::{Node, NodeId, PeerInfo, Scope, Target};
 
 use crate::args::{parse_data, Aim, PeersArgs, RequestArgs, TickArgs};
 use crate::error::Error;
+use crate::keys::Security;
 use crate::output::say;
 use crate::peers::{self, format_options, PeerRow};
 
@@ -17,7 +18,13 @@ pub(crate) async fn request(args: RequestArgs) -> Result<(), Error> {
     let aim = args.target.aim(false, &args.connect.connect)?;
     let data = parse_data(args.data.as_deref())?;
     let timeout = Duration::from_millis(args.timeout);
-    let session = Session::open(&args.connect.connect, args.connect.connect_timeout()).await?;
+    let security = Security::load(&args.connect.security, true)?;
+    let session = Session::open(
+        &args.connect.connect,
+        args.connect.connect_timeout(),
+        &security,
+    )
+    .await?;
     let target = session.target(&aim);
     let reply = session
         .node
@@ -33,7 +40,13 @@ pub(crate) async fn request(args: RequestArgs) -> Result<(), Error> {
 pub(crate) async fn tick(args: TickArgs) -> Result<(), Error> {
     let aim = args.target.aim(args.all, &args.connect.connect)?;
     let data = parse_data(args.data.as_deref())?;
-    let session = Session::open(&args.connect.connect, args.connect.connect_timeout()).await?;
+    let security = Security::load(&args.connect.security, true)?;
+    let session = Session::open(
+        &args.connect.connect,
+        args.connect.connect_timeout(),
+        &security,
+    )
+    .await?;
     let sent = match &aim {
         Aim::All(conditions, scope) => {
             session
@@ -64,7 +77,13 @@ pub(crate) async fn tick(args: TickArgs) -> Result<(), Error> {
 /// Asks a `zeronode node` for its peers and prints them (a table, or JSON lines).
 pub(crate) async fn peers(args: PeersArgs) -> Result<(), Error> {
     let addresses = [args.connect.clone()];
-    let session = Session::open(&addresses, Duration::from_millis(args.connect_timeout)).await?;
+    let security = Security::load(&args.security, true)?;
+    let session = Session::open(
+        &addresses,
+        Duration::from_millis(args.connect_timeout),
+        &security,
+    )
+    .await?;
     let aim = Aim::Connected;
     let reply = session
         .node
@@ -116,17 +135,23 @@ struct Session {
 
 impl Session {
     /// Builds the node and connects to every address; on failure the node is closed.
-    async fn open(addresses: &[String], connect_timeout: Duration) -> Result<Session, Error> {
-        let node = Node::builder()
+    async fn open(
+        addresses: &[String],
+        connect_timeout: Duration,
+        security: &Security,
+    ) -> Result<Session, Error> {
+        let builder = Node::builder()
             .handshake_timeout(connect_timeout)
             // Nothing is served: nothing to wait for when closing.
-            .close_grace(Duration::from_secs(1))
+            .close_grace(Duration::from_secs(1));
+        let node = security
+            .apply(builder)
             .build()
             .await
             .map_err(Error::Build)?;
         let mut connected = Vec::with_capacity(addresses.len());
         for address in addresses {
-            match node.connect(address).await {
+            match security.connect(&node, address).await {
                 Ok(peer) => connected.push(peer),
                 Err(source) => {
                     node.close().await;

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use crate::args::NodeArgs;
 use crate::error::Error;
+use crate::keys::{self, Security};
 use crate::output::say;
 use crate::peers::{self, direction_name, format_options, PeerRow};
 
@@ -38,6 +39,17 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
     // Installed first: a signal while connecting still stops the node cleanly.
     let mut signals = Signals::new().map_err(Error::Start)?;
+    let security = Security::load(&args.security, false)?;
+    let allowed = args
+        .allow
+        .iter()
+        .map(|key| keys::read_public(key))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !allowed.is_empty() && security.keys.is_none() {
+        return Err(Error::Usage(
+            "--allow needs --key: only a secured node checks client keys".into(),
+        ));
+    }
     let mut builder = Node::builder()
         .options(args.options())
         .handshake_timeout(Duration::from_millis(args.connect_timeout))
@@ -49,12 +61,16 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
     if let Some(ms) = args.heartbeat_ms {
         builder = builder.heartbeat_interval(Duration::from_millis(ms));
     }
+    builder = security.apply(builder);
+    if !allowed.is_empty() {
+        builder = builder.allow_keys(allowed);
+    }
     let node = builder.build().await.map_err(Error::Build)?;
     let counters = Arc::new(Counters::default());
     register_handlers(&node, &counters, args.verbose);
     // Subscribed before binding, so no join goes unlogged.
     let events = node.events();
-    let result = serve(&node, &args, events, &counters, &mut signals).await;
+    let result = serve(&node, &args, &security, events, &counters, &mut signals).await;
     // Idempotent: returns at once when `serve` already closed the node.
     if !matches!(result, Err(Error::Interrupted)) {
         node.close().await;
@@ -68,6 +84,7 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
 async fn serve(
     node: &Node,
     args: &NodeArgs,
+    security: &Security,
     events: broadcast::Receiver<NodeEvent>,
     counters: &Arc<Counters>,
     signals: &mut Signals,
@@ -78,12 +95,15 @@ async fn serve(
             source,
         })?;
         say(format_args!("listening on {real}"));
+        if let Some(key) = node.public_key() {
+            say(format_args!("public key {key}"));
+        }
     }
     let logger = tokio::spawn(log_events(events));
     let timeout = Duration::from_millis(args.connect_timeout);
     for address in &args.connect {
         tokio::select! {
-            joined = node.connect(address) => {
+            joined = security.connect(node, address) => {
                 joined.map_err(|source| Error::Connect {
                     address: address.clone(),
                     timeout,
