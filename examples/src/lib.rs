@@ -14,6 +14,7 @@
 //! cargo run -p examples --bin middleware      # tower timeout and auth layers
 //! cargo run -p examples --bin ring            # a message forwarded round a ring of nodes
 //! cargo run -p examples --bin reconnect       # a client rejoins a restarted server
+//! cargo run -p examples --bin secure          # CURVE, an allow-list, authorization by key
 //! cargo run --release -p examples --bin mesh  # a small service mesh at work
 //! ```
 //!

@@ -199,3 +199,17 @@ fn routers_carry_a_leaf_to_a_leaf_through_two_hops() {
         ],
     );
 }
+
+#[test]
+fn secure_serves_the_listed_key_and_refuses_the_rest() {
+    run(
+        env!("CARGO_BIN_EXE_secure"),
+        &[
+            "teller: balance 1250",
+            "stranger: refused",
+            "plain: refused",
+            "teller: after revocation",
+            "done: one served, two refused, one revoked",
+        ],
+    );
+}
