@@ -1,7 +1,7 @@
 //! The peer registry: who is joined, in which direction, with which options; and how `*_any`
 //! picks one of them. Pure code: no I/O, no clock (time comes in as `now`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -74,7 +74,7 @@ impl From<&NodeId> for NodeId {
 }
 
 /// Which way a peer is joined to this node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Direction {
     /// This node connected to the peer (the peer is our server).
     Upstream,
@@ -161,14 +161,16 @@ pub(crate) struct Entry<L> {
 /// ways appears twice.
 #[derive(Debug)]
 pub(crate) struct Registry<L> {
-    entries: HashMap<(NodeId, Direction), Entry<L>>,
+    /// Ordered by id, then upstream before downstream: `matching` walks it in order, with
+    /// no sorting and no map per call (it runs for every `*_any` message).
+    entries: BTreeMap<(NodeId, Direction), Entry<L>>,
     round_robin: usize,
 }
 
 impl<L> Default for Registry<L> {
     fn default() -> Self {
         Registry {
-            entries: HashMap::new(),
+            entries: BTreeMap::new(),
             round_robin: 0,
         }
     }
@@ -243,24 +245,18 @@ impl<L: Clone> Registry<L> {
     /// Every entry matching the filter in the scope, one per node id (upstream preferred),
     /// sorted by id so that round-robin and tests are deterministic.
     pub(crate) fn matching(&self, filter: &Filter, scope: Scope) -> Vec<&Entry<L>> {
-        let mut chosen: HashMap<&NodeId, &Entry<L>> = HashMap::new();
+        let mut list: Vec<&Entry<L>> = Vec::new();
         for entry in self.entries.values() {
             if !scope.admits(entry.direction) || !filter.matches(&entry.options) {
                 continue;
             }
-            let better = match chosen.get(&entry.id) {
-                Some(existing) => {
-                    existing.direction == Direction::Downstream
-                        && entry.direction == Direction::Upstream
-                }
-                None => true,
-            };
-            if better {
-                chosen.insert(&entry.id, entry);
+            // The entries of one id are adjacent, upstream first: the first that matches
+            // is the one to keep.
+            if list.last().is_some_and(|last| last.id == entry.id) {
+                continue;
             }
+            list.push(entry);
         }
-        let mut list: Vec<&Entry<L>> = chosen.into_values().collect();
-        list.sort_by(|a, b| a.id.cmp(&b.id));
         list
     }
 
@@ -325,8 +321,8 @@ impl<L: Clone> Registry<L> {
 
     /// Every joined peer, as users see them.
     pub(crate) fn infos(&self) -> Vec<PeerInfo> {
-        let mut list: Vec<PeerInfo> = self
-            .entries
+        // In the map's order: by id, upstream first.
+        self.entries
             .values()
             .map(|e| PeerInfo {
                 id: e.id.clone(),
@@ -336,21 +332,16 @@ impl<L: Clone> Registry<L> {
                 router: e.router,
                 key: e.key,
             })
-            .collect();
-        list.sort_by(|a, b| (&a.id, a.direction as u8).cmp(&(&b.id, b.direction as u8)));
-        list
+            .collect()
     }
 
     /// Joined router peers, one per id (upstream preferred), sorted by id.
     pub(crate) fn routers(&self) -> Vec<(NodeId, L)> {
-        let mut routers: Vec<(NodeId, L)> = self
-            .matching(&Filter::any(), Scope::Both)
+        self.matching(&Filter::any(), Scope::Both)
             .into_iter()
             .filter(|e| e.router)
             .map(|e| (e.id.clone(), e.link.clone()))
-            .collect();
-        routers.sort_by(|a, b| a.0.cmp(&b.0));
-        routers
+            .collect()
     }
 
     /// Every entry (for heartbeats and close).
@@ -360,7 +351,7 @@ impl<L: Clone> Registry<L> {
 
     /// Removes everything.
     pub(crate) fn drain(&mut self) -> Vec<Entry<L>> {
-        self.entries.drain().map(|(_, e)| e).collect()
+        std::mem::take(&mut self.entries).into_values().collect()
     }
 }
 
