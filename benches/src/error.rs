@@ -69,6 +69,20 @@ pub(crate) enum Error {
         /// Which child.
         what: String,
     },
+    /// A peer's row was asked for in a build without the `peers` feature.
+    #[cfg(not(feature = "peers"))]
+    #[error(
+        "the {layer} row is not built in: build with `--features peers` \
+         (benches/peers/run.sh does)"
+    )]
+    NotBuiltIn {
+        /// The row.
+        layer: &'static str,
+    },
+    /// A peer's row (NATS, Moleculer) failed.
+    #[cfg(feature = "peers")]
+    #[error("{0}")]
+    Peer(#[from] crate::layers::PeerError),
     /// Drawing a chart failed.
     #[error("plot {path}: {cause}")]
     Plot {

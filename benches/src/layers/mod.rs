@@ -9,8 +9,13 @@
 //! and one loop per process that gave the lowest latency here (no cross-thread wake-ups).
 //! All sockets use a high-water mark of 100,000 messages so that a window of 1000 never
 //! meets backpressure.
+//!
+//! The peers' rows (`nats`, `moleculer`) are built only with the `peers` feature (see
+//! `peers/`); they are not in [`Layer::ALL`] and are measured only when named in `--layers`.
 
 mod node;
+#[cfg(feature = "peers")]
+mod peers;
 mod protocol;
 mod raw;
 mod transport;
@@ -23,6 +28,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::measure::Point;
+
+#[cfg(feature = "peers")]
+pub(crate) use peers::PeerError;
 
 /// High-water mark of every socket, in messages.
 const HWM: i32 = 100_000;
@@ -57,10 +65,17 @@ pub(crate) enum Layer {
     Node,
     /// One-way ticks from node to node (`tick_raw`), counted by the receiver.
     NodeTick,
+    /// A peer: NATS request/reply through `nats-server`, async-nats on both sides (feature
+    /// `peers`; not in [`Layer::ALL`]).
+    Nats,
+    /// A peer: Moleculer (Node.js) with its TCP transporter (feature `peers`; not in
+    /// [`Layer::ALL`]).
+    Moleculer,
 }
 
 impl Layer {
-    /// Every layer, in report order.
+    /// Every layer of zeronode, in report order: the default set. The peers' rows are
+    /// measured only when named.
     pub(crate) const ALL: [Layer; 5] = [
         Layer::Raw,
         Layer::Transport,
@@ -77,6 +92,8 @@ impl Layer {
             Layer::Protocol => "protocol",
             Layer::Node => "node",
             Layer::NodeTick => "node-tick",
+            Layer::Nats => "nats",
+            Layer::Moleculer => "moleculer",
         }
     }
 
@@ -137,6 +154,13 @@ pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
         Layer::Protocol => runtime()?.block_on(protocol::serve(endpoint)),
         // One node server answers both the request/reply and the tick rows.
         Layer::Node | Layer::NodeTick => runtime()?.block_on(node::serve(endpoint)),
+        // Each peer binds where it can: its own free loopback port.
+        #[cfg(feature = "peers")]
+        Layer::Nats => runtime()?.block_on(peers::nats::serve()),
+        #[cfg(feature = "peers")]
+        Layer::Moleculer => peers::moleculer::serve(),
+        #[cfg(not(feature = "peers"))]
+        Layer::Nats | Layer::Moleculer => Err(not_built_in(layer)),
     }
 }
 
@@ -148,6 +172,20 @@ pub(crate) fn client(job: &Job) -> Result<Point> {
         Layer::Protocol => runtime()?.block_on(protocol::client(job)),
         Layer::Node => runtime()?.block_on(node::client(job)),
         Layer::NodeTick => runtime()?.block_on(node::tick_client(job)),
+        #[cfg(feature = "peers")]
+        Layer::Nats => runtime()?.block_on(peers::nats::client(job)),
+        #[cfg(feature = "peers")]
+        Layer::Moleculer => peers::moleculer::client(job),
+        #[cfg(not(feature = "peers"))]
+        Layer::Nats | Layer::Moleculer => Err(not_built_in(job.layer)),
+    }
+}
+
+/// The error for a peer's row in a build without the `peers` feature.
+#[cfg(not(feature = "peers"))]
+fn not_built_in(layer: Layer) -> crate::error::Error {
+    crate::error::Error::NotBuiltIn {
+        layer: layer.name(),
     }
 }
 
