@@ -298,6 +298,7 @@ fn colour(layer: Layer) -> RGBColor {
         Layer::Protocol => RGBColor(44, 160, 44),
         Layer::Node => RGBColor(214, 39, 40),
         Layer::NodeTick => RGBColor(148, 103, 189),
+        Layer::NodeCurve => RGBColor(140, 86, 75),
         Layer::Nats => RGBColor(23, 190, 207),
         Layer::Moleculer => RGBColor(255, 127, 14),
     }

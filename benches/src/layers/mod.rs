@@ -65,6 +65,9 @@ pub(crate) enum Layer {
     Node,
     /// One-way ticks from node to node (`tick_raw`), counted by the receiver.
     NodeTick,
+    /// The `node` row over CURVE: both nodes with key pairs, `connect_secure` (every
+    /// message encrypted and authenticated).
+    NodeCurve,
     /// A peer: NATS request/reply through `nats-server`, async-nats on both sides (feature
     /// `peers`; not in [`Layer::ALL`]).
     Nats,
@@ -76,12 +79,13 @@ pub(crate) enum Layer {
 impl Layer {
     /// Every layer of zeronode, in report order: the default set. The peers' rows are
     /// measured only when named.
-    pub(crate) const ALL: [Layer; 5] = [
+    pub(crate) const ALL: [Layer; 6] = [
         Layer::Raw,
         Layer::Transport,
         Layer::Protocol,
         Layer::Node,
         Layer::NodeTick,
+        Layer::NodeCurve,
     ];
 
     /// The name used on the command line and in the report.
@@ -92,6 +96,7 @@ impl Layer {
             Layer::Protocol => "protocol",
             Layer::Node => "node",
             Layer::NodeTick => "node-tick",
+            Layer::NodeCurve => "node-curve",
             Layer::Nats => "nats",
             Layer::Moleculer => "moleculer",
         }
@@ -153,7 +158,8 @@ pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
         Layer::Transport => runtime()?.block_on(transport::serve(endpoint)),
         Layer::Protocol => runtime()?.block_on(protocol::serve(endpoint)),
         // One node server answers both the request/reply and the tick rows.
-        Layer::Node | Layer::NodeTick => runtime()?.block_on(node::serve(endpoint)),
+        Layer::Node | Layer::NodeTick => runtime()?.block_on(node::serve(endpoint, false)),
+        Layer::NodeCurve => runtime()?.block_on(node::serve(endpoint, true)),
         // Each peer binds where it can: its own free loopback port.
         #[cfg(feature = "peers")]
         Layer::Nats => runtime()?.block_on(peers::nats::serve()),
@@ -170,7 +176,7 @@ pub(crate) fn client(job: &Job) -> Result<Point> {
         Layer::Raw => raw::client(job),
         Layer::Transport => runtime()?.block_on(transport::client(job)),
         Layer::Protocol => runtime()?.block_on(protocol::client(job)),
-        Layer::Node => runtime()?.block_on(node::client(job)),
+        Layer::Node | Layer::NodeCurve => runtime()?.block_on(node::client(job)),
         Layer::NodeTick => runtime()?.block_on(node::tick_client(job)),
         #[cfg(feature = "peers")]
         Layer::Nats => runtime()?.block_on(peers::nats::client(job)),

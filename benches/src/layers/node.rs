@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use node::{HandlerError, Node, NodeBuilder, NodeId, Request, Response};
+use node::{HandlerError, Key, KeyPair, Node, NodeBuilder, NodeId, Request, Response};
 
 use super::{announce, Job, HWM, REQUEST_TIMEOUT};
 use crate::error::{Error, Result};
@@ -38,9 +38,15 @@ fn builder(id: String) -> NodeBuilder {
 }
 
 /// A node with an `echo` request handler, a `tick` counter and a `ticks` request that
-/// returns the count, until the process ends.
-pub(super) async fn serve(endpoint: &str) -> Result<()> {
-    let server = builder(SERVER_ID.to_owned()).bind(endpoint).build().await?;
+/// returns the count, until the process ends. With `curve`, the node has a fresh key pair
+/// and announces its public key after its endpoint (`ENDPOINT KEY`: Z85 has no space).
+pub(super) async fn serve(endpoint: &str, curve: bool) -> Result<()> {
+    let mut server = builder(SERVER_ID.to_owned()).bind(endpoint);
+    let keys = curve.then(KeyPair::generate).transpose()?;
+    if let Some(keys) = &keys {
+        server = server.curve(keys.clone());
+    }
+    let server = server.build().await?;
     server.on_request_service(
         "echo",
         tower::service_fn(|req: Request| async move {
@@ -57,17 +63,32 @@ pub(super) async fn serve(endpoint: &str) -> Result<()> {
         let count = ticks.load(Ordering::Relaxed);
         async move { Ok::<u64, HandlerError>(count) }
     });
-    announce(&server.address().ok_or(Error::NotBound)?)?;
+    let address = server.address().ok_or(Error::NotBound)?;
+    match &keys {
+        Some(keys) => announce(&format!("{address} {}", keys.public))?,
+        None => announce(&address)?,
+    }
     std::future::pending::<()>().await;
     Ok(())
 }
 
-/// A client node connected to the server; returns it and the server's id.
+/// A client node connected to the server; returns it and the server's id. Over CURVE
+/// (`ENDPOINT KEY`, as `serve` announced it) the client has its own key pair.
 async fn connect(job: &Job) -> Result<(Node, NodeId)> {
-    let client = builder(format!("bench-client-{}", std::process::id()))
-        .build()
-        .await?;
-    let peer = client.connect(&job.endpoint).await?;
+    let builder = builder(format!("bench-client-{}", std::process::id()));
+    let (client, peer) = match job.endpoint.split_once(' ') {
+        Some((endpoint, key)) => {
+            let server_key = Key::from_z85(key)?;
+            let client = builder.curve(KeyPair::generate()?).build().await?;
+            let peer = client.connect_secure(endpoint, server_key).await?;
+            (client, peer)
+        }
+        None => {
+            let client = builder.build().await?;
+            let peer = client.connect(&job.endpoint).await?;
+            (client, peer)
+        }
+    };
     Ok((client, peer.id))
 }
 
