@@ -69,6 +69,16 @@ pub(crate) enum Error {
         /// Which child.
         what: String,
     },
+    /// Not every peer of a scale run joined the hub in time.
+    #[error("{joined} of {peers} peers joined the hub within {waited:?}")]
+    JoinTimeout {
+        /// Peers the hub counted.
+        joined: usize,
+        /// Peers started.
+        peers: usize,
+        /// How long we waited.
+        waited: Duration,
+    },
     /// Drawing a chart failed.
     #[error("plot {path}: {cause}")]
     Plot {

@@ -32,6 +32,22 @@ pub(crate) enum Command {
     Tick(TickArgs),
     /// List the peers of a running `zeronode node`, with their options.
     Peers(PeersArgs),
+    /// Measure each layer beside raw libzmq, or a hub with many peers (`bench scale`): the
+    /// benchmark harness. `zeronode bench --help` lists its options.
+    #[command(disable_help_flag = true)]
+    Bench(BenchArgs),
+}
+
+/// `zeronode bench`: everything after it goes to the harness untouched.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// The harness's options (see `zeronode bench --help`).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "HARNESS ARGS"
+    )]
+    pub(crate) args: Vec<std::ffi::OsString>,
 }
 
 /// `zeronode node`.

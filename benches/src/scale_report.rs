@@ -1,0 +1,477 @@
+//! The scale report's output: the table on stdout, `scale.json`, `scale.csv` and
+//! `scale.svg` (rates against the number of peers, one line per payload size).
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::report::Machine;
+use crate::stats::Latency;
+
+/// `tick_all` fan-out at one payload size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct FanOut {
+    /// `tick_all` calls made in the measured phase.
+    pub(crate) calls: u64,
+    /// Ticks those calls handed to the sockets (peers reached, summed).
+    pub(crate) sent: u64,
+    /// Ticks the peers counted between the two counts.
+    pub(crate) delivered: u64,
+    /// Seconds between the two counts (sending, then draining the queues).
+    pub(crate) seconds: f64,
+    /// `calls / seconds`: fan-outs per second.
+    pub(crate) calls_per_s: f64,
+    /// `delivered / seconds`: ticks delivered per second, all peers together.
+    pub(crate) ticks_per_s: f64,
+}
+
+/// `request_any` at one payload size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RequestAny {
+    /// Calls kept in flight.
+    pub(crate) window: usize,
+    /// Replies in the measured phase.
+    pub(crate) completed: u64,
+    /// Length of the measured phase.
+    pub(crate) seconds: f64,
+    /// Replies per second.
+    pub(crate) rate: f64,
+    /// Latency of every call in the measured phase.
+    pub(crate) latency_us: Option<Latency>,
+}
+
+/// Both measurements at one payload size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SizeResult {
+    /// Payload bytes.
+    pub(crate) size: usize,
+    /// The fan-out.
+    pub(crate) tick_all: FanOut,
+    /// The any-peer requests.
+    pub(crate) request_any: RequestAny,
+}
+
+/// One hub run: one peer count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct HubResult {
+    /// Peers joined to the hub.
+    pub(crate) peers: usize,
+    /// Processes holding them.
+    pub(crate) processes: usize,
+    /// Seconds from starting the peer processes until the hub counted every peer.
+    pub(crate) join_s: f64,
+    /// The hub's `VmRSS` (KiB) once bound, before any peer.
+    pub(crate) hub_rss_before_kb: Option<u64>,
+    /// Once every peer joined.
+    pub(crate) hub_rss_joined_kb: Option<u64>,
+    /// After the traffic (queues included).
+    pub(crate) hub_rss_after_kb: Option<u64>,
+    /// `(joined - before) / peers`: the hub's memory per peer, KiB.
+    pub(crate) hub_rss_per_peer_kb: Option<f64>,
+    /// The peer processes' growth from start to all joined, per node, KiB.
+    pub(crate) peer_rss_per_node_kb: Option<f64>,
+    /// Per payload size.
+    pub(crate) sizes: Vec<SizeResult>,
+}
+
+/// A peer count that could not be measured.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ScaleFailure {
+    /// The peer count.
+    pub(crate) peers: u32,
+    /// What went wrong.
+    pub(crate) error: String,
+}
+
+/// How the scale run was configured.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ScaleSettings {
+    /// `request_any` calls in flight.
+    pub(crate) window: u32,
+    /// Heartbeat interval of every node, seconds.
+    pub(crate) heartbeat_s: f64,
+    /// Measured seconds per phase.
+    pub(crate) duration_s: f64,
+    /// Warm-up seconds per phase.
+    pub(crate) warmup_s: f64,
+}
+
+/// Everything one scale run produced.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ScaleReport {
+    /// Where.
+    pub(crate) machine: Machine,
+    /// The caveat that goes beside the numbers.
+    pub(crate) note: String,
+    /// How.
+    pub(crate) settings: ScaleSettings,
+    /// One entry per peer count, in the order run.
+    pub(crate) runs: Vec<HubResult>,
+    /// Peer counts that failed.
+    pub(crate) failures: Vec<ScaleFailure>,
+}
+
+impl ScaleReport {
+    /// The report of a run.
+    pub(crate) fn new(
+        machine: Machine,
+        window: u32,
+        heartbeat_s: f64,
+        duration_s: f64,
+        warmup_s: f64,
+        runs: Vec<HubResult>,
+        failures: Vec<ScaleFailure>,
+    ) -> ScaleReport {
+        let note = format!(
+            "The hub and every peer process share one {}-core machine: the peers' handling \
+             of ticks and requests competes with the hub for the same CPU, so the rates are \
+             the whole mesh's on this machine, not the hub's alone.",
+            machine.cores
+        );
+        ScaleReport {
+            machine,
+            note,
+            settings: ScaleSettings {
+                window,
+                heartbeat_s,
+                duration_s,
+                warmup_s,
+            },
+            runs,
+            failures,
+        }
+    }
+
+    /// The table printed at the end of a run: a line per peer count and size.
+    pub(crate) fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:>6} {:>5} {:>7} {:>9} {:>9} {:>6} {:>11} {:>10} {:>13} {:>8} {:>8}",
+            "peers",
+            "procs",
+            "join_s",
+            "hub_kb/pr",
+            "node_kb",
+            "size",
+            "ticks/s",
+            "fanouts/s",
+            "request_any/s",
+            "p50_us",
+            "p99_us"
+        );
+        let kb = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+        for run in &self.runs {
+            for s in &run.sizes {
+                let us = |f: fn(&Latency) -> f64| {
+                    s.request_any
+                        .latency_us
+                        .as_ref()
+                        .map_or("-".to_owned(), |l| format!("{:.0}", f(l)))
+                };
+                let _ = writeln!(
+                    out,
+                    "{:>6} {:>5} {:>7.2} {:>9} {:>9} {:>6} {:>11.0} {:>10.1} {:>13.0} {:>8} {:>8}",
+                    run.peers,
+                    run.processes,
+                    run.join_s,
+                    kb(run.hub_rss_per_peer_kb),
+                    kb(run.peer_rss_per_node_kb),
+                    s.size,
+                    s.tick_all.ticks_per_s,
+                    s.tick_all.calls_per_s,
+                    s.request_any.rate,
+                    us(|l| l.p50),
+                    us(|l| l.p99)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "\nticks/s: tick_all ticks delivered per second, counted by the peers; fanouts/s: \
+             tick_all calls per second. hub_kb/pr: the hub's resident memory per joined peer; \
+             node_kb: a peer process's per node. request_any: {} in flight, to a raw echo.\n\
+             {}s warm-up, {}s measured per phase; heartbeats every {} s; libzmq {}; load \
+             average {} before, {} after.\n{}",
+            self.settings.window,
+            self.settings.warmup_s,
+            self.settings.duration_s,
+            self.settings.heartbeat_s,
+            self.machine.libzmq,
+            self.machine.load_before.as_deref().unwrap_or("unknown"),
+            self.machine.load_after.as_deref().unwrap_or("unknown"),
+            self.note
+        );
+        out
+    }
+
+    /// The results as CSV: a line per peer count and size.
+    pub(crate) fn csv(&self) -> String {
+        let mut out = String::from(
+            "peers,processes,join_s,hub_rss_before_kb,hub_rss_joined_kb,hub_rss_per_peer_kb,\
+             peer_rss_per_node_kb,size,tick_all_calls_per_s,ticks_per_s,ticks_delivered,\
+             request_any_per_s,request_any_window,p50_us,p95_us,p99_us\n",
+        );
+        let opt_u = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+        let opt_f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
+        for run in &self.runs {
+            for s in &run.sizes {
+                let l = s.request_any.latency_us.as_ref();
+                let _ = writeln!(
+                    out,
+                    "{},{},{:.3},{},{},{},{},{},{:.2},{:.1},{},{:.1},{},{},{},{}",
+                    run.peers,
+                    run.processes,
+                    run.join_s,
+                    opt_u(run.hub_rss_before_kb),
+                    opt_u(run.hub_rss_joined_kb),
+                    opt_f(run.hub_rss_per_peer_kb),
+                    opt_f(run.peer_rss_per_node_kb),
+                    s.size,
+                    s.tick_all.calls_per_s,
+                    s.tick_all.ticks_per_s,
+                    s.tick_all.delivered,
+                    s.request_any.rate,
+                    s.request_any.window,
+                    opt_f(l.map(|l| l.p50)),
+                    opt_f(l.map(|l| l.p95)),
+                    opt_f(l.map(|l| l.p99)),
+                );
+            }
+        }
+        out
+    }
+
+    /// Writes `scale.json`, `scale.csv` and `scale.svg` into `dir` (created if missing).
+    pub(crate) fn write(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        fs::create_dir_all(dir)?;
+        let json = dir.join("scale.json");
+        fs::write(&json, serde_json::to_string_pretty(self)? + "\n")?;
+        let csv = dir.join("scale.csv");
+        fs::write(&csv, self.csv())?;
+        let svg = dir.join("scale.svg");
+        chart(self, &svg).map_err(|e| Error::Plot {
+            path: svg.clone(),
+            cause: e.to_string(),
+        })?;
+        Ok(vec![json, csv, svg])
+    }
+}
+
+/// Colours of the payload sizes' lines, in order.
+const COLOURS: [RGBColor; 4] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+];
+
+/// Two panels: ticks delivered per second and `request_any` per second, against the number
+/// of peers (log scale), one line per payload size.
+fn chart(report: &ScaleReport, path: &Path) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let root = SVGBackend::new(path, (1040, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(
+        &format!(
+            "Hub and peers on one {}-core machine: rate against peers",
+            report.machine.cores
+        ),
+        ("sans-serif", 18),
+    )?;
+    let (lo, hi) = report
+        .runs
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), r| {
+            (lo.min(r.peers as f64), hi.max(r.peers as f64))
+        });
+    let (lo, hi) = if lo < hi {
+        (lo / 1.3, hi * 1.3)
+    } else if lo <= hi {
+        (lo / 2.0, hi * 2.0)
+    } else {
+        (1.0, 10.0)
+    };
+    let mut sizes: Vec<usize> = report
+        .runs
+        .iter()
+        .flat_map(|r| r.sizes.iter().map(|s| s.size))
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let panels = root.split_evenly((1, 2));
+    let metrics: [(&str, &str, fn(&SizeResult) -> f64); 2] = [
+        ("tick_all: ticks delivered/s", "ticks/s", |s| {
+            s.tick_all.ticks_per_s
+        }),
+        ("request_any: replies/s", "requests/s", |s| {
+            s.request_any.rate
+        }),
+    ];
+    for (panel, (caption, unit, metric)) in panels.iter().zip(metrics) {
+        let top = report
+            .runs
+            .iter()
+            .flat_map(|r| r.sizes.iter().map(metric))
+            .fold(0.0, f64::max)
+            .max(1.0)
+            * 1.15;
+        let mut chart = ChartBuilder::on(panel)
+            .caption(caption, ("sans-serif", 15))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d((lo..hi).log_scale(), 0.0..top)?;
+        chart
+            .configure_mesh()
+            .x_desc("peers (log scale)")
+            .y_desc(unit)
+            .x_label_formatter(&|p| format!("{p:.0}"))
+            .y_label_formatter(&|r| format!("{:.0}k", r / 1000.0))
+            .draw()?;
+        for (i, &size) in sizes.iter().enumerate() {
+            let mut line: Vec<(f64, f64)> = report
+                .runs
+                .iter()
+                .filter_map(|r| {
+                    r.sizes
+                        .iter()
+                        .find(|s| s.size == size)
+                        .map(|s| (r.peers as f64, metric(s)))
+                })
+                .collect();
+            line.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let c = COLOURS[i % COLOURS.len()];
+            chart
+                .draw_series(LineSeries::new(line, c.stroke_width(2)).point_size(3))?
+                .label(format!("{size} B"))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn size(size: usize, ticks: f64, requests: f64) -> SizeResult {
+        SizeResult {
+            size,
+            tick_all: FanOut {
+                calls: 10,
+                sent: 1000,
+                delivered: ticks as u64,
+                seconds: 1.0,
+                calls_per_s: ticks / 100.0,
+                ticks_per_s: ticks,
+            },
+            request_any: RequestAny {
+                window: 100,
+                completed: requests as u64,
+                seconds: 1.0,
+                rate: requests,
+                latency_us: Some(Latency {
+                    mean: 500.0,
+                    p50: 450.0,
+                    p95: 900.0,
+                    p99: 1200.0,
+                }),
+            },
+        }
+    }
+
+    fn run(peers: usize) -> HubResult {
+        HubResult {
+            peers,
+            processes: peers.div_ceil(250),
+            join_s: 0.5,
+            hub_rss_before_kb: Some(10_000),
+            hub_rss_joined_kb: Some(10_000 + 20 * peers as u64),
+            hub_rss_after_kb: Some(50_000),
+            hub_rss_per_peer_kb: Some(20.0),
+            peer_rss_per_node_kb: Some(40.0),
+            sizes: vec![
+                size(100, 400_000.0, 90_000.0),
+                size(1000, 250_000.0, 70_000.0),
+            ],
+        }
+    }
+
+    fn report() -> ScaleReport {
+        ScaleReport::new(
+            Machine::here(2, None),
+            100,
+            60.0,
+            3.0,
+            0.5,
+            vec![run(100), run(1000)],
+            Vec::new(),
+        )
+    }
+
+    #[test]
+    fn the_table_has_a_line_per_peer_count_and_size() {
+        let table = report().table();
+        let lines: Vec<&str> = table
+            .lines()
+            .filter(|l| l.trim_start().starts_with("100 ") || l.trim_start().starts_with("1000 "))
+            .collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(table.contains("400000"), "{table}");
+        assert!(table.contains("one 2-core machine"), "{table}");
+        assert!(table.contains("heartbeats every 60 s"), "{table}");
+    }
+
+    #[test]
+    fn csv_has_a_header_and_a_line_per_peer_count_and_size() {
+        let csv = report().csv();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 5);
+        let columns = lines[0].split(',').count();
+        assert_eq!(columns, 16);
+        assert!(lines.iter().all(|l| l.split(',').count() == columns));
+        assert!(lines[1].starts_with("100,1,0.500,10000,12000,20.00,40.00,100,"));
+    }
+
+    #[test]
+    fn writes_json_csv_and_the_chart() {
+        let dir = std::env::temp_dir().join(format!("benches-scale-{}", std::process::id()));
+        let files = report().write(&dir).unwrap();
+        assert_eq!(files.len(), 3);
+        let json: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(dir.join("scale.json")).unwrap()).unwrap();
+        assert_eq!(json["runs"][1]["peers"], 1000);
+        assert_eq!(
+            json["runs"][0]["sizes"][1]["tick_all"]["ticks_per_s"],
+            250_000.0
+        );
+        let svg = fs::read_to_string(dir.join("scale.svg")).unwrap();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.contains("1000 B"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn one_peer_count_or_none_still_draws() {
+        let dir = std::env::temp_dir().join(format!("benches-scale1-{}", std::process::id()));
+        let mut one = report();
+        one.runs.truncate(1);
+        assert!(one.write(&dir).is_ok());
+        one.runs.clear();
+        assert!(one.write(&dir).is_ok());
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
