@@ -14,7 +14,11 @@
 //!   the peers' counts (asked with a request to every peer, on the same connection as the
 //!   ticks, so each count includes every tick sent before it) over the time between them;
 //! - **`request_any` throughput**: the hub keeps `--window` `request_any` calls (filter
-//!   `role=peer`, random strategy) in flight to the peers' raw `echo`; rate and latency.
+//!   `role=peer`, random strategy) in flight to the peers' raw `echo`; rate and latency;
+//!   then, as the control, the same requests addressed to each peer in turn by id (no
+//!   filter, no pick), so the cost of choosing among many peers shows apart;
+//! - the hub process's CPU (user + system, in cores) over each phase: near 1.0 its one
+//!   runtime thread is the limit, well under it the peers' processes are.
 //!
 //! Heartbeats are every `--heartbeat` seconds (60 by default) on every node: with 1,000
 //! peers and the hub's queues full of ticks, a heartbeat waits behind hundreds of ticks per
@@ -268,6 +272,33 @@ pub(crate) fn parse_vm_rss(status: &str) -> Option<u64> {
     }
 }
 
+/// Clock ticks per second of `/proc/*/stat` times (`USER_HZ`, 100 on every Linux the
+/// harness runs on).
+const USER_HZ: f64 = 100.0;
+
+/// User plus system CPU seconds from the text of `/proc/self/stat` (every thread of the
+/// process); `None` when malformed.
+pub(crate) fn parse_cpu_seconds(stat: &str) -> Option<f64> {
+    // The command name is in parentheses and may hold spaces: count fields after the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 (utime) and 15 (stime) of proc(5); `rest` starts at field 3.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / USER_HZ)
+}
+
+/// This process's CPU seconds so far (Linux only).
+fn cpu_seconds() -> Option<f64> {
+    parse_cpu_seconds(&std::fs::read_to_string("/proc/self/stat").ok()?)
+}
+
+/// The share of one core the hub used between two readings, over `wall` seconds.
+fn busy(before: Option<f64>, after: Option<f64>, wall: f64) -> Option<f64> {
+    let (before, after) = before.zip(after)?;
+    (wall > 0.0).then(|| (after - before).max(0.0) / wall)
+}
+
 /// This process's resident memory in KiB (Linux only).
 fn rss_kb() -> Option<u64> {
     parse_vm_rss(&std::fs::read_to_string("/proc/self/status").ok()?)
@@ -406,13 +437,32 @@ async fn hub_run(args: &HubArgs, reexec: &Reexec, children: &mut Vec<Child>) -> 
             "  {size} B: tick_all {:.0} ticks/s delivered ({:.1} fan-outs/s)",
             tick_all.ticks_per_s, tick_all.calls_per_s
         );
-        let request_any =
-            request_any(&hub, &filter, payload.into(), args, warmup, duration).await?;
+        let payload = bytes::Bytes::from(payload);
+        let phase = Phase {
+            hub: &hub,
+            payload: &payload,
+            window: args.window.max(1) as usize,
+            warmup,
+            duration,
+        };
+        let request_any = phase
+            .requests(|| Target::Any(filter.clone(), Scope::Down))
+            .await?;
         eprintln!("  {size} B: request_any {:.0}/s", request_any.rate);
+        // The control: the same requests to each peer in turn by id, no filter, no pick.
+        let mut turn = 0usize;
+        let request_id = phase
+            .requests(|| {
+                turn = turn.wrapping_add(1);
+                Target::Id(ids[turn % ids.len().max(1)].clone())
+            })
+            .await?;
+        eprintln!("  {size} B: request by id {:.0}/s", request_id.rate);
         sizes.push(SizeResult {
             size: size as usize,
             tick_all,
             request_any,
+            request_id,
         });
     }
     let rss_after = rss_kb();
@@ -444,9 +494,11 @@ async fn fan_out(
     let blob = Blob(payload);
     tick_all_until(hub, filter, &blob, Instant::now() + warmup).await?;
     let (first, started) = tick_count(hub, ids).await?;
+    let cpu_before = cpu_seconds();
     let (calls, sent) = tick_all_until(hub, filter, &blob, started + duration).await?;
     let (last, ended) = tick_count(hub, ids).await?;
     let seconds = ended.duration_since(started).as_secs_f64();
+    let hub_cpu = busy(cpu_before, cpu_seconds(), seconds);
     let delivered = last.saturating_sub(first);
     Ok(FanOut {
         calls,
@@ -455,6 +507,7 @@ async fn fan_out(
         seconds,
         calls_per_s: calls as f64 / seconds,
         ticks_per_s: delivered as f64 / seconds,
+        hub_cpu,
     })
 }
 
@@ -491,41 +544,58 @@ async fn tick_count(hub: &Node, ids: &[NodeId]) -> Result<(u64, Instant)> {
     Ok((total, Instant::now()))
 }
 
-/// `request_any` with `args.window` calls in flight; rate and latency.
-async fn request_any(
-    hub: &Node,
-    filter: &Filter,
-    payload: bytes::Bytes,
-    args: &HubArgs,
+/// A request phase of the hub: what every request carries and how many are in flight.
+struct Phase<'a> {
+    /// The hub.
+    hub: &'a Node,
+    /// The payload of every request (echoed back).
+    payload: &'a bytes::Bytes,
+    /// Requests in flight.
+    window: usize,
+    /// Warm-up before the measured phase.
     warmup: Duration,
+    /// Length of the measured phase.
     duration: Duration,
-) -> Result<RequestAny> {
-    let size = payload.len();
-    let window = args.window.max(1) as usize;
-    let plan = Plan::starting_now(warmup, duration);
-    let recorder = drive_concurrent(window, plan, || async {
-        let target = Target::Any(filter.clone(), Scope::Down);
-        let reply = hub
-            .request_raw(target, "echo", payload.clone(), REQUEST_TIMEOUT)
-            .await?;
-        if reply.len() == size {
-            Ok(())
-        } else {
-            Err(Error::BadReply {
-                sent: size,
-                got: reply.len(),
-            })
-        }
-    })
-    .await?;
-    let point = recorder.finish(Layer::Node, size, window);
-    Ok(RequestAny {
-        window,
-        completed: point.completed,
-        seconds: point.seconds,
-        rate: point.rate,
-        latency_us: point.latency_us,
-    })
+}
+
+impl Phase<'_> {
+    /// `window` requests in flight to the targets `target` gives, one per request, to the
+    /// peers' raw `echo`; rate, latency and the hub's CPU.
+    async fn requests(&self, mut target: impl FnMut() -> Target) -> Result<RequestAny> {
+        let size = self.payload.len();
+        let plan = Plan::starting_now(self.warmup, self.duration);
+        // The hub's CPU over the whole phase (warm-up included: the same steady state).
+        let cpu_before = cpu_seconds();
+        let started = Instant::now();
+        let recorder = drive_concurrent(self.window, plan, || {
+            let target = target();
+            async move {
+                let reply = self
+                    .hub
+                    .request_raw(target, "echo", self.payload.clone(), REQUEST_TIMEOUT)
+                    .await?;
+                if reply.len() == size {
+                    Ok(())
+                } else {
+                    Err(Error::BadReply {
+                        sent: size,
+                        got: reply.len(),
+                    })
+                }
+            }
+        })
+        .await?;
+        let hub_cpu = busy(cpu_before, cpu_seconds(), started.elapsed().as_secs_f64());
+        let point = recorder.finish(Layer::Node, size, self.window);
+        Ok(RequestAny {
+            window: self.window,
+            completed: point.completed,
+            seconds: point.seconds,
+            rate: point.rate,
+            latency_us: point.latency_us,
+            hub_cpu,
+        })
+    }
 }
 
 /// The peers role: `count` nodes joined to the hub, answering `echo`, counting ticks and
@@ -585,6 +655,19 @@ mod tests {
         assert_eq!(parse_vm_rss("Name:\tx\n"), None);
         assert_eq!(parse_vm_rss("VmRSS:\tlots kB\n"), None);
         assert_eq!(parse_vm_rss("VmRSS:\t5 MB\n"), None);
+    }
+
+    #[test]
+    fn cpu_seconds_are_utime_plus_stime() {
+        // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+        // utime stime ...; a command name with spaces and parentheses.
+        let stat = "42 (my (odd) name) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3";
+        assert_eq!(parse_cpu_seconds(stat), Some(3.0));
+        assert_eq!(parse_cpu_seconds("42 (x) S 1"), None);
+        assert_eq!(parse_cpu_seconds("no parenthesis"), None);
+        assert_eq!(busy(Some(1.0), Some(2.5), 3.0), Some(0.5));
+        assert_eq!(busy(None, Some(2.5), 3.0), None);
+        assert_eq!(busy(Some(1.0), Some(2.0), 0.0), None);
     }
 
     #[test]

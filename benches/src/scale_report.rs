@@ -27,9 +27,12 @@ pub(crate) struct FanOut {
     pub(crate) calls_per_s: f64,
     /// `delivered / seconds`: ticks delivered per second, all peers together.
     pub(crate) ticks_per_s: f64,
+    /// The hub process's CPU over the phase, in cores (1.0 = one core busy throughout):
+    /// near 1 the hub's single runtime thread is the limit, well under it the peers are.
+    pub(crate) hub_cpu: Option<f64>,
 }
 
-/// `request_any` at one payload size.
+/// `request_any` (or the control, requests by id) at one payload size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct RequestAny {
     /// Calls kept in flight.
@@ -42,6 +45,8 @@ pub(crate) struct RequestAny {
     pub(crate) rate: f64,
     /// Latency of every call in the measured phase.
     pub(crate) latency_us: Option<Latency>,
+    /// The hub process's CPU over the phase, in cores.
+    pub(crate) hub_cpu: Option<f64>,
 }
 
 /// Both measurements at one payload size.
@@ -53,6 +58,8 @@ pub(crate) struct SizeResult {
     pub(crate) tick_all: FanOut,
     /// The any-peer requests.
     pub(crate) request_any: RequestAny,
+    /// The control: the same requests to each peer in turn by id.
+    pub(crate) request_id: RequestAny,
 }
 
 /// One hub run: one peer count.
@@ -151,7 +158,7 @@ impl ScaleReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{:>6} {:>5} {:>7} {:>9} {:>9} {:>6} {:>11} {:>10} {:>13} {:>8} {:>8}",
+            "{:>6} {:>5} {:>7} {:>9} {:>9} {:>6} {:>11} {:>10} {:>7} {:>13} {:>8} {:>8} {:>7} {:>9} {:>7}",
             "peers",
             "procs",
             "join_s",
@@ -160,11 +167,16 @@ impl ScaleReport {
             "size",
             "ticks/s",
             "fanouts/s",
+            "hub_cpu",
             "request_any/s",
             "p50_us",
-            "p99_us"
+            "p99_us",
+            "hub_cpu",
+            "by_id/s",
+            "hub_cpu"
         );
         let kb = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+        let cpu = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
         for run in &self.runs {
             for s in &run.sizes {
                 let us = |f: fn(&Latency) -> f64| {
@@ -175,7 +187,7 @@ impl ScaleReport {
                 };
                 let _ = writeln!(
                     out,
-                    "{:>6} {:>5} {:>7.2} {:>9} {:>9} {:>6} {:>11.0} {:>10.1} {:>13.0} {:>8} {:>8}",
+                    "{:>6} {:>5} {:>7.2} {:>9} {:>9} {:>6} {:>11.0} {:>10.1} {:>7} {:>13.0} {:>8} {:>8} {:>7} {:>9.0} {:>7}",
                     run.peers,
                     run.processes,
                     run.join_s,
@@ -184,17 +196,23 @@ impl ScaleReport {
                     s.size,
                     s.tick_all.ticks_per_s,
                     s.tick_all.calls_per_s,
+                    cpu(s.tick_all.hub_cpu),
                     s.request_any.rate,
                     us(|l| l.p50),
-                    us(|l| l.p99)
+                    us(|l| l.p99),
+                    cpu(s.request_any.hub_cpu),
+                    s.request_id.rate,
+                    cpu(s.request_id.hub_cpu)
                 );
             }
         }
         let _ = writeln!(
             out,
             "\nticks/s: tick_all ticks delivered per second, counted by the peers; fanouts/s: \
-             tick_all calls per second. hub_kb/pr: the hub's resident memory per joined peer; \
-             node_kb: a peer process's per node. request_any: {} in flight, to a raw echo.\n\
+             tick_all calls per second. hub_cpu: the hub process's CPU in cores over the \
+             phase (1.00 = one core). hub_kb/pr: the hub's resident memory per joined peer; \
+             node_kb: a peer process's per node. request_any: {} in flight, to a raw echo; by_id/s: the same requests to each peer in \
+             turn by id (no filter, no pick).\n\
              {}s warm-up, {}s measured per phase; heartbeats every {} s; libzmq {}; load \
              average {} before, {} after.\n{}",
             self.settings.window,
@@ -214,7 +232,8 @@ impl ScaleReport {
         let mut out = String::from(
             "peers,processes,join_s,hub_rss_before_kb,hub_rss_joined_kb,hub_rss_per_peer_kb,\
              peer_rss_per_node_kb,size,tick_all_calls_per_s,ticks_per_s,ticks_delivered,\
-             request_any_per_s,request_any_window,p50_us,p95_us,p99_us\n",
+             request_any_per_s,request_any_window,p50_us,p95_us,p99_us,tick_all_hub_cpu,\
+             request_any_hub_cpu,request_id_per_s,request_id_hub_cpu\n",
         );
         let opt_u = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
         let opt_f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
@@ -223,7 +242,7 @@ impl ScaleReport {
                 let l = s.request_any.latency_us.as_ref();
                 let _ = writeln!(
                     out,
-                    "{},{},{:.3},{},{},{},{},{},{:.2},{:.1},{},{:.1},{},{},{},{}",
+                    "{},{},{:.3},{},{},{},{},{},{:.2},{:.1},{},{:.1},{},{},{},{},{},{},{:.1},{}",
                     run.peers,
                     run.processes,
                     run.join_s,
@@ -240,6 +259,10 @@ impl ScaleReport {
                     opt_f(l.map(|l| l.p50)),
                     opt_f(l.map(|l| l.p95)),
                     opt_f(l.map(|l| l.p99)),
+                    opt_f(s.tick_all.hub_cpu),
+                    opt_f(s.request_any.hub_cpu),
+                    s.request_id.rate,
+                    opt_f(s.request_id.hub_cpu),
                 );
             }
         }
@@ -270,10 +293,13 @@ const COLOURS: [RGBColor; 4] = [
     RGBColor(148, 103, 189),
 ];
 
-/// Two panels: ticks delivered per second and `request_any` per second, against the number
-/// of peers (log scale), one line per payload size.
+/// A panel of the chart: its caption, the y axis unit and the value it plots.
+type Metric = (&'static str, &'static str, fn(&SizeResult) -> f64);
+
+/// Three panels: ticks delivered per second, `request_any` per second and requests by id
+/// per second, against the number of peers (log scale), one line per payload size.
 fn chart(report: &ScaleReport, path: &Path) -> std::result::Result<(), Box<dyn std::error::Error>> {
-    let root = SVGBackend::new(path, (1040, 420)).into_drawing_area();
+    let root = SVGBackend::new(path, (1500, 420)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(
         &format!(
@@ -302,13 +328,16 @@ fn chart(report: &ScaleReport, path: &Path) -> std::result::Result<(), Box<dyn s
         .collect();
     sizes.sort_unstable();
     sizes.dedup();
-    let panels = root.split_evenly((1, 2));
-    let metrics: [(&str, &str, fn(&SizeResult) -> f64); 2] = [
+    let panels = root.split_evenly((1, 3));
+    let metrics: [Metric; 3] = [
         ("tick_all: ticks delivered/s", "ticks/s", |s| {
             s.tick_all.ticks_per_s
         }),
         ("request_any: replies/s", "requests/s", |s| {
             s.request_any.rate
+        }),
+        ("control, request by id: replies/s", "requests/s", |s| {
+            s.request_id.rate
         }),
     ];
     for (panel, (caption, unit, metric)) in panels.iter().zip(metrics) {
@@ -377,6 +406,7 @@ mod tests {
                 seconds: 1.0,
                 calls_per_s: ticks / 100.0,
                 ticks_per_s: ticks,
+                hub_cpu: Some(0.9),
             },
             request_any: RequestAny {
                 window: 100,
@@ -389,6 +419,20 @@ mod tests {
                     p95: 900.0,
                     p99: 1200.0,
                 }),
+                hub_cpu: None,
+            },
+            request_id: RequestAny {
+                window: 100,
+                completed: requests as u64,
+                seconds: 1.0,
+                rate: requests * 2.0,
+                latency_us: Some(Latency {
+                    mean: 500.0,
+                    p50: 450.0,
+                    p95: 900.0,
+                    p99: 1200.0,
+                }),
+                hub_cpu: None,
             },
         }
     }
@@ -433,6 +477,7 @@ mod tests {
         assert!(table.contains("400000"), "{table}");
         assert!(table.contains("one 2-core machine"), "{table}");
         assert!(table.contains("heartbeats every 60 s"), "{table}");
+        assert!(table.contains(" 0.90 "), "{table}");
     }
 
     #[test]
@@ -441,7 +486,7 @@ mod tests {
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 5);
         let columns = lines[0].split(',').count();
-        assert_eq!(columns, 16);
+        assert_eq!(columns, 20);
         assert!(lines.iter().all(|l| l.split(',').count() == columns));
         assert!(lines[1].starts_with("100,1,0.500,10000,12000,20.00,40.00,100,"));
     }

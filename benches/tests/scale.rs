@@ -90,6 +90,11 @@ fn a_tiny_scale_run_joins_every_peer_and_measures_both_rates() {
     assert!(request_any["latency_us"]["p50"]
         .as_f64()
         .is_some_and(|us| us > 0.0));
+    let request_id = &size["request_id"];
+    assert!(
+        request_id["rate"].as_f64().is_some_and(|r| r > 0.0),
+        "{size}"
+    );
 
     let csv = std::fs::read_to_string(out.join("scale.csv")).expect("scale.csv");
     assert_eq!(csv.lines().count(), 2);
