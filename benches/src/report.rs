@@ -340,7 +340,7 @@ const PANEL: (u32, u32) = (520, 340);
 
 /// Labels for a log axis from `lo` to `hi`: 1, 2 and 5 times each power of ten (plotters
 /// labels only the powers themselves, too few over one decade).
-fn log_labels(lo: f64, hi: f64) -> Vec<f64> {
+pub(crate) fn log_labels(lo: f64, hi: f64) -> Vec<f64> {
     let mut labels = Vec::new();
     let mut decade = 10f64.powi(lo.max(1e-3).log10().floor() as i32);
     while decade <= hi {

@@ -9,7 +9,7 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::report::Machine;
+use crate::report::{log_labels, Machine};
 use crate::stats::Latency;
 
 /// `tick_all` fan-out at one payload size.
@@ -353,7 +353,10 @@ fn chart(report: &ScaleReport, path: &Path) -> std::result::Result<(), Box<dyn s
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
-            .build_cartesian_2d((lo..hi).log_scale(), 0.0..top)?;
+            .build_cartesian_2d(
+                (lo..hi).log_scale().with_key_points(log_labels(lo, hi)),
+                0.0..top,
+            )?;
         chart
             .configure_mesh()
             .x_desc("peers (log scale)")
