@@ -24,6 +24,9 @@
 //! peers and the hub's queues full of ticks, a heartbeat waits behind hundreds of ticks per
 //! peer, and the default (1 s, dead after 2.5 s) would declare healthy peers dead in the
 //! middle of a phase. High-water marks are 1,000 messages per connection.
+//!
+//! `--rounds N` runs every peer count N times, interleaved (every count, then every count
+//! again); the report gives the median of each figure and keeps every round in scale.json.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -42,7 +45,9 @@ use crate::layers::Layer;
 use crate::measure::{drive_concurrent, Plan};
 use crate::process::Process;
 use crate::report::{self, Machine};
-use crate::scale_report::{FanOut, HubResult, RequestAny, ScaleFailure, ScaleReport, SizeResult};
+use crate::scale_report::{
+    merge_runs, FanOut, HubResult, RequestAny, ScaleFailure, ScaleReport, ScaleSettings, SizeResult,
+};
 use crate::{exit_when_stdin_closes, seconds, Reexec};
 
 /// High-water mark of every socket of the scale run, in messages per connection: enough
@@ -87,6 +92,10 @@ pub(crate) struct ScaleArgs {
     /// Heartbeat interval of every node, in seconds (a peer is dead after 2.5 intervals).
     #[arg(long, default_value_t = 60.0)]
     heartbeat: f64,
+    /// Run every peer count N times, in interleaved rounds, and report the medians (each
+    /// round's figures stay in scale.json).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    rounds: u32,
     /// Directory for scale.json, scale.csv and scale.svg.
     #[arg(long, default_value = "target/bench-report")]
     out: std::path::PathBuf,
@@ -160,10 +169,16 @@ pub(crate) fn run(args: &ScaleArgs, reexec: &Reexec) -> Result<ExitCode> {
     let warmup = seconds(args.warmup, 0.0).as_secs_f64();
     let heartbeat = heartbeat(args.heartbeat).as_secs_f64();
     let sizes = list(&args.sizes);
-    let mut runs = Vec::new();
+    let mut rounds: Vec<Vec<HubResult>> = vec![Vec::new(); args.peers.len()];
     let mut failures = Vec::new();
-    for &peers in &args.peers {
-        eprintln!("benches scale: {peers} peers, sizes {sizes} B");
+    let order = crate::harness::schedule(args.peers.len(), args.rounds.max(1) as usize);
+    for &(round, i) in &order {
+        let peers = args.peers[i];
+        eprintln!(
+            "benches scale: round {}/{}: {peers} peers, sizes {sizes} B",
+            round + 1,
+            args.rounds.max(1)
+        );
         let mut command = reexec.command();
         command
             .args([
@@ -178,7 +193,7 @@ pub(crate) fn run(args: &ScaleArgs, reexec: &Reexec) -> Result<ExitCode> {
             .args(["--window", &args.window.to_string()])
             .args(["--per-process", &args.per_process.to_string()])
             .args(["--heartbeat", &heartbeat.to_string(), "--watch-stdin"]);
-        let phases = 2.0 * args.sizes.len() as f64 * (warmup + duration);
+        let phases = 3.0 * args.sizes.len() as f64 * (warmup + duration);
         let limit = JOIN_LIMIT + HUB_SLACK + Duration::from_secs_f64(phases);
         let outcome =
             Process::start(command, format!("scale hub ({peers} peers)")).and_then(|mut hub| {
@@ -193,23 +208,30 @@ pub(crate) fn run(args: &ScaleArgs, reexec: &Reexec) -> Result<ExitCode> {
                 Ok(serde_json::from_str::<HubResult>(line)?)
             });
         match outcome {
-            Ok(result) => runs.push(result),
+            Ok(result) => rounds[i].push(result),
             Err(e) => {
                 eprintln!("benches scale: {peers} peers: FAILED: {e}");
                 failures.push(ScaleFailure {
                     peers,
+                    round: round + 1,
                     error: e.to_string(),
                 });
             }
         }
     }
+    let runs = rounds.iter().filter_map(|r| merge_runs(r)).collect();
+    let all_rounds = rounds.into_iter().flatten().collect();
     let report = ScaleReport::new(
         Machine::here(cores, load_before),
-        args.window,
-        heartbeat,
-        duration,
-        warmup,
+        ScaleSettings {
+            window: args.window,
+            heartbeat_s: heartbeat,
+            duration_s: duration,
+            warmup_s: warmup,
+            rounds: args.rounds.max(1),
+        },
         runs,
+        all_rounds,
         failures,
     );
     println!("{}", report.table());
@@ -469,6 +491,7 @@ async fn hub_run(args: &HubArgs, reexec: &Reexec, children: &mut Vec<Child>) -> 
     let per_peer = |growth: u64| growth as f64 / peers as f64;
     Ok(HubResult {
         peers,
+        rounds: 1,
         processes: children.len(),
         join_s: join.as_secs_f64(),
         hub_rss_before_kb: rss_before,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::report::{log_labels, Machine};
-use crate::stats::Latency;
+use crate::stats::{self, Latency};
 
 /// `tick_all` fan-out at one payload size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +67,9 @@ pub(crate) struct SizeResult {
 pub(crate) struct HubResult {
     /// Peers joined to the hub.
     pub(crate) peers: usize,
+    /// Rounds merged into this result (1 for one hub run); with more, every figure below is
+    /// the median over the rounds.
+    pub(crate) rounds: usize,
     /// Processes holding them.
     pub(crate) processes: usize,
     /// Seconds from starting the peer processes until the hub counted every peer.
@@ -90,6 +93,8 @@ pub(crate) struct HubResult {
 pub(crate) struct ScaleFailure {
     /// The peer count.
     pub(crate) peers: u32,
+    /// Which round (from 1).
+    pub(crate) round: usize,
     /// What went wrong.
     pub(crate) error: String,
 }
@@ -105,6 +110,8 @@ pub(crate) struct ScaleSettings {
     pub(crate) duration_s: f64,
     /// Warm-up seconds per phase.
     pub(crate) warmup_s: f64,
+    /// Rounds per peer count.
+    pub(crate) rounds: u32,
 }
 
 /// Everything one scale run produced.
@@ -116,8 +123,10 @@ pub(crate) struct ScaleReport {
     pub(crate) note: String,
     /// How.
     pub(crate) settings: ScaleSettings,
-    /// One entry per peer count, in the order run.
+    /// One entry per peer count (medians over the rounds), in the order given.
     pub(crate) runs: Vec<HubResult>,
+    /// Every round of every peer count, in the order run (the spread behind the medians).
+    pub(crate) all_rounds: Vec<HubResult>,
     /// Peer counts that failed.
     pub(crate) failures: Vec<ScaleFailure>,
 }
@@ -126,11 +135,9 @@ impl ScaleReport {
     /// The report of a run.
     pub(crate) fn new(
         machine: Machine,
-        window: u32,
-        heartbeat_s: f64,
-        duration_s: f64,
-        warmup_s: f64,
+        settings: ScaleSettings,
         runs: Vec<HubResult>,
+        all_rounds: Vec<HubResult>,
         failures: Vec<ScaleFailure>,
     ) -> ScaleReport {
         let note = format!(
@@ -142,13 +149,9 @@ impl ScaleReport {
         ScaleReport {
             machine,
             note,
-            settings: ScaleSettings {
-                window,
-                heartbeat_s,
-                duration_s,
-                warmup_s,
-            },
+            settings,
             runs,
+            all_rounds,
             failures,
         }
     }
@@ -204,6 +207,38 @@ impl ScaleReport {
                     s.request_id.rate,
                     cpu(s.request_id.hub_cpu)
                 );
+            }
+        }
+        let rounds = self.settings.rounds;
+        if rounds > 1 {
+            let _ = writeln!(
+                out,
+                "\nMedians over {rounds} interleaved rounds; min..max over the rounds:"
+            );
+            for run in &self.runs {
+                for s in &run.sizes {
+                    let spread = |f: fn(&SizeResult) -> f64| {
+                        let values: Vec<f64> = self
+                            .all_rounds
+                            .iter()
+                            .filter(|r| r.peers == run.peers)
+                            .filter_map(|r| r.sizes.iter().find(|x| x.size == s.size))
+                            .map(f)
+                            .collect();
+                        let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+                        let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        format!("{lo:.0}..{hi:.0}")
+                    };
+                    let _ = writeln!(
+                        out,
+                        "{:>6} peers {:>6} B: ticks/s {}, request_any/s {}, by_id/s {}",
+                        run.peers,
+                        s.size,
+                        spread(|x| x.tick_all.ticks_per_s),
+                        spread(|x| x.request_any.rate),
+                        spread(|x| x.request_id.rate)
+                    );
+                }
             }
         }
         let _ = writeln!(
@@ -283,6 +318,94 @@ impl ScaleReport {
         })?;
         Ok(vec![json, csv, svg])
     }
+}
+
+/// The median of some `u64`s, rounded; 0 for none.
+fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
+    let values: Vec<f64> = values.map(|v| v as f64).collect();
+    stats::median(&values).map_or(0, |m| m.round() as u64)
+}
+
+/// The median of some optional values; `None` when none is present.
+fn median_opt(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let values: Vec<f64> = values.flatten().collect();
+    stats::median(&values)
+}
+
+/// The median of some `f64`s; 0 for none.
+fn median_f64(values: impl Iterator<Item = f64>) -> f64 {
+    let values: Vec<f64> = values.collect();
+    stats::median(&values).unwrap_or(0.0)
+}
+
+/// Medians of several request phases.
+fn merge_requests(phases: &[&RequestAny]) -> RequestAny {
+    let latencies: Vec<Latency> = phases.iter().filter_map(|p| p.latency_us).collect();
+    let each = |f: fn(&Latency) -> f64| median_f64(latencies.iter().map(f));
+    RequestAny {
+        window: phases.first().map_or(0, |p| p.window),
+        completed: median_u64(phases.iter().map(|p| p.completed)),
+        seconds: median_f64(phases.iter().map(|p| p.seconds)),
+        rate: median_f64(phases.iter().map(|p| p.rate)),
+        latency_us: (!latencies.is_empty()).then(|| Latency {
+            mean: each(|l| l.mean),
+            p50: each(|l| l.p50),
+            p95: each(|l| l.p95),
+            p99: each(|l| l.p99),
+        }),
+        hub_cpu: median_opt(phases.iter().map(|p| p.hub_cpu)),
+    }
+}
+
+/// Merges the rounds of one peer count: every figure is its median over the rounds (each
+/// separately); a payload size counts when every round measured it. `None` for no round.
+pub(crate) fn merge_runs(rounds: &[HubResult]) -> Option<HubResult> {
+    let first = rounds.first()?;
+    let sizes = first
+        .sizes
+        .iter()
+        .filter_map(|s| {
+            let same: Vec<&SizeResult> = rounds
+                .iter()
+                .filter_map(|r| r.sizes.iter().find(|x| x.size == s.size))
+                .collect();
+            if same.len() != rounds.len() {
+                return None;
+            }
+            let ticks: Vec<&FanOut> = same.iter().map(|x| &x.tick_all).collect();
+            let any: Vec<&RequestAny> = same.iter().map(|x| &x.request_any).collect();
+            let id: Vec<&RequestAny> = same.iter().map(|x| &x.request_id).collect();
+            Some(SizeResult {
+                size: s.size,
+                tick_all: FanOut {
+                    calls: median_u64(ticks.iter().map(|t| t.calls)),
+                    sent: median_u64(ticks.iter().map(|t| t.sent)),
+                    delivered: median_u64(ticks.iter().map(|t| t.delivered)),
+                    seconds: median_f64(ticks.iter().map(|t| t.seconds)),
+                    calls_per_s: median_f64(ticks.iter().map(|t| t.calls_per_s)),
+                    ticks_per_s: median_f64(ticks.iter().map(|t| t.ticks_per_s)),
+                    hub_cpu: median_opt(ticks.iter().map(|t| t.hub_cpu)),
+                },
+                request_any: merge_requests(&any),
+                request_id: merge_requests(&id),
+            })
+        })
+        .collect();
+    let kb = |f: fn(&HubResult) -> Option<u64>| {
+        median_opt(rounds.iter().map(|r| f(r).map(|v| v as f64))).map(|m| m.round() as u64)
+    };
+    Some(HubResult {
+        peers: first.peers,
+        rounds: rounds.len(),
+        processes: first.processes,
+        join_s: median_f64(rounds.iter().map(|r| r.join_s)),
+        hub_rss_before_kb: kb(|r| r.hub_rss_before_kb),
+        hub_rss_joined_kb: kb(|r| r.hub_rss_joined_kb),
+        hub_rss_after_kb: kb(|r| r.hub_rss_after_kb),
+        hub_rss_per_peer_kb: median_opt(rounds.iter().map(|r| r.hub_rss_per_peer_kb)),
+        peer_rss_per_node_kb: median_opt(rounds.iter().map(|r| r.peer_rss_per_node_kb)),
+        sizes,
+    })
 }
 
 /// Colours of the payload sizes' lines, in order.
@@ -443,6 +566,7 @@ mod tests {
     fn run(peers: usize) -> HubResult {
         HubResult {
             peers,
+            rounds: 1,
             processes: peers.div_ceil(250),
             join_s: 0.5,
             hub_rss_before_kb: Some(10_000),
@@ -460,10 +584,14 @@ mod tests {
     fn report() -> ScaleReport {
         ScaleReport::new(
             Machine::here(2, None),
-            100,
-            60.0,
-            3.0,
-            0.5,
+            ScaleSettings {
+                window: 100,
+                heartbeat_s: 60.0,
+                duration_s: 3.0,
+                warmup_s: 0.5,
+                rounds: 1,
+            },
+            vec![run(100), run(1000)],
             vec![run(100), run(1000)],
             Vec::new(),
         )
@@ -492,6 +620,58 @@ mod tests {
         assert_eq!(columns, 20);
         assert!(lines.iter().all(|l| l.split(',').count() == columns));
         assert!(lines[1].starts_with("100,1,0.500,10000,12000,20.00,40.00,100,"));
+    }
+
+    #[test]
+    fn rounds_merge_into_medians() {
+        assert_eq!(merge_runs(&[]), None);
+        assert_eq!(merge_runs(&[run(100)]), Some(run(100)));
+        let mut slow = run(100);
+        slow.join_s = 2.0;
+        slow.hub_rss_per_peer_kb = Some(30.0);
+        slow.sizes[0].tick_all.ticks_per_s = 100_000.0;
+        slow.sizes[0].request_any.latency_us = None;
+        slow.sizes[1].request_id.hub_cpu = Some(0.4);
+        let mut fast = run(100);
+        fast.join_s = 0.1;
+        fast.sizes[0].tick_all.ticks_per_s = 900_000.0;
+        fast.sizes[0].request_any.rate = 10.0;
+        fast.sizes[1].request_id.hub_cpu = Some(0.8);
+        let merged = merge_runs(&[slow, run(100), fast]).unwrap();
+        assert_eq!(merged.rounds, 3);
+        assert_eq!(merged.join_s, 0.5);
+        assert_eq!(merged.hub_rss_per_peer_kb, Some(20.0));
+        assert_eq!(merged.sizes[0].tick_all.ticks_per_s, 400_000.0);
+        assert_eq!(merged.sizes[0].request_any.rate, 90_000.0);
+        // Two rounds had a latency: the median of two.
+        assert_eq!(merged.sizes[0].request_any.latency_us.unwrap().p50, 450.0);
+        // Only two rounds measured the CPU.
+        assert!((merged.sizes[1].request_id.hub_cpu.unwrap() - 0.6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_size_missing_from_a_round_is_left_out() {
+        let mut partial = run(1000);
+        partial.sizes.truncate(1);
+        let merged = merge_runs(&[run(1000), partial]).unwrap();
+        assert_eq!(merged.sizes.len(), 1);
+        assert_eq!(merged.sizes[0].size, 100);
+    }
+
+    #[test]
+    fn the_table_shows_the_spread_of_rounds() {
+        let mut report = report();
+        let mut slow = run(100);
+        slow.sizes[0].tick_all.ticks_per_s = 100_000.0;
+        report.all_rounds = vec![run(100), slow, run(1000)];
+        report.runs[0].rounds = 2;
+        report.settings.rounds = 2;
+        let table = report.table();
+        assert!(
+            table.contains("Medians over 2 interleaved rounds"),
+            "{table}"
+        );
+        assert!(table.contains("ticks/s 100000..400000"), "{table}");
     }
 
     #[test]

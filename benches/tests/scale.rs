@@ -1,5 +1,5 @@
 //! Runs the built harness's scale report at a tiny size (a hub and five peers in two
-//! processes, short phases) and checks what a user reads: every peer joined, ticks were
+//! processes, short phases, two rounds) and checks what a user reads: every peer joined, ticks were
 //! delivered, `request_any` was answered, the memory was measured, the files are there.
 
 use std::path::PathBuf;
@@ -28,6 +28,8 @@ fn a_tiny_scale_run_joins_every_peer_and_measures_both_rates() {
             "100",
             "--per-process",
             "3",
+            "--rounds",
+            "2",
         ])
         .args([
             "--duration",
@@ -64,6 +66,8 @@ fn a_tiny_scale_run_joins_every_peer_and_measures_both_rates() {
     assert_eq!(runs.len(), 1);
     let run = &runs[0];
     assert_eq!(run["peers"], 5);
+    assert_eq!(run["rounds"], 2);
+    assert_eq!(report["all_rounds"].as_array().map(Vec::len), Some(2));
     assert_eq!(run["processes"], 2);
     assert!(run["join_s"].as_f64().is_some_and(|s| s > 0.0), "{run}");
     assert!(
