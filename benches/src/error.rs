@@ -79,6 +79,17 @@ pub(crate) enum Error {
         /// How long we waited.
         waited: Duration,
     },
+    /// The scale run would need more open files than the process may have.
+    #[error(
+        "the scale run needs about {needed} open files in one process, over the limit of \
+         {limit}: raise it (ulimit -n) or lower --peers or --per-process"
+    )]
+    OpenFiles {
+        /// Descriptors the largest process would hold.
+        needed: u64,
+        /// The soft limit.
+        limit: u64,
+    },
     /// Drawing a chart failed.
     #[error("plot {path}: {cause}")]
     Plot {

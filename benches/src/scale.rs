@@ -169,6 +169,9 @@ pub(crate) fn run(args: &ScaleArgs, reexec: &Reexec) -> Result<ExitCode> {
     let warmup = seconds(args.warmup, 0.0).as_secs_f64();
     let heartbeat = heartbeat(args.heartbeat).as_secs_f64();
     let sizes = list(&args.sizes);
+    for &peers in &args.peers {
+        check_open_files(peers, args.per_process, open_files_limit())?;
+    }
     let mut rounds: Vec<Vec<HubResult>> = vec![Vec::new(); args.peers.len()];
     let mut failures = Vec::new();
     let order = crate::harness::schedule(args.peers.len(), args.rounds.max(1) as usize);
@@ -319,6 +322,44 @@ fn cpu_seconds() -> Option<f64> {
 fn busy(before: Option<f64>, after: Option<f64>, wall: f64) -> Option<f64> {
     let (before, after) = before.zip(after)?;
     (wall > 0.0).then(|| (after - before).max(0.0) / wall)
+}
+
+/// File descriptors a peer node holds in its process (counted at 1,000 peers: 1,775 in a
+/// process of 250 nodes), rounded up.
+const FDS_PER_PEER_NODE: u64 = 8;
+/// File descriptors the hub holds per joined peer (1,034 at 1,000 peers), rounded up.
+const FDS_PER_HUB_PEER: u64 = 1;
+/// File descriptors any harness process holds besides (stdio, libzmq's context, tokio).
+const FDS_BASE: u64 = 64;
+
+/// The soft limit on open files from the text of `/proc/self/limits`; `None` when absent,
+/// malformed or unlimited.
+pub(crate) fn parse_open_files_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Checks that the hub (`peers` connections) and a peer process (`per_process` nodes) fit
+/// under the open-files limit `limit`, before anything starts: past it libzmq fails deep
+/// inside a connection, which would read as a join timeout.
+pub(crate) fn check_open_files(peers: u32, per_process: u32, limit: Option<u64>) -> Result<()> {
+    let Some(limit) = limit else { return Ok(()) };
+    let hub = FDS_BASE + FDS_PER_HUB_PEER * u64::from(peers);
+    let process = FDS_BASE + FDS_PER_PEER_NODE * u64::from(per_process.min(peers));
+    let needed = hub.max(process);
+    if needed > limit {
+        return Err(Error::OpenFiles { needed, limit });
+    }
+    Ok(())
+}
+
+/// This process's soft limit on open files (Linux only; children inherit it).
+fn open_files_limit() -> Option<u64> {
+    parse_open_files_limit(&std::fs::read_to_string("/proc/self/limits").ok()?)
 }
 
 /// This process's resident memory in KiB (Linux only).
@@ -691,6 +732,35 @@ mod tests {
         assert_eq!(busy(Some(1.0), Some(2.5), 3.0), Some(0.5));
         assert_eq!(busy(None, Some(2.5), 3.0), None);
         assert_eq!(busy(Some(1.0), Some(2.0), 0.0), None);
+    }
+
+    #[test]
+    fn the_open_files_limit_is_read_and_checked() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max processes             95000                95000                processes\n\
+                      Max open files            1024                 524288               files\n";
+        assert_eq!(parse_open_files_limit(limits), Some(1024));
+        assert_eq!(
+            parse_open_files_limit("Max open files  unlimited unlimited files"),
+            None
+        );
+        assert_eq!(parse_open_files_limit(""), None);
+        // A process of 250 peer nodes needs about 2,064 descriptors: not under 1,024; with
+        // 100 per process the hub's 1,064 are still too many.
+        assert!(matches!(
+            check_open_files(1000, 250, Some(1024)),
+            Err(Error::OpenFiles {
+                needed: 2064,
+                limit: 1024
+            })
+        ));
+        assert!(matches!(
+            check_open_files(1000, 100, Some(1024)),
+            Err(Error::OpenFiles { needed: 1064, .. })
+        ));
+        assert!(check_open_files(1000, 100, Some(20_000)).is_ok());
+        assert!(check_open_files(100, 250, Some(1024)).is_ok());
+        assert!(check_open_files(5000, 250, None).is_ok());
     }
 
     #[test]
