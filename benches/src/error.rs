@@ -83,6 +83,27 @@ pub(crate) enum Error {
     #[cfg(feature = "peers")]
     #[error("{0}")]
     Peer(#[from] crate::layers::PeerError),
+    /// Not every peer of a scale run joined the hub in time.
+    #[error("{joined} of {peers} peers joined the hub within {waited:?}")]
+    JoinTimeout {
+        /// Peers the hub counted.
+        joined: usize,
+        /// Peers started.
+        peers: usize,
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// The scale run would need more open files than the process may have.
+    #[error(
+        "the scale run needs about {needed} open files in one process, over the limit of \
+         {limit}: raise it (ulimit -n) or lower --peers or --per-process"
+    )]
+    OpenFiles {
+        /// Descriptors the largest process would hold.
+        needed: u64,
+        /// The soft limit.
+        limit: u64,
+    },
     /// Drawing a chart failed.
     #[error("plot {path}: {cause}")]
     Plot {

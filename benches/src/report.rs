@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::gate;
 use crate::layers::Layer;
 use crate::measure::Point;
+use crate::rounds::Merged;
 use crate::stats::ratio;
 
 /// Where the run happened; printed beside the numbers because it decides them.
@@ -84,14 +85,23 @@ pub(crate) struct Settings {
     pub(crate) windows: Vec<usize>,
     /// Layers measured.
     pub(crate) layers: Vec<Layer>,
+    /// Rounds: how many times every point was measured (interleaved).
+    pub(crate) rounds: usize,
 }
 
-/// One row: a point and its ratio to raw.
+/// One row: a point (medians over its rounds), its spread and its ratio to raw.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Row {
-    /// The measurement.
+    /// The measurement: with several rounds, the rate and each latency statistic are
+    /// medians, `completed` and `seconds` totals.
     #[serde(flatten)]
     pub(crate) point: Point,
+    /// Rounds that measured this point.
+    pub(crate) rounds: usize,
+    /// The slowest round's rate.
+    pub(crate) rate_min: f64,
+    /// The fastest round's rate.
+    pub(crate) rate_max: f64,
     /// `rate / raw rate` at the same size and window; `None` for raw's own baseline being
     /// absent, and for streams (raw has no one-way row).
     pub(crate) ratio_to_raw: Option<f64>,
@@ -106,6 +116,8 @@ pub(crate) struct Failure {
     pub(crate) size: usize,
     /// Window (0 for a stream).
     pub(crate) window: usize,
+    /// Which round (from 1).
+    pub(crate) round: usize,
     /// What went wrong.
     pub(crate) error: String,
 }
@@ -126,23 +138,28 @@ pub(crate) struct Report {
 }
 
 impl Report {
-    /// Builds the rows (ratios to raw included) from the points of one run.
+    /// Builds the rows (ratios to raw, of the medians, included) from the merged points of
+    /// one run.
     pub(crate) fn new(
         machine: Machine,
         settings: Settings,
-        points: Vec<Point>,
+        merged: Vec<Merged>,
         failures: Vec<Failure>,
     ) -> Report {
-        let rows = points
-            .iter()
-            .map(|p| Row {
-                point: p.clone(),
-                ratio_to_raw: if p.layer.is_stream() {
+        let points: Vec<Point> = merged.iter().map(|m| m.point.clone()).collect();
+        let rows = merged
+            .into_iter()
+            .map(|m| Row {
+                rounds: m.rounds,
+                rate_min: m.rate_min,
+                rate_max: m.rate_max,
+                ratio_to_raw: if m.point.layer.is_stream() {
                     None
                 } else {
-                    gate::rate(&points, Layer::Raw, p.size, p.window)
-                        .and_then(|raw| ratio(p.rate, raw))
+                    gate::rate(&points, Layer::Raw, m.point.size, m.point.window)
+                        .and_then(|raw| ratio(m.point.rate, raw))
                 },
+                point: m.point,
             })
             .collect();
         Report {
@@ -154,7 +171,7 @@ impl Report {
         }
     }
 
-    /// The points alone.
+    /// The points alone (medians over the rounds): what the gate judges.
     pub(crate) fn points(&self) -> Vec<Point> {
         self.rows.iter().map(|r| r.point.clone()).collect()
     }
@@ -172,11 +189,13 @@ impl Report {
     /// The table printed at the end of a run.
     pub(crate) fn table(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(
+        let rounds = self.settings.rounds > 1;
+        let _ = write!(
             out,
             "{:<10} {:>6} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9} {:>7}",
             "layer", "size", "window", "req/s", "mean_us", "p50_us", "p95_us", "p99_us", "x raw"
         );
+        let _ = writeln!(out, "{}", if rounds { "   min..max req/s" } else { "" });
         let mut last_size = None;
         for row in self.sorted_rows() {
             let p = &row.point;
@@ -197,7 +216,7 @@ impl Report {
             let ratio = row
                 .ratio_to_raw
                 .map_or("-".to_owned(), |r| format!("{r:.2}"));
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "{:<10} {:>6} {:>6} {:>11.0} {:>9} {:>9} {:>9} {:>9} {:>7}",
                 p.layer.name(),
@@ -210,12 +229,24 @@ impl Report {
                 us(|l| l.p99),
                 ratio
             );
+            if rounds {
+                let _ = write!(out, "   {:.0}..{:.0}", row.rate_min, row.rate_max);
+            }
+            out.push('\n');
         }
         if self.rows.iter().any(|r| r.point.layer.is_stream()) {
             let _ = writeln!(
                 out,
                 "\nnode-tick: one-way ticks per second, counted by the receiver (no window, no \
                  latency)."
+            );
+        }
+        if rounds {
+            let _ = writeln!(
+                out,
+                "\n{} interleaved rounds per point: req/s and latencies are medians over the \
+                 rounds (x raw compares medians); min..max is the slowest and fastest round.",
+                self.settings.rounds
             );
         }
         let _ = writeln!(
@@ -237,7 +268,7 @@ impl Report {
     /// The rows as CSV (one header line).
     pub(crate) fn csv(&self) -> String {
         let mut out = String::from(
-            "layer,size,window,rate_per_s,mean_us,p50_us,p95_us,p99_us,ratio_to_raw,completed,seconds\n",
+            "layer,size,window,rate_per_s,mean_us,p50_us,p95_us,p99_us,ratio_to_raw,completed,seconds,rounds,rate_min,rate_max\n",
         );
         let opt =
             |v: Option<f64>, digits: usize| v.map_or(String::new(), |v| format!("{v:.digits$}"));
@@ -246,7 +277,7 @@ impl Report {
             let l = p.latency_us.as_ref();
             let _ = writeln!(
                 out,
-                "{},{},{},{:.1},{},{},{},{},{},{},{:.3}",
+                "{},{},{},{:.1},{},{},{},{},{},{},{:.3},{},{:.1},{:.1}",
                 p.layer.name(),
                 p.size,
                 p.window,
@@ -257,7 +288,10 @@ impl Report {
                 opt(l.map(|l| l.p99), 2),
                 opt(row.ratio_to_raw, 4),
                 p.completed,
-                p.seconds
+                p.seconds,
+                row.rounds,
+                row.rate_min,
+                row.rate_max
             );
         }
         out
@@ -309,7 +343,7 @@ const PANEL: (u32, u32) = (520, 340);
 
 /// Labels for a log axis from `lo` to `hi`: 1, 2 and 5 times each power of ten (plotters
 /// labels only the powers themselves, too few over one decade).
-fn log_labels(lo: f64, hi: f64) -> Vec<f64> {
+pub(crate) fn log_labels(lo: f64, hi: f64) -> Vec<f64> {
     let mut labels = Vec::new();
     let mut decade = 10f64.powi(lo.max(1e-3).log10().floor() as i32);
     while decade <= hi {
@@ -529,14 +563,18 @@ mod tests {
                 sizes: vec![100],
                 windows: vec![1, 10],
                 layers: vec![Layer::Raw, Layer::Node, Layer::NodeTick],
+                rounds: 1,
             },
-            vec![
+            [
                 point(Layer::Raw, 1, 20_000.0, latency(50.0)),
                 point(Layer::Node, 1, 10_000.0, latency(100.0)),
                 point(Layer::Raw, 10, 100_000.0, latency(100.0)),
                 point(Layer::Node, 10, 50_000.0, latency(200.0)),
                 point(Layer::NodeTick, 0, 300_000.0, None),
-            ],
+            ]
+            .into_iter()
+            .map(Merged::single)
+            .collect(),
             Vec::new(),
         )
     }
@@ -562,8 +600,27 @@ mod tests {
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 6);
         assert!(lines[0].starts_with("layer,size,window,rate_per_s"));
-        assert!(lines.iter().skip(1).all(|l| l.split(',').count() == 11));
-        assert!(lines.contains(&"node-tick,100,0,300000.0,,,,,,300000,1.000"));
+        assert!(lines.iter().skip(1).all(|l| l.split(',').count() == 14));
+        assert!(lines.contains(&"node-tick,100,0,300000.0,,,,,,300000,1.000,1,300000.0,300000.0"));
+    }
+
+    #[test]
+    fn rounds_show_their_spread_in_the_table_and_the_json() {
+        let mut report = report();
+        report.settings.rounds = 3;
+        report.rows[1].rounds = 3;
+        report.rows[1].rate_min = 8000.0;
+        report.rows[1].rate_max = 12_000.0;
+        let table = report.table();
+        assert!(table.contains("min..max"), "{table}");
+        assert!(table.contains("8000..12000"), "{table}");
+        assert!(table.contains("3 interleaved rounds"), "{table}");
+        let json: serde_json::Value = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["rows"][1]["rate_min"], 8000.0);
+        assert_eq!(json["rows"][1]["rounds"], 3);
+        assert_eq!(json["rows"][1]["rate"], 10_000.0);
+        // One round: no spread column.
+        assert!(!super::tests::report().table().contains("min..max"));
     }
 
     #[test]

@@ -53,6 +53,25 @@ pub(crate) fn summarize(timings_ns: &mut [u64]) -> Option<Latency> {
     })
 }
 
+/// The median of `values` (the mean of the two middle values for an even count), ignoring
+/// values that are not finite. `None` when nothing finite is left.
+///
+/// Used across rounds (`--rounds N`): one round disturbed by the machine's noise moves a
+/// median of three or more rounds much less than it moves a mean.
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    Some(if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    })
+}
+
 /// `value / baseline`, or `None` when the baseline is not a positive finite number.
 pub(crate) fn ratio(value: f64, baseline: f64) -> Option<f64> {
     (baseline.is_finite() && baseline > 0.0 && value.is_finite()).then(|| value / baseline)
@@ -130,6 +149,20 @@ mod tests {
         let mut timings = vec![10_000; 98];
         timings.extend([10_000_000, 10_000_000]);
         assert_eq!(summarize(&mut timings).unwrap().p99, 10_000.0);
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[4.0]), Some(4.0));
+        assert_eq!(median(&[9.0, 1.0, 5.0]), Some(5.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    }
+
+    #[test]
+    fn median_ignores_values_that_are_not_finite() {
+        assert_eq!(median(&[f64::NAN, 3.0, f64::INFINITY, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[f64::NAN]), None);
     }
 
     #[test]

@@ -35,6 +35,10 @@ pub(crate) enum Command {
     Peers(PeersArgs),
     /// Write a new CURVE key pair to FILE (private) and its public key to FILE.pub.
     Keygen(KeygenArgs),
+    /// Measure each layer beside raw libzmq, or a hub with many peers (`bench scale`): the
+    /// benchmark harness. `zeronode bench --help` lists its options.
+    #[command(disable_help_flag = true)]
+    Bench(BenchArgs),
 }
 
 /// `zeronode keygen`.
@@ -60,6 +64,18 @@ pub(crate) struct SecurityArgs {
     /// made for the connection.
     #[arg(long, value_name = "KEY|FILE")]
     pub(crate) server_key: Option<String>,
+}
+
+/// `zeronode bench`: everything after it goes to the harness untouched.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// The harness's options (see `zeronode bench --help`).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "HARNESS ARGS"
+    )]
+    pub(crate) args: Vec<std::ffi::OsString>,
 }
 
 /// `zeronode node`.

@@ -65,6 +65,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return clap_failure(e),
     };
+    if let Command::Bench(args) = cli.command {
+        return bench(args.args);
+    }
     init_tracing(&cli.command);
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
@@ -73,6 +76,21 @@ fn main() -> ExitCode {
             e.exit_code()
         }
     }
+}
+
+/// `zeronode bench ARGS`: the `benches` harness, which re-executes this binary as
+/// `zeronode bench serve|client|... ARGS` for its roles. Runs outside any tokio runtime: the
+/// roles build their own.
+fn bench(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            complain(format_args!("error: cannot find this executable: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let argv = std::iter::once("zeronode bench".into()).chain(args);
+    benches::run(argv, benches::Reexec::new(exe, ["bench"]))
 }
 
 /// Runs one command on a multi-threaded tokio runtime.
@@ -88,6 +106,8 @@ fn run(command: Command) -> Result<(), Error> {
             Command::Tick(args) => send::tick(args).await,
             Command::Peers(args) => send::peers(args).await,
             Command::Keygen(args) => keygen(&args),
+            // Run by `main` before any runtime exists (the harness's roles build their own).
+            Command::Bench(_) => Ok(()),
         }
     });
     // Whatever a closed node left behind (a timer, a socket thread) must not hold the exit.
