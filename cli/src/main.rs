@@ -21,6 +21,10 @@
 //! zeronode keygen api.key && zeronode keygen w1.key   # api.key + api.key.pub, w1.key + ...
 //! zeronode node --id api-1 --bind tcp://127.0.0.1:5001 --key api.key --allow w1.key.pub
 //! zeronode request --connect tcp://127.0.0.1:5001 --key w1.key --server-key api.key.pub ping
+//!
+//! # the benchmark harness (every layer beside raw libzmq, two processes per point)
+//! zeronode bench --sizes 100 --windows 1,100     # zeronode bench --help lists its options
+//! zeronode bench scale --peers 100,1000           # a hub with many peer nodes
 //! ```
 //!
 //! A short-lived command reaches only the nodes it connects to (there is no routing through
