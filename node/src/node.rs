@@ -873,7 +873,7 @@ impl Node {
             return Err(Error::Closed);
         }
         let target = to.into();
-        let (id, link, in_flight) = match self.resolve(target.clone()) {
+        let (id, link, in_flight) = match self.resolve(&target) {
             Ok(found) => found,
             Err(local) => {
                 return self
@@ -929,7 +929,7 @@ impl Node {
             return Err(Error::Closed);
         }
         let target = to.into();
-        match self.resolve(target.clone()) {
+        match self.resolve(&target) {
             Ok((_, link, _)) => link
                 .tick(event, Bytes::new(), payload)
                 .await
@@ -1018,18 +1018,18 @@ impl Node {
     }
 
     /// Finds the link for a target.
-    fn resolve(&self, target: Target) -> Result<(NodeId, Link, Arc<AtomicUsize>)> {
+    fn resolve(&self, target: &Target) -> Result<(NodeId, Link, Arc<AtomicUsize>)> {
         let mut state = self.inner.state.lock();
         match target {
-            Target::Id(id) => match state.registry.route(&id) {
-                Some((_, link, in_flight)) => Ok((id, link, in_flight)),
+            Target::Id(id) => match state.registry.route(id) {
+                Some((_, link, in_flight)) => Ok((id.clone(), link, in_flight)),
                 None => Err(Error::NodeNotFound { id: id.to_string() }),
             },
             Target::Any(filter, scope) => {
                 let random = rand::random::<u32>() as usize;
                 state
                     .registry
-                    .pick(&filter, scope, self.inner.config.strategy, random)
+                    .pick(filter, *scope, self.inner.config.strategy, random)
                     .map(|(id, _, link, in_flight)| (id, link, in_flight))
                     .ok_or(Error::NoNodesMatchFilter)
             }
