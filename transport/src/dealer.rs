@@ -75,6 +75,13 @@ impl Dealer {
             .await
     }
 
+    /// Sends now or not at all, without a future: at the high-water mark this fails with
+    /// [`Error::QueueFull`](crate::Error::QueueFull) whatever the socket's backpressure
+    /// option. What [`try_send`](Self::try_send) does, for callers that are not async.
+    pub fn send_now(&self, frames: &[Bytes]) -> Result<()> {
+        self.core.send_now(frames, None)
+    }
+
     /// Receives the next multipart message.
     pub async fn recv(&self) -> Result<Vec<Bytes>> {
         self.core.recv().await

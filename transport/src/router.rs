@@ -131,6 +131,13 @@ impl Router {
             .await
     }
 
+    /// Sends now or not at all, without a future: at the high-water mark this fails with
+    /// [`Error::QueueFull`](crate::Error::QueueFull) whatever the socket's backpressure
+    /// option. What [`try_send`](Self::try_send) does, for callers that are not async.
+    pub fn send_now(&self, peer: &PeerId, frames: &[Bytes]) -> Result<()> {
+        self.core.send_now(frames, Some(&peer.0))
+    }
+
     /// Receives the next message with the routing id of the peer that sent it.
     pub async fn recv(&self) -> Result<(PeerId, Vec<Bytes>)> {
         loop {
