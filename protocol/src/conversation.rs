@@ -445,50 +445,73 @@ impl<L: Link> Conversation<L> {
             Kind::Request => {
                 let id = envelope.id();
                 if closing {
-                    let this = Arc::clone(self);
-                    return Some(Box::pin(async move {
-                        let refusal = RemoteError::new(
-                            RemoteError::SHUTTING_DOWN,
-                            "the server is closing and takes no new requests",
-                        );
-                        this.answer(&peer, id, Err(refusal)).await;
-                    }));
+                    let refusal = RemoteError::new(
+                        RemoteError::SHUTTING_DOWN,
+                        "the server is closing and takes no new requests",
+                    );
+                    self.answer(&peer, id, Err(refusal));
+                    return None;
                 }
                 let handler = self.handlers.read().request(envelope.event());
-                let this = Arc::clone(self);
                 let Some(handler) = handler else {
                     self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
                     let missing = RemoteError::new(
                         RemoteError::NO_HANDLER,
                         format!("no handler for {:?}", envelope.event()),
                     );
-                    return Some(Box::pin(async move {
-                        this.answer(&peer, id, Err(missing)).await;
-                    }));
+                    self.answer(&peer, id, Err(missing));
+                    return None;
                 };
-                let work = AssertUnwindSafe(handler(Incoming::new(peer.clone(), key, envelope)))
-                    .catch_unwind();
-                Some(Box::pin(async move {
-                    let result = match work.await {
-                        Ok(result) => result,
-                        Err(_) => {
-                            this.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
-                            tracing::error!(id, "request handler panicked");
-                            Err(RemoteError::handler("the handler panicked"))
-                        }
-                    };
-                    this.counters
-                        .requests_handled
-                        .fetch_add(1, Ordering::Relaxed);
-                    this.answer(&peer, id, result).await;
-                }))
+                let mut work = handler(Incoming::new(peer.clone(), key, envelope));
+                // Most handlers answer at once: poll once here and answer inline, which saves
+                // them a second allocation (the future below) and a trip through the driver's
+                // set. Polled with a no-op waker: a handler that is not done joins the set,
+                // which polls it again with the driver's waker before the driver sleeps.
+                let first =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().now_or_never()));
+                match first {
+                    Ok(Some(result)) => {
+                        self.answered(&peer, id, result);
+                        None
+                    }
+                    Ok(None) => {
+                        let this = Arc::clone(self);
+                        Some(Box::pin(async move {
+                            let result = match AssertUnwindSafe(work).catch_unwind().await {
+                                Ok(result) => result,
+                                Err(_) => this.handler_panicked(id),
+                            };
+                            this.answered(&peer, id, result);
+                        }))
+                    }
+                    Err(_) => {
+                        let result = self.handler_panicked(id);
+                        self.answered(&peer, id, result);
+                        None
+                    }
+                }
             }
         }
     }
 
+    /// Counts a handler that panicked and makes its answer.
+    fn handler_panicked(&self, id: u64) -> Result<Answer, RemoteError> {
+        self.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(id, "request handler panicked");
+        Err(RemoteError::handler("the handler panicked"))
+    }
+
+    /// A handler finished request `id`: count it and answer.
+    fn answered(&self, peer: &PeerId, id: u64, result: Result<Answer, RemoteError>) {
+        self.counters
+            .requests_handled
+            .fetch_add(1, Ordering::Relaxed);
+        self.answer(peer, id, result);
+    }
+
     /// Sends the answer to request `id`. Answers carry no event name: the requester matches
     /// them by id alone.
-    async fn answer(&self, peer: &PeerId, id: u64, result: Result<Answer, RemoteError>) {
+    fn answer(&self, peer: &PeerId, id: u64, result: Result<Answer, RemoteError>) {
         let frames = match result {
             Ok(answer) => Frames::new(Kind::Reply, id, "", &answer.metadata, answer.payload),
             Err(error) => {
@@ -498,7 +521,7 @@ impl<L: Link> Conversation<L> {
         };
         // Never wait on a requester: one that does not read its answers must not make
         // them pile up here. It will see its own timeout; we count the drop.
-        if let Err(e) = self.link.try_send(peer, frames.as_slice()).await {
+        if let Err(e) = self.link.send_now(peer, frames.as_slice()) {
             self.counters
                 .replies_dropped
                 .fetch_add(1, Ordering::Relaxed);
@@ -509,15 +532,12 @@ impl<L: Link> Conversation<L> {
     /// A reply or error reply arrived: complete the matching request, if any.
     fn on_answer(&self, peer: PeerId, envelope: Envelope) {
         let id = envelope.id();
-        let waiter = {
-            let table = &mut self.pending.lock().table;
-            match table.get(id) {
-                // Only the peer the request went to may answer it.
-                Some(w) if w.peer == peer => table.complete(id),
-                Some(_) => None,
-                None => None,
-            }
-        };
+        // Only the peer the request went to may answer it.
+        let waiter = self
+            .pending
+            .lock()
+            .table
+            .complete_if(id, |w| w.peer == peer);
         let Some(waiter) = waiter else {
             self.counters
                 .unmatched_replies

@@ -26,6 +26,9 @@ pub(crate) trait Link: Clone + Send + Sync + 'static {
         frames: &'a [Bytes],
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a;
 
+    /// Sends now or not at all (`QueueFull` at the high-water mark), without a future.
+    fn send_now(&self, peer: &PeerId, frames: &[Bytes]) -> transport::Result<()>;
+
     /// Receives the next message and who sent it (an empty id for a Dealer's remote).
     fn recv(&self) -> impl Future<Output = transport::Result<Received>> + Send + '_;
 
@@ -51,6 +54,10 @@ impl Link for Dealer {
         frames: &'a [Bytes],
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a {
         Dealer::try_send(self, frames)
+    }
+
+    fn send_now(&self, _peer: &PeerId, frames: &[Bytes]) -> transport::Result<()> {
+        Dealer::send_now(self, frames)
     }
 
     async fn recv(&self) -> transport::Result<Received> {
@@ -83,6 +90,10 @@ impl Link for Router {
         frames: &'a [Bytes],
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a {
         Router::try_send(self, peer, frames)
+    }
+
+    fn send_now(&self, peer: &PeerId, frames: &[Bytes]) -> transport::Result<()> {
+        Router::send_now(self, peer, frames)
     }
 
     // `recv_with_key` reads the key only on a CURVE server; elsewhere it is `recv`.

@@ -92,6 +92,23 @@ impl<T> Table<T> {
         }
     }
 
+    /// Like [`complete`](Self::complete), but only if the entry's value passes `accept` (for
+    /// example, the reply came from the peer the request went to); otherwise the entry stays
+    /// and the reply counts as unmatched. One lookup instead of `get` then `complete`.
+    pub fn complete_if(&mut self, id: u64, accept: impl FnOnce(&T) -> bool) -> Option<T> {
+        match self.entries.entry(id) {
+            std::collections::hash_map::Entry::Occupied(entry) if accept(&entry.get().1) => {
+                let (deadline, value) = entry.remove();
+                self.deadlines.remove(&(deadline, id));
+                Some(value)
+            }
+            _ => {
+                self.unmatched += 1;
+                None
+            }
+        }
+    }
+
     /// The value pending under `id`, if any.
     pub fn get(&self, id: u64) -> Option<&T> {
         self.entries.get(&id).map(|(_, v)| v)
@@ -202,6 +219,20 @@ mod tests {
         assert_eq!(table.complete(1), None);
         assert_eq!(table.unmatched(), 1);
         assert_eq!(table.complete(2), Some("second"));
+        assert_eq!(table.next_deadline(), None);
+    }
+
+    #[test]
+    fn complete_if_leaves_a_rejected_entry_pending() {
+        let t0 = Instant::now();
+        let mut table = Table::new();
+        table.insert(1, at(t0, 10), "peer-a");
+        assert_eq!(table.complete_if(1, |p| *p == "peer-b"), None);
+        assert_eq!(table.unmatched(), 1);
+        assert_eq!(table.complete_if(2, |_| true), None);
+        assert_eq!(table.unmatched(), 2);
+        assert_eq!(table.complete_if(1, |p| *p == "peer-a"), Some("peer-a"));
+        assert!(table.is_empty());
         assert_eq!(table.next_deadline(), None);
     }
 
