@@ -18,7 +18,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use transport::{Key, PeerId};
 
-use crate::envelope::{check_event, encode_value, Envelope, Frames, Kind};
+use crate::envelope::{check_event, encode_value, Encoded, Envelope, Kind};
 use crate::error::{Error, RemoteError, Result};
 use crate::handler::{Answer, Handlers, Incoming, RequestHandler, TickHandler};
 use crate::link::Link;
@@ -215,7 +215,9 @@ impl<L: Link> Conversation<L> {
                 self.timer_reset.notify_one();
             }
         }
-        let frames = Frames::new(Kind::Request, id, event, &metadata, payload);
+        let encoded = Encoded::new(Kind::Request, id, event, &metadata, &payload);
+        let pieces = encoded.pieces();
+        let frames = pieces.frames();
         if let Err(e) = self.link.send(peer, frames.as_slice()).await {
             self.pending.lock().table.cancel(id);
             return Err(e.into());
@@ -248,7 +250,9 @@ impl<L: Link> Conversation<L> {
             return Err(Error::Closed);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frames = Frames::new(Kind::Tick, id, event, &metadata, payload);
+        let encoded = Encoded::new(Kind::Tick, id, event, &metadata, &payload);
+        let pieces = encoded.pieces();
+        let frames = pieces.frames();
         self.link.send(peer, frames.as_slice()).await?;
         self.counters.ticks_sent.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -258,7 +262,9 @@ impl<L: Link> Conversation<L> {
     pub(crate) async fn try_tick(&self, peer: &PeerId, event: &str, payload: Bytes) -> Result<()> {
         check_event(event)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frames = Frames::new(Kind::Tick, id, event, &[], payload);
+        let encoded = Encoded::new(Kind::Tick, id, event, &[], &payload);
+        let pieces = encoded.pieces();
+        let frames = pieces.frames();
         self.link.try_send(peer, frames.as_slice()).await?;
         self.counters.ticks_sent.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -512,16 +518,18 @@ impl<L: Link> Conversation<L> {
     /// Sends the answer to request `id`. Answers carry no event name: the requester matches
     /// them by id alone.
     fn answer(&self, peer: &PeerId, id: u64, result: Result<Answer, RemoteError>) {
-        let frames = match result {
-            Ok(answer) => Frames::new(Kind::Reply, id, "", &answer.metadata, answer.payload),
-            Err(error) => {
-                let payload = encode_value(&error).unwrap_or_default();
-                Frames::new(Kind::Error, id, "", &[], payload)
-            }
+        let (kind, answer) = match result {
+            Ok(answer) => (Kind::Reply, answer),
+            Err(error) => (
+                Kind::Error,
+                Answer::from(encode_value(&error).unwrap_or_default()),
+            ),
         };
+        let encoded = Encoded::new(kind, id, "", &answer.metadata, &answer.payload);
+        let pieces = encoded.pieces();
         // Never wait on a requester: one that does not read its answers must not make
         // them pile up here. It will see its own timeout; we count the drop.
-        if let Err(e) = self.link.send_now(peer, frames.as_slice()) {
+        if let Err(e) = self.link.send_now(peer, pieces.frames().as_slice()) {
             self.counters
                 .replies_dropped
                 .fetch_add(1, Ordering::Relaxed);

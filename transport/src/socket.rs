@@ -307,14 +307,18 @@ impl Core {
     }
 
     /// Sends one multipart message, waiting at the high-water mark if so configured.
-    pub(crate) async fn send(&self, frames: &[Bytes], peer: Option<&Bytes>) -> Result<()> {
+    pub(crate) async fn send<F: Frame + Sync>(
+        &self,
+        frames: &[F],
+        peer: Option<&Bytes>,
+    ) -> Result<()> {
         self.send_with(frames, peer, self.backpressure).await
     }
 
     /// Sends one multipart message with the given backpressure policy for this call.
-    pub(crate) async fn send_with(
+    pub(crate) async fn send_with<F: Frame + Sync>(
         &self,
-        frames: &[Bytes],
+        frames: &[F],
         peer: Option<&Bytes>,
         backpressure: Backpressure,
     ) -> Result<()> {
@@ -343,7 +347,7 @@ impl Core {
     /// Sends one multipart message now or not at all: at the high-water mark this is
     /// `QueueFull`. Not async, so a caller that never waits (an answer to a requester that
     /// may not be reading) needs no future for it.
-    pub(crate) fn send_now(&self, frames: &[Bytes], peer: Option<&Bytes>) -> Result<()> {
+    pub(crate) fn send_now<F: Frame>(&self, frames: &[F], peer: Option<&Bytes>) -> Result<()> {
         if frames.is_empty() {
             return Err(Error::EmptyMessage);
         }
@@ -352,11 +356,11 @@ impl Core {
     }
 
     /// One non-blocking send under the lock, and rule 2.
-    fn send_locked(
+    fn send_locked<F: Frame>(
         &self,
         socket: &zmq::Socket,
         peer: Option<&Bytes>,
-        frames: &[Bytes],
+        frames: &[F],
     ) -> zmq::Result<()> {
         let outcome = send_frames(socket, peer, frames);
         // Rule 2: our send may have consumed the edge announcing an inbound message. Only a
@@ -502,7 +506,11 @@ async fn wait_released(endpoint: &str) {
 
 /// Sends `[peer,] frames...` without blocking. libzmq delivers multipart messages atomically:
 /// once the first frame is accepted, the others cannot fail with EAGAIN.
-fn send_frames(socket: &zmq::Socket, peer: Option<&Bytes>, frames: &[Bytes]) -> zmq::Result<()> {
+fn send_frames<F: Frame>(
+    socket: &zmq::Socket,
+    peer: Option<&Bytes>,
+    frames: &[F],
+) -> zmq::Result<()> {
     if let Some(peer) = peer {
         socket.send(&peer[..], zmq::SNDMORE | zmq::DONTWAIT)?;
     }
@@ -545,9 +553,63 @@ fn recv_frames(socket: &zmq::Socket, with_key: bool) -> zmq::Result<(Vec<Bytes>,
 }
 
 /// A frame for libzmq. Outbound frames are copied once into libzmq's buffer: the caller keeps
-/// its `Bytes` (a blocked send must be able to retry), so there is no buffer to hand over.
-fn to_message(frame: &Bytes) -> zmq::Message {
-    zmq::Message::from(&frame[..])
+/// its frames (a blocked send must be able to retry), so there is no buffer to hand over.
+fn to_message<F: Frame>(frame: &F) -> zmq::Message {
+    let mut message = zmq::Message::with_size(frame.len());
+    frame.write_to(&mut message);
+    message
+}
+
+/// One outbound frame: copied once, straight into libzmq's buffer, when it is sent.
+///
+/// `Bytes` is a frame; so is `[&[u8]]`, the concatenation of its pieces, which lets a caller
+/// that assembles a frame from parts (a header, a name, a payload) skip building it in a
+/// buffer of its own first.
+pub trait Frame {
+    /// Length in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the frame is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes the frame into `out`, which is exactly [`len`](Self::len) bytes long.
+    fn write_to(&self, out: &mut [u8]);
+}
+
+impl Frame for Bytes {
+    fn len(&self) -> usize {
+        Bytes::len(self)
+    }
+
+    fn write_to(&self, out: &mut [u8]) {
+        out.copy_from_slice(self);
+    }
+}
+
+impl Frame for [&[u8]] {
+    fn len(&self) -> usize {
+        self.iter().map(|piece| piece.len()).sum()
+    }
+
+    fn write_to(&self, out: &mut [u8]) {
+        let mut at = 0;
+        for piece in self {
+            out[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+        }
+    }
+}
+
+impl<F: Frame + ?Sized> Frame for &F {
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+
+    fn write_to(&self, out: &mut [u8]) {
+        (**self).write_to(out)
+    }
 }
 
 /// libzmq's message as `Bytes`, keeping libzmq's buffer: never copied.
