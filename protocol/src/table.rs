@@ -11,7 +11,7 @@ use std::time::Instant;
 /// Request ids are our own counter, not attacker-chosen keys, so they need no DoS-resistant
 /// hash: one multiplication spreads sequential ids over the table.
 #[derive(Default)]
-struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -149,6 +149,11 @@ impl<T> Table<T> {
                 None
             }
         }
+    }
+
+    /// The value pending under `id`, if any, to change it.
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        self.entries.get_mut(&id).map(|(_, v)| v)
     }
 
     /// The value pending under `id`, if any.
