@@ -53,8 +53,9 @@ pub struct Client {
 }
 
 /// The server, as seen from a Client's Dealer: the only remote.
-fn server() -> PeerId {
-    PeerId::default()
+fn server() -> &'static PeerId {
+    static SERVER: PeerId = PeerId(Bytes::new());
+    &SERVER
 }
 
 impl Client {
@@ -176,7 +177,12 @@ impl Client {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Envelope> {
-        self.request_with(event, Bytes::new(), payload, timeout)
+        // Not through `request_with`: each async layer keeps its own copy of the arguments
+        // in the future, which the caller moves (and often boxes) per request.
+        check_user_event(event)?;
+        self.check_connected()?;
+        self.conversation
+            .request(server(), event, Bytes::new(), payload, timeout)
             .await
     }
 
@@ -191,7 +197,7 @@ impl Client {
         check_user_event(event)?;
         self.check_connected()?;
         self.conversation
-            .request(&server(), event, metadata, payload, timeout)
+            .request(server(), event, metadata, payload, timeout)
             .await
     }
 
@@ -205,7 +211,7 @@ impl Client {
         check_user_event(event)?;
         self.check_connected()?;
         self.conversation
-            .tick(&server(), event, metadata, payload)
+            .tick(server(), event, metadata, payload)
             .await
     }
 
@@ -219,7 +225,7 @@ impl Client {
     ) -> Result<Envelope> {
         check_system_event(event)?;
         self.conversation
-            .request(&server(), event, metadata, payload, timeout)
+            .request(server(), event, metadata, payload, timeout)
             .await
     }
 
@@ -227,7 +233,7 @@ impl Client {
     pub async fn system_tick(&self, event: &str, payload: Bytes) -> Result<()> {
         check_system_event(event)?;
         self.conversation
-            .tick(&server(), event, Bytes::new(), payload)
+            .tick(server(), event, Bytes::new(), payload)
             .await
     }
 

@@ -2,9 +2,11 @@
 //! sending requests and matching replies, running handlers, expiring deadlines.
 //!
 //! One driver task per socket receives every message, completes waiting requests, runs
-//! handlers and fires timeouts. Callers send directly (the transport allows it) and wait on a
-//! oneshot channel that the driver completes.
+//! handlers and fires timeouts. Callers send directly (the transport allows it) and wait for
+//! the driver to leave their outcome in the pending table (no channel per request).
 
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,11 +16,11 @@ use bytes::Bytes;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use transport::{Key, PeerId};
 
-use crate::envelope::{check_event, encode_value, Envelope, Frames, Kind};
+use crate::envelope::{check_event, encode_value, Encoded, Envelope, Kind};
 use crate::error::{Error, RemoteError, Result};
 use crate::handler::{Answer, Handlers, Incoming, RequestHandler, TickHandler};
 use crate::link::Link;
@@ -72,7 +74,8 @@ pub struct Stats {
 struct Waiter {
     /// Who the request went to: only that peer may answer it.
     peer: PeerId,
-    done: oneshot::Sender<Outcome>,
+    /// The caller's waker, once it waited.
+    waker: Option<std::task::Waker>,
 }
 
 /// How a pending request ended, as the driver tells its caller (who turns it into the
@@ -89,6 +92,10 @@ enum Outcome {
 #[derive(Default)]
 struct Pending {
     table: Table<Waiter>,
+    /// Outcomes of requests that ended, until their caller picks them up. (A oneshot channel
+    /// per request cost an allocation and its atomics; measured with callgrind, see the
+    /// commit.) A caller that gives up removes its own entry (`Forget`), so nothing stays.
+    done: HashMap<u64, Outcome, BuildHasherDefault<crate::table::IdHasher>>,
     /// The timer's deadline. It may be stale (the request it was set for is answered): the
     /// timer then fires for nothing and is set again, which is cheaper than moving it on
     /// every request.
@@ -199,7 +206,6 @@ impl<L: Link> Conversation<L> {
             return Err(Error::Closed);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (done, answer) = oneshot::channel();
         let deadline = (Instant::now() + timeout).into_std();
         {
             let mut pending = self.pending.lock();
@@ -208,31 +214,72 @@ impl<L: Link> Conversation<L> {
                 deadline,
                 Waiter {
                     peer: peer.clone(),
-                    done,
+                    waker: None,
                 },
             );
             if pending.armed.is_none_or(|armed| deadline < armed) {
                 self.timer_reset.notify_one();
             }
         }
-        let frames = Frames::new(Kind::Request, id, event, &metadata, payload);
+        let encoded = Encoded::new(Kind::Request, id, event, &metadata, &payload);
+        let pieces = encoded.pieces();
+        let frames = pieces.frames();
+        // From here on, if this future is dropped, its entry goes with it (a late reply is
+        // then unmatched and counted).
+        let mut forget = Forget {
+            pending: &self.pending,
+            id,
+            armed: true,
+        };
         if let Err(e) = self.link.send(peer, frames.as_slice()).await {
-            self.pending.lock().table.cancel(id);
             return Err(e.into());
         }
         self.counters.requests_sent.fetch_add(1, Ordering::Relaxed);
-        // If this future is dropped, the entry stays until its deadline: the table is
-        // bounded by the deadlines, and a late reply is counted as unmatched.
-        match answer.await {
-            Ok(Outcome::Reply(reply)) => Ok(reply),
-            Ok(Outcome::ErrorReply(reply)) => Err(remote_error(&reply, event)),
-            Ok(Outcome::TimedOut) => Err(Error::Timeout {
+        let outcome = std::future::poll_fn(|cx| {
+            let mut pending = self.pending.lock();
+            if let Some(outcome) = pending.done.remove(&id) {
+                return std::task::Poll::Ready(outcome);
+            }
+            match pending.table.get_mut(id) {
+                Some(waiter) => {
+                    match &mut waiter.waker {
+                        Some(waker) if waker.will_wake(cx.waker()) => {}
+                        slot => *slot = Some(cx.waker().clone()),
+                    }
+                    std::task::Poll::Pending
+                }
+                // Neither pending nor ended: cannot happen while we hold the entry; closed
+                // is the honest answer if it ever did.
+                None => std::task::Poll::Ready(Outcome::Failed(Error::Closed)),
+            }
+        })
+        .await;
+        forget.armed = false;
+        match outcome {
+            Outcome::Reply(reply) => Ok(reply),
+            Outcome::ErrorReply(reply) => Err(remote_error(&reply, event)),
+            Outcome::TimedOut => Err(Error::Timeout {
                 event: event.to_owned(),
                 timeout,
             }),
-            Ok(Outcome::Failed(error)) => Err(error),
-            Err(_) => Err(Error::Closed),
+            Outcome::Failed(error) => Err(error),
         }
+    }
+
+    /// Ends the pending requests `ended` with their outcomes: leaves each outcome for its
+    /// caller and wakes it (after the lock is released).
+    fn finish(&self, ended: Vec<(u64, Waiter)>, outcome: impl Fn() -> Outcome) -> usize {
+        let count = ended.len();
+        let mut wakers = Vec::with_capacity(count);
+        {
+            let mut pending = self.pending.lock();
+            for (id, waiter) in ended {
+                pending.done.insert(id, outcome());
+                wakers.extend(waiter.waker);
+            }
+        }
+        wakers.into_iter().for_each(std::task::Waker::wake);
+        count
     }
 
     /// Sends a tick: no answer, no waiting beyond the transport's backpressure.
@@ -248,7 +295,9 @@ impl<L: Link> Conversation<L> {
             return Err(Error::Closed);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frames = Frames::new(Kind::Tick, id, event, &metadata, payload);
+        let encoded = Encoded::new(Kind::Tick, id, event, &metadata, &payload);
+        let pieces = encoded.pieces();
+        let frames = pieces.frames();
         self.link.send(peer, frames.as_slice()).await?;
         self.counters.ticks_sent.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -258,7 +307,9 @@ impl<L: Link> Conversation<L> {
     pub(crate) async fn try_tick(&self, peer: &PeerId, event: &str, payload: Bytes) -> Result<()> {
         check_event(event)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frames = Frames::new(Kind::Tick, id, event, &[], payload);
+        let encoded = Encoded::new(Kind::Tick, id, event, &[], &payload);
+        let pieces = encoded.pieces();
+        let frames = pieces.frames();
         self.link.try_send(peer, frames.as_slice()).await?;
         self.counters.ticks_sent.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -267,21 +318,13 @@ impl<L: Link> Conversation<L> {
     /// Fails at once every request pending on `peer` (it left) with `error`.
     pub(crate) fn fail_pending(&self, peer: &PeerId, error: impl Fn() -> Error) -> usize {
         let failed = self.pending.lock().table.remove_where(|w| &w.peer == peer);
-        let count = failed.len();
-        for (_, waiter) in failed {
-            let _ = waiter.done.send(Outcome::Failed(error()));
-        }
-        count
+        self.finish(failed, || Outcome::Failed(error()))
     }
 
     /// Fails every pending request with `error`.
     pub(crate) fn fail_all(&self, error: impl Fn() -> Error) -> usize {
         let failed = self.pending.lock().table.drain();
-        let count = failed.len();
-        for (_, waiter) in failed {
-            let _ = waiter.done.send(Outcome::Failed(error()));
-        }
-        count
+        self.finish(failed, || Outcome::Failed(error()))
     }
 
     /// Graceful close: refuse new requests, let handlers in progress answer, fail what is
@@ -386,11 +429,13 @@ impl<L: Link> Conversation<L> {
     /// Fires the timeouts that are due.
     fn expire(&self) {
         let expired = self.pending.lock().table.expire(Instant::now().into_std());
-        for (id, waiter) in expired {
+        for (id, _) in &expired {
             tracing::debug!(id, "request timed out");
-            self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-            let _ = waiter.done.send(Outcome::TimedOut);
         }
+        let count = self.finish(expired, || Outcome::TimedOut);
+        self.counters
+            .timeouts
+            .fetch_add(count as u64, Ordering::Relaxed);
     }
 
     fn reject(&self, peer: &PeerId, error: Error) {
@@ -445,60 +490,85 @@ impl<L: Link> Conversation<L> {
             Kind::Request => {
                 let id = envelope.id();
                 if closing {
-                    let this = Arc::clone(self);
-                    return Some(Box::pin(async move {
-                        let refusal = RemoteError::new(
-                            RemoteError::SHUTTING_DOWN,
-                            "the server is closing and takes no new requests",
-                        );
-                        this.answer(&peer, id, Err(refusal)).await;
-                    }));
+                    let refusal = RemoteError::new(
+                        RemoteError::SHUTTING_DOWN,
+                        "the server is closing and takes no new requests",
+                    );
+                    self.answer(&peer, id, Err(refusal));
+                    return None;
                 }
                 let handler = self.handlers.read().request(envelope.event());
-                let this = Arc::clone(self);
                 let Some(handler) = handler else {
                     self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
                     let missing = RemoteError::new(
                         RemoteError::NO_HANDLER,
                         format!("no handler for {:?}", envelope.event()),
                     );
-                    return Some(Box::pin(async move {
-                        this.answer(&peer, id, Err(missing)).await;
-                    }));
+                    self.answer(&peer, id, Err(missing));
+                    return None;
                 };
-                let work = AssertUnwindSafe(handler(Incoming::new(peer.clone(), key, envelope)))
-                    .catch_unwind();
-                Some(Box::pin(async move {
-                    let result = match work.await {
-                        Ok(result) => result,
-                        Err(_) => {
-                            this.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
-                            tracing::error!(id, "request handler panicked");
-                            Err(RemoteError::handler("the handler panicked"))
-                        }
-                    };
-                    this.counters
-                        .requests_handled
-                        .fetch_add(1, Ordering::Relaxed);
-                    this.answer(&peer, id, result).await;
-                }))
+                let mut work = handler(Incoming::new(peer.clone(), key, envelope));
+                // Most handlers answer at once: poll once here and answer inline, which saves
+                // them a second allocation (the future below) and a trip through the driver's
+                // set. Polled with a no-op waker: a handler that is not done joins the set,
+                // which polls it again with the driver's waker before the driver sleeps.
+                let first =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().now_or_never()));
+                match first {
+                    Ok(Some(result)) => {
+                        self.answered(&peer, id, result);
+                        None
+                    }
+                    Ok(None) => {
+                        let this = Arc::clone(self);
+                        Some(Box::pin(async move {
+                            let result = match AssertUnwindSafe(work).catch_unwind().await {
+                                Ok(result) => result,
+                                Err(_) => this.handler_panicked(id),
+                            };
+                            this.answered(&peer, id, result);
+                        }))
+                    }
+                    Err(_) => {
+                        let result = self.handler_panicked(id);
+                        self.answered(&peer, id, result);
+                        None
+                    }
+                }
             }
         }
     }
 
+    /// Counts a handler that panicked and makes its answer.
+    fn handler_panicked(&self, id: u64) -> Result<Answer, RemoteError> {
+        self.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(id, "request handler panicked");
+        Err(RemoteError::handler("the handler panicked"))
+    }
+
+    /// A handler finished request `id`: count it and answer.
+    fn answered(&self, peer: &PeerId, id: u64, result: Result<Answer, RemoteError>) {
+        self.counters
+            .requests_handled
+            .fetch_add(1, Ordering::Relaxed);
+        self.answer(peer, id, result);
+    }
+
     /// Sends the answer to request `id`. Answers carry no event name: the requester matches
     /// them by id alone.
-    async fn answer(&self, peer: &PeerId, id: u64, result: Result<Answer, RemoteError>) {
-        let frames = match result {
-            Ok(answer) => Frames::new(Kind::Reply, id, "", &answer.metadata, answer.payload),
-            Err(error) => {
-                let payload = encode_value(&error).unwrap_or_default();
-                Frames::new(Kind::Error, id, "", &[], payload)
-            }
+    fn answer(&self, peer: &PeerId, id: u64, result: Result<Answer, RemoteError>) {
+        let (kind, answer) = match result {
+            Ok(answer) => (Kind::Reply, answer),
+            Err(error) => (
+                Kind::Error,
+                Answer::from(encode_value(&error).unwrap_or_default()),
+            ),
         };
+        let encoded = Encoded::new(kind, id, "", &answer.metadata, &answer.payload);
+        let pieces = encoded.pieces();
         // Never wait on a requester: one that does not read its answers must not make
         // them pile up here. It will see its own timeout; we count the drop.
-        if let Err(e) = self.link.try_send(peer, frames.as_slice()).await {
+        if let Err(e) = self.link.send_now(peer, pieces.frames().as_slice()) {
             self.counters
                 .replies_dropped
                 .fetch_add(1, Ordering::Relaxed);
@@ -509,27 +579,50 @@ impl<L: Link> Conversation<L> {
     /// A reply or error reply arrived: complete the matching request, if any.
     fn on_answer(&self, peer: PeerId, envelope: Envelope) {
         let id = envelope.id();
-        let waiter = {
-            let table = &mut self.pending.lock().table;
-            match table.get(id) {
-                // Only the peer the request went to may answer it.
-                Some(w) if w.peer == peer => table.complete(id),
-                Some(_) => None,
-                None => None,
+        let waker = {
+            let mut pending = self.pending.lock();
+            // Only the peer the request went to may answer it.
+            match pending.table.complete_if(id, |w| w.peer == peer) {
+                Some(waiter) => {
+                    let outcome = match envelope.kind() {
+                        Kind::Error => Outcome::ErrorReply(envelope),
+                        _ => Outcome::Reply(envelope),
+                    };
+                    pending.done.insert(id, outcome);
+                    waiter.waker
+                }
+                None => {
+                    drop(pending);
+                    self.counters
+                        .unmatched_replies
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%peer, id, "reply matched no pending request; dropped");
+                    return;
+                }
             }
         };
-        let Some(waiter) = waiter else {
-            self.counters
-                .unmatched_replies
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%peer, id, "reply matched no pending request; dropped");
-            return;
-        };
-        let outcome = match envelope.kind() {
-            Kind::Error => Outcome::ErrorReply(envelope),
-            _ => Outcome::Reply(envelope),
-        };
-        let _ = waiter.done.send(outcome);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// Removes a request's entry (pending or ended) when its caller stops waiting before the
+/// end: a dropped request future leaves nothing behind in the table.
+struct Forget<'a> {
+    pending: &'a Mutex<Pending>,
+    id: u64,
+    /// Cleared once the caller took its outcome (nothing left to remove).
+    armed: bool,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut pending = self.pending.lock();
+            pending.table.cancel(self.id);
+            pending.done.remove(&self.id);
+        }
     }
 }
 

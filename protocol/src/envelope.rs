@@ -150,15 +150,21 @@ impl Envelope {
     /// The wire frames: the header (with the payload inline when it is small), then the
     /// payload frame when it is not.
     pub fn encode(&self) -> Vec<Bytes> {
-        Frames::new(
-            self.kind,
-            self.id,
-            self.event(),
-            &self.metadata,
-            self.payload.clone(),
-        )
-        .as_slice()
-        .to_vec()
+        let payload = &self.payload;
+        if !payload.is_empty() && payload.len() <= INLINE_MAX {
+            let header = header(
+                self.kind,
+                self.id,
+                self.event(),
+                &self.metadata,
+                Some(payload),
+            );
+            vec![header]
+        } else if payload.is_empty() {
+            vec![self.encode_header()]
+        } else {
+            vec![self.encode_header(), payload.clone()]
+        }
     }
 
     /// The header frame alone, for a payload sent as a frame of its own.
@@ -302,37 +308,103 @@ pub(crate) fn header(
     header.freeze()
 }
 
-/// The frames of one message, without a heap-allocated list: the header, and the payload
-/// when there is one.
-pub(crate) struct Frames {
-    frames: [Bytes; 2],
+/// One message to send, as the pieces its frames are made of: nothing is copied or allocated
+/// here; the transport copies the pieces once, straight into libzmq's buffers. (Building the
+/// header in a buffer of our own first cost an allocation, a copy and a free per message.)
+pub(crate) struct Encoded<'a> {
+    /// magic, version, kind, flags, id, event length.
+    fixed: [u8; FIXED_HEADER],
+    event: &'a [u8],
+    metadata_len: [u8; 4],
+    metadata: &'a [u8],
+    payload: &'a [u8],
+    /// The payload rides at the end of the header frame.
+    inline: bool,
 }
 
-impl Frames {
-    /// Encodes a message from its parts: a small payload inline, a large one as its own
-    /// frame.
-    pub(crate) fn new(kind: Kind, id: u64, event: &str, metadata: &[u8], payload: Bytes) -> Frames {
-        if !payload.is_empty() && payload.len() <= INLINE_MAX {
-            Frames {
-                frames: [
-                    header(kind, id, event, metadata, Some(&payload)),
-                    Bytes::new(),
-                ],
-            }
-        } else {
-            Frames {
-                frames: [header(kind, id, event, metadata, None), payload],
-            }
+impl<'a> Encoded<'a> {
+    /// Lays a message out: a small payload inline, a large one as its own frame (the same
+    /// bytes as [`header`] and [`Envelope::encode`] write).
+    pub(crate) fn new(
+        kind: Kind,
+        id: u64,
+        event: &'a str,
+        metadata: &'a [u8],
+        payload: &'a [u8],
+    ) -> Encoded<'a> {
+        // Cut rather than mis-framed, as in `header`.
+        let event = &event.as_bytes()[..event.len().min(u16::MAX as usize)];
+        let metadata = &metadata[..metadata.len().min(u32::MAX as usize)];
+        let inline = !payload.is_empty() && payload.len() <= INLINE_MAX;
+        let mut flags = 0;
+        if event.starts_with(SYSTEM_PREFIX.as_bytes()) {
+            flags |= FLAG_SYSTEM;
+        }
+        if inline {
+            flags |= FLAG_INLINE;
+        }
+        let mut fixed = [0; FIXED_HEADER];
+        fixed[0] = MAGIC;
+        fixed[1] = VERSION;
+        fixed[2] = kind as u8;
+        fixed[3] = flags;
+        fixed[4..12].copy_from_slice(&id.to_be_bytes());
+        fixed[12..14].copy_from_slice(&(event.len() as u16).to_be_bytes());
+        Encoded {
+            fixed,
+            event,
+            metadata_len: (metadata.len() as u32).to_be_bytes(),
+            metadata,
+            payload,
+            inline,
         }
     }
 
-    /// The frames to send.
-    pub(crate) fn as_slice(&self) -> &[Bytes] {
-        if self.frames[1].is_empty() {
-            &self.frames[..1]
-        } else {
-            &self.frames
+    /// The pieces of the header frame (with the payload last when it rides inline) and of
+    /// the payload frame.
+    pub(crate) fn pieces(&self) -> Pieces<'_> {
+        let inline: &[u8] = if self.inline { self.payload } else { &[] };
+        Pieces {
+            header: [
+                &self.fixed,
+                self.event,
+                &self.metadata_len,
+                self.metadata,
+                inline,
+            ],
+            payload: [self.payload],
+            separate_payload: !self.inline && !self.payload.is_empty(),
         }
+    }
+}
+
+/// The pieces of one message's frames, borrowed from an [`Encoded`].
+pub(crate) struct Pieces<'e> {
+    header: [&'e [u8]; 5],
+    payload: [&'e [u8]; 1],
+    separate_payload: bool,
+}
+
+impl<'e> Pieces<'e> {
+    /// The frames to send: the header, and the payload frame when there is one.
+    pub(crate) fn frames(&self) -> FrameList<'_, 'e> {
+        FrameList {
+            frames: [&self.header, &self.payload],
+            len: if self.separate_payload { 2 } else { 1 },
+        }
+    }
+}
+
+/// One or two frames, each a list of pieces, without a heap-allocated list.
+pub(crate) struct FrameList<'p, 'e> {
+    frames: [&'p [&'e [u8]]; 2],
+    len: usize,
+}
+
+impl<'p, 'e> FrameList<'p, 'e> {
+    /// The frames to send.
+    pub(crate) fn as_slice(&self) -> &[&'p [&'e [u8]]] {
+        &self.frames[..self.len]
     }
 }
 
@@ -405,6 +477,33 @@ mod tests {
             ][..]
         );
         assert_eq!(Envelope::decode(&frames, MAX).unwrap(), sample());
+    }
+
+    /// The pieces the conversation sends are byte for byte what `encode` writes.
+    #[test]
+    fn encoded_pieces_match_encode() {
+        let big = Bytes::from(vec![7u8; INLINE_MAX + 1]);
+        for (event, metadata, payload) in [
+            (
+                "hello",
+                Bytes::from_static(b"\x80"),
+                Bytes::from_static(b"payload"),
+            ),
+            ("_system:x", Bytes::new(), Bytes::new()),
+            ("e", Bytes::new(), big),
+        ] {
+            let envelope = Envelope::new(Kind::Tick, 42, event, metadata.clone(), payload.clone());
+            let encoded = Encoded::new(Kind::Tick, 42, event, &metadata, &payload);
+            let pieces = encoded.pieces();
+            let frames: Vec<Vec<u8>> = pieces
+                .frames()
+                .as_slice()
+                .iter()
+                .map(|frame| frame.concat())
+                .collect();
+            let expected: Vec<Vec<u8>> = envelope.encode().iter().map(|f| f.to_vec()).collect();
+            assert_eq!(frames, expected, "{event}");
+        }
     }
 
     #[test]

@@ -10,21 +10,27 @@ use transport::{Dealer, Key, PeerId, Router};
 /// CURVE server (libzmq authenticated it during the handshake), and the frames.
 pub(crate) type Received = (PeerId, Option<Key>, Vec<Bytes>);
 
+/// One outbound frame as the pieces it is made of (see `envelope::Encoded`).
+pub(crate) type Pieces<'a> = &'a [&'a [u8]];
+
 /// A socket the conversation can drive. Private to the crate.
 pub(crate) trait Link: Clone + Send + Sync + 'static {
     /// Sends frames to `peer` (ignored by a Dealer: it has one remote).
     fn send<'a>(
         &'a self,
         peer: &'a PeerId,
-        frames: &'a [Bytes],
+        frames: &'a [Pieces<'a>],
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a;
 
     /// Sends without waiting at the high-water mark (`QueueFull` instead).
     fn try_send<'a>(
         &'a self,
         peer: &'a PeerId,
-        frames: &'a [Bytes],
+        frames: &'a [Pieces<'a>],
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a;
+
+    /// Sends now or not at all (`QueueFull` at the high-water mark), without a future.
+    fn send_now(&self, peer: &PeerId, frames: &[Pieces<'_>]) -> transport::Result<()>;
 
     /// Receives the next message and who sent it (an empty id for a Dealer's remote).
     fn recv(&self) -> impl Future<Output = transport::Result<Received>> + Send + '_;
@@ -40,7 +46,7 @@ impl Link for Dealer {
     fn send<'a>(
         &'a self,
         _peer: &'a PeerId,
-        frames: &'a [Bytes],
+        frames: &'a [Pieces<'a>],
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a {
         self.send_frames(frames)
     }
@@ -48,9 +54,13 @@ impl Link for Dealer {
     fn try_send<'a>(
         &'a self,
         _peer: &'a PeerId,
-        frames: &'a [Bytes],
+        frames: &'a [Pieces<'a>],
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a {
         Dealer::try_send(self, frames)
+    }
+
+    fn send_now(&self, _peer: &PeerId, frames: &[Pieces<'_>]) -> transport::Result<()> {
+        Dealer::send_now(self, frames)
     }
 
     async fn recv(&self) -> transport::Result<Received> {
@@ -72,7 +82,7 @@ impl Link for Router {
     fn send<'a>(
         &'a self,
         peer: &'a PeerId,
-        frames: &'a [Bytes],
+        frames: &'a [Pieces<'a>],
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a {
         self.send_frames(peer, frames)
     }
@@ -80,9 +90,13 @@ impl Link for Router {
     fn try_send<'a>(
         &'a self,
         peer: &'a PeerId,
-        frames: &'a [Bytes],
+        frames: &'a [Pieces<'a>],
     ) -> impl Future<Output = transport::Result<()>> + Send + 'a {
         Router::try_send(self, peer, frames)
+    }
+
+    fn send_now(&self, peer: &PeerId, frames: &[Pieces<'_>]) -> transport::Result<()> {
+        Router::send_now(self, peer, frames)
     }
 
     // `recv_with_key` reads the key only on a CURVE server; elsewhere it is `recv`.

@@ -1,17 +1,17 @@
 //! The correlation table: requests waiting for their reply, and their deadlines.
 //!
 //! Pure code, no I/O and no clock: time comes in as an argument (`now`), so it is tested with
-//! simulated time. All deadlines live in one ordered set; the driver sleeps until
+//! simulated time. All deadlines live in one ordered list; the driver sleeps until
 //! [`Table::next_deadline`] with a single timer.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
 /// Request ids are our own counter, not attacker-chosen keys, so they need no DoS-resistant
 /// hash: one multiplication spreads sequential ids over the table.
 #[derive(Default)]
-struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -31,11 +31,53 @@ impl Hasher for IdHasher {
 
 type IdMap<T> = HashMap<u64, T, BuildHasherDefault<IdHasher>>;
 
+/// The deadlines in order: `(deadline, id)` sorted ascending, in a ring buffer.
+///
+/// Requests usually share one timeout, so a new deadline is almost always the latest (an
+/// O(1) push at the back) and replies come back roughly in the order the requests went out
+/// (the entry removed is near the front, found by binary search, and removing it shifts the
+/// few entries before it). Measured with callgrind against the `BTreeSet` this replaces
+/// (two processes, 100 B, window 100): see the commit that introduced it.
+#[derive(Default)]
+struct Deadlines {
+    sorted: VecDeque<(Instant, u64)>,
+}
+
+impl Deadlines {
+    fn insert(&mut self, key: (Instant, u64)) {
+        match self.sorted.back() {
+            Some(last) if *last > key => {
+                let at = self.sorted.partition_point(|k| *k < key);
+                self.sorted.insert(at, key);
+            }
+            _ => self.sorted.push_back(key),
+        }
+    }
+
+    fn remove(&mut self, key: &(Instant, u64)) {
+        if let Ok(at) = self.sorted.binary_search(key) {
+            self.sorted.remove(at);
+        }
+    }
+
+    fn first(&self) -> Option<(Instant, u64)> {
+        self.sorted.front().copied()
+    }
+
+    fn pop_first(&mut self) {
+        self.sorted.pop_front();
+    }
+
+    fn clear(&mut self) {
+        self.sorted.clear();
+    }
+}
+
 /// Requests in flight, keyed by request id, each with a deadline and a value (the caller's
 /// completion handle).
 pub struct Table<T> {
     entries: IdMap<(Instant, T)>,
-    deadlines: BTreeSet<(Instant, u64)>,
+    deadlines: Deadlines,
     /// Replies that matched no pending request: late (after their timeout) or unknown.
     unmatched: u64,
 }
@@ -53,7 +95,7 @@ impl<T> Default for Table<T> {
     fn default() -> Self {
         Table {
             entries: IdMap::default(),
-            deadlines: BTreeSet::new(),
+            deadlines: Deadlines::default(),
             unmatched: 0,
         }
     }
@@ -92,6 +134,28 @@ impl<T> Table<T> {
         }
     }
 
+    /// Like [`complete`](Self::complete), but only if the entry's value passes `accept` (for
+    /// example, the reply came from the peer the request went to); otherwise the entry stays
+    /// and the reply counts as unmatched. One lookup instead of `get` then `complete`.
+    pub fn complete_if(&mut self, id: u64, accept: impl FnOnce(&T) -> bool) -> Option<T> {
+        match self.entries.entry(id) {
+            std::collections::hash_map::Entry::Occupied(entry) if accept(&entry.get().1) => {
+                let (deadline, value) = entry.remove();
+                self.deadlines.remove(&(deadline, id));
+                Some(value)
+            }
+            _ => {
+                self.unmatched += 1;
+                None
+            }
+        }
+    }
+
+    /// The value pending under `id`, if any, to change it.
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        self.entries.get_mut(&id).map(|(_, v)| v)
+    }
+
     /// The value pending under `id`, if any.
     pub fn get(&self, id: u64) -> Option<&T> {
         self.entries.get(&id).map(|(_, v)| v)
@@ -107,7 +171,7 @@ impl<T> Table<T> {
     /// Removes and returns every entry whose deadline is at or before `now`, earliest first.
     pub fn expire(&mut self, now: Instant) -> Vec<(u64, T)> {
         let mut expired = Vec::new();
-        while let Some(&(deadline, id)) = self.deadlines.first() {
+        while let Some((deadline, id)) = self.deadlines.first() {
             if deadline > now {
                 break;
             }
@@ -141,7 +205,7 @@ impl<T> Table<T> {
 
     /// The earliest deadline, for the driver's single timer.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.deadlines.first().map(|(deadline, _)| *deadline)
+        self.deadlines.first().map(|(deadline, _)| deadline)
     }
 
     /// Requests in flight.
@@ -202,6 +266,37 @@ mod tests {
         assert_eq!(table.complete(1), None);
         assert_eq!(table.unmatched(), 1);
         assert_eq!(table.complete(2), Some("second"));
+        assert_eq!(table.next_deadline(), None);
+    }
+
+    #[test]
+    fn complete_if_leaves_a_rejected_entry_pending() {
+        let t0 = Instant::now();
+        let mut table = Table::new();
+        table.insert(1, at(t0, 10), "peer-a");
+        assert_eq!(table.complete_if(1, |p| *p == "peer-b"), None);
+        assert_eq!(table.unmatched(), 1);
+        assert_eq!(table.complete_if(2, |_| true), None);
+        assert_eq!(table.unmatched(), 2);
+        assert_eq!(table.complete_if(1, |p| *p == "peer-a"), Some("peer-a"));
+        assert!(table.is_empty());
+        assert_eq!(table.next_deadline(), None);
+    }
+
+    #[test]
+    fn deadlines_out_of_order_and_replies_out_of_order_keep_the_order() {
+        let t0 = Instant::now();
+        let mut table = Table::new();
+        for (id, ms) in [(1, 50), (2, 10), (3, 30), (4, 30), (5, 70), (6, 20)] {
+            table.insert(id, at(t0, ms), id);
+        }
+        assert_eq!(table.complete(3), Some(3));
+        assert_eq!(table.complete(5), Some(5));
+        assert_eq!(table.next_deadline(), Some(at(t0, 10)));
+        assert_eq!(
+            table.expire(at(t0, 100)),
+            vec![(2, 2), (6, 6), (4, 4), (1, 1)]
+        );
         assert_eq!(table.next_deadline(), None);
     }
 

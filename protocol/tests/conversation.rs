@@ -107,6 +107,39 @@ async fn a_request_with_no_reply_times_out() {
 }
 
 #[tokio::test]
+async fn a_request_given_up_leaves_nothing_pending_and_its_late_reply_is_unmatched() {
+    let (server, client) = pair().await;
+    server.on_request(
+        "slow",
+        request_fn(|_req| async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok(Bytes::new())
+        }),
+    );
+    // The caller stops waiting (its future is dropped) long before the request's deadline.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(50),
+        client.request("slow", Bytes::new(), LIMIT),
+    )
+    .await;
+    assert!(gave_up.is_err());
+    assert_eq!(client.in_flight(), 0);
+    // The reply still comes, matches nothing, and is counted; the client keeps working.
+    within("late reply counted", async {
+        while client.stats().unmatched_replies == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let reply = within(
+        "echo",
+        client.request("echo", Bytes::from_static(b"x"), LIMIT),
+    )
+    .await;
+    assert_eq!(reply.unwrap().payload(), &Bytes::from_static(b"x"));
+}
+
+#[tokio::test]
 async fn handler_errors_carry_code_and_message_back() {
     let (server, client) = pair().await;
     server.on_request(

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use crate::error::Result;
 use crate::monitor::Events;
 use crate::options::Options;
-use crate::socket::Core;
+use crate::socket::{Core, Frame};
 
 /// An asynchronous DEALER socket: sends and receives multipart messages.
 ///
@@ -61,18 +61,26 @@ impl Dealer {
         self.core.send(&frames, None).await
     }
 
-    /// Like [`send`](Self::send), borrowing the frames.
-    pub async fn send_frames(&self, frames: &[Bytes]) -> Result<()> {
+    /// Like [`send`](Self::send), borrowing the frames (`Bytes`, or any [`Frame`], such as a
+    /// frame given as the pieces it is made of).
+    pub async fn send_frames<F: Frame + Sync>(&self, frames: &[F]) -> Result<()> {
         self.core.send(frames, None).await
     }
 
     /// Sends without waiting: at the high-water mark this fails with
     /// [`Error::QueueFull`](crate::Error::QueueFull) whatever the socket's backpressure
     /// option (for answers to a peer that may not be reading them).
-    pub async fn try_send(&self, frames: &[Bytes]) -> Result<()> {
+    pub async fn try_send<F: Frame + Sync>(&self, frames: &[F]) -> Result<()> {
         self.core
             .send_with(frames, None, crate::Backpressure::Fail)
             .await
+    }
+
+    /// Sends now or not at all, without a future: at the high-water mark this fails with
+    /// [`Error::QueueFull`](crate::Error::QueueFull) whatever the socket's backpressure
+    /// option. What [`try_send`](Self::try_send) does, for callers that are not async.
+    pub fn send_now<F: Frame>(&self, frames: &[F]) -> Result<()> {
+        self.core.send_now(frames, None)
     }
 
     /// Receives the next multipart message.

@@ -88,6 +88,7 @@ pub use error::{Error, Result};
 pub use monitor::{Event, Events, HandshakeFailure};
 pub use options::{Backpressure, Heartbeat, Options};
 pub use router::{PeerId, Router};
+pub use socket::Frame;
 
 /// The libzmq version linked in, as `(major, minor, patch)`.
 pub fn libzmq_version() -> (i32, i32, i32) {
