@@ -93,6 +93,21 @@ impl Dealer {
         self.core.try_recv()
     }
 
+    /// Like [`recv`](Self::recv), into a buffer the caller keeps: `frames` is cleared, then
+    /// holds the message's frames. A loop that receives into the same `Vec` allocates none
+    /// per message.
+    pub async fn recv_into(&self, frames: &mut Vec<Bytes>) -> Result<()> {
+        frames.clear();
+        self.core.recv_into(frames, false).await.map(drop)
+    }
+
+    /// Like [`try_recv`](Self::try_recv), into a buffer the caller keeps, as in
+    /// [`recv_into`](Self::recv_into): whether a message was there.
+    pub fn try_recv_into(&self, frames: &mut Vec<Bytes>) -> Result<bool> {
+        frames.clear();
+        Ok(self.core.try_recv_into(frames, false)?.is_some())
+    }
+
     /// The connection events (connected, disconnected, handshake failed...). Can be taken once.
     pub fn events(&self) -> Result<Events> {
         self.core.events()

@@ -153,6 +153,53 @@ impl Router {
         }
     }
 
+    /// Like [`recv`](Self::recv), into a buffer the caller keeps: `frames` is cleared, then
+    /// holds the message's frames (without the routing id, which is returned). A loop that
+    /// receives into the same `Vec` allocates none per message.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> transport::Result<()> {
+    /// use bytes::Bytes;
+    /// use transport::{Dealer, Router};
+    ///
+    /// let router = Router::new()?;
+    /// let endpoint = router.bind("tcp://127.0.0.1:0")?;
+    /// let dealer = Dealer::new()?;
+    /// dealer.connect(&endpoint)?;
+    /// dealer.send(vec![Bytes::from_static(b"ping")]).await?;
+    ///
+    /// let mut frames = Vec::new();
+    /// let peer = router.recv_into(&mut frames).await?;
+    /// router.send_frames(&peer, &frames).await?;
+    /// assert_eq!(dealer.recv().await?, vec![Bytes::from_static(b"ping")]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn recv_into(&self, frames: &mut Vec<Bytes>) -> Result<PeerId> {
+        loop {
+            frames.clear();
+            self.core.recv_into(frames, false).await?;
+            if frames.is_empty() {
+                continue;
+            }
+            return Ok(PeerId(frames.remove(0)));
+        }
+    }
+
+    /// Like [`try_recv`](Self::try_recv), into a buffer the caller keeps, as in
+    /// [`recv_into`](Self::recv_into): the routing id when a message was there.
+    pub fn try_recv_into(&self, frames: &mut Vec<Bytes>) -> Result<Option<PeerId>> {
+        loop {
+            frames.clear();
+            if self.core.try_recv_into(frames, false)?.is_none() {
+                return Ok(None);
+            }
+            if frames.is_empty() {
+                continue;
+            }
+            return Ok(Some(PeerId(frames.remove(0))));
+        }
+    }
+
     /// Receives a message if one is already waiting, without blocking.
     pub fn try_recv(&self) -> Result<Option<(PeerId, Vec<Bytes>)>> {
         loop {

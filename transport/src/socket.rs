@@ -408,38 +408,78 @@ impl Core {
     /// Receives one multipart message with the CURVE client key libzmq attached to it (see
     /// [`recv_frames`]); `with_key` false skips the lookup.
     pub(crate) async fn recv_message(&self, with_key: bool) -> Result<(Vec<Bytes>, Option<Key>)> {
-        let _turn = self.receiving.lock().await;
-        loop {
-            let received = self.with_socket(|socket| {
-                let received = recv_frames(socket, with_key);
-                // Parked iff nothing was there; set under the lock, so a sender that takes
-                // the lock after us sees it (rule 2).
-                self.receiver_parked.store(
-                    matches!(received, Err(zmq::Error::EAGAIN)),
-                    Ordering::Release,
-                );
-                if received.is_ok() && self.blocked_senders.load(Ordering::Acquire) > 0 {
-                    if let Ok(events) = socket.get_events() {
-                        if events.contains(zmq::POLLOUT) {
-                            self.writable.notify_waiters();
-                        }
-                    }
-                }
-                Ok(received)
-            })?;
-            match received {
-                Ok(message) => {
-                    tracing::trace!(kind = self.kind, frames = message.0.len(), "received");
-                    return Ok(message);
-                }
-                Err(zmq::Error::EAGAIN) => {}
-                Err(e) => return Err(socket_error("receive")(e)),
+        let mut frames = Vec::with_capacity(2);
+        let key = self.recv_into(&mut frames, with_key).await?;
+        Ok((frames, key))
+    }
+
+    /// Receives one multipart message, appending its frames to `frames` (so a caller that
+    /// receives in a loop reuses one buffer), and returns the CURVE client key if `with_key`.
+    pub(crate) async fn recv_into(
+        &self,
+        frames: &mut Vec<Bytes>,
+        with_key: bool,
+    ) -> Result<Option<Key>> {
+        // Fast path: nobody else receiving and a message already there. No future for the
+        // turn (an uncontended `lock().await` still builds and polls one), no select.
+        if let Ok(_turn) = self.receiving.try_lock() {
+            if let Some(key) = self.recv_attempt(frames, with_key)? {
+                return Ok(key);
             }
-            // Rule 1: the receive above returned EAGAIN, so the next command raises an edge.
+            // Parked (EAGAIN): wait below, keeping our turn.
+            return self.recv_wait(frames, with_key).await;
+        }
+        let _turn = self.receiving.lock().await;
+        if let Some(key) = self.recv_attempt(frames, with_key)? {
+            return Ok(key);
+        }
+        self.recv_wait(frames, with_key).await
+    }
+
+    /// Waits for a message after a receive found none, then receives it. The caller holds
+    /// the receiving turn.
+    async fn recv_wait(&self, frames: &mut Vec<Bytes>, with_key: bool) -> Result<Option<Key>> {
+        loop {
+            // Rule 1: the receive before this returned EAGAIN, so the next command raises an
+            // edge.
             tokio::select! {
                 ready = self.fd_readable() => ready?,
                 _ = self.readable.notified() => {}
             }
+            if let Some(key) = self.recv_attempt(frames, with_key)? {
+                return Ok(key);
+            }
+        }
+    }
+
+    /// One non-blocking receive under the socket lock, for a receiver holding the turn:
+    /// `Some(key)` when a message was appended to `frames`, `None` (and parked, rule 2) when
+    /// there was none.
+    fn recv_attempt(&self, frames: &mut Vec<Bytes>, with_key: bool) -> Result<Option<Option<Key>>> {
+        let received = self.with_socket(|socket| {
+            let received = recv_frames(socket, with_key, frames);
+            // Parked iff nothing was there; set under the lock, so a sender that takes
+            // the lock after us sees it (rule 2).
+            self.receiver_parked.store(
+                matches!(received, Err(zmq::Error::EAGAIN)),
+                Ordering::Release,
+            );
+            if received.is_ok() && self.blocked_senders.load(Ordering::Acquire) > 0 {
+                if let Ok(events) = socket.get_events() {
+                    if events.contains(zmq::POLLOUT) {
+                        self.writable.notify_waiters();
+                    }
+                }
+            }
+            Ok(received)
+        })?;
+        match received {
+            Ok(key) => {
+                tracing::trace!(kind = self.kind, frames = frames.len(), "received");
+                Ok(Some(key))
+            }
+            Err(zmq::Error::EAGAIN) => Ok(None),
+            Err(e) => Err(socket_error("receive")(e)),
         }
     }
 
@@ -455,8 +495,21 @@ impl Core {
         &self,
         with_key: bool,
     ) -> Result<Option<(Vec<Bytes>, Option<Key>)>> {
-        self.with_socket(|socket| match recv_frames(socket, with_key) {
-            Ok(message) => Ok(Some(message)),
+        let mut frames = Vec::with_capacity(2);
+        Ok(self
+            .try_recv_into(&mut frames, with_key)?
+            .map(|key| (frames, key)))
+    }
+
+    /// [`try_recv`](Self::try_recv), appending the frames to `frames` as in
+    /// [`recv_into`](Self::recv_into): `Some(key)` when a message was there.
+    pub(crate) fn try_recv_into(
+        &self,
+        frames: &mut Vec<Bytes>,
+        with_key: bool,
+    ) -> Result<Option<Option<Key>>> {
+        self.with_socket(|socket| match recv_frames(socket, with_key, frames) {
+            Ok(key) => Ok(Some(key)),
             Err(zmq::Error::EAGAIN) => Ok(None),
             Err(e) => Err(socket_error("receive")(e)),
         })
@@ -535,8 +588,11 @@ fn send_frames<F: Frame>(
 /// public key in Z85. libzmq gives every frame of the message the connection's metadata; the
 /// first frame that has it is used. Off by default: the lookup allocates and scans, which
 /// the common NULL-mechanism path has no use for.
-fn recv_frames(socket: &zmq::Socket, with_key: bool) -> zmq::Result<(Vec<Bytes>, Option<Key>)> {
-    let mut frames = Vec::with_capacity(2);
+fn recv_frames(
+    socket: &zmq::Socket,
+    with_key: bool,
+    frames: &mut Vec<Bytes>,
+) -> zmq::Result<Option<Key>> {
     let mut key = None;
     loop {
         let mut message = zmq::Message::new();
@@ -549,7 +605,7 @@ fn recv_frames(socket: &zmq::Socket, with_key: bool) -> zmq::Result<(Vec<Bytes>,
         let more = message.get_more();
         frames.push(from_message(message));
         if !more {
-            return Ok((frames, key));
+            return Ok(key);
         }
     }
 }

@@ -386,3 +386,59 @@ async fn handshake_failure_is_reported_with_its_endpoint() {
 fn creating_a_socket_outside_a_runtime_is_an_error() {
     assert!(matches!(Router::new(), Err(Error::NoRuntime)));
 }
+
+#[tokio::test]
+async fn recv_into_reuses_the_buffer_both_ways() {
+    let router = Router::new().unwrap();
+    let endpoint = router.bind("tcp://127.0.0.1:0").unwrap();
+    let dealer = Dealer::new().unwrap();
+    dealer.connect(&endpoint).unwrap();
+
+    let mut at_router = vec![Bytes::from_static(b"stale")];
+    let mut at_dealer = vec![Bytes::from_static(b"stale")];
+    assert!(!dealer.try_recv_into(&mut at_dealer).unwrap());
+    assert!(at_dealer.is_empty(), "cleared even when nothing came");
+    for i in 0..50u32 {
+        let body = Bytes::from(format!("m{i}"));
+        dealer
+            .send_frames(&[body.clone(), Bytes::from_static(b"x")])
+            .await
+            .unwrap();
+        let peer = within("router recv_into", router.recv_into(&mut at_router))
+            .await
+            .unwrap();
+        assert_eq!(at_router, vec![body.clone(), Bytes::from_static(b"x")]);
+        router.send_frames(&peer, &at_router).await.unwrap();
+        within("dealer recv_into", dealer.recv_into(&mut at_dealer))
+            .await
+            .unwrap();
+        assert_eq!(at_dealer, vec![body, Bytes::from_static(b"x")]);
+    }
+
+    // The non-blocking forms, once something is there.
+    dealer.send(frames(&[b"late"])).await.unwrap();
+    let peer = within("router try_recv_into", async {
+        loop {
+            if let Some(peer) = router.try_recv_into(&mut at_router).unwrap() {
+                return peer;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+    assert_eq!(at_router, frames(&[b"late"]));
+    router.send_frames(&peer, &at_router).await.unwrap();
+    within("dealer try_recv_into", async {
+        while !dealer.try_recv_into(&mut at_dealer).unwrap() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+    assert_eq!(at_dealer, frames(&[b"late"]));
+
+    router.close().await;
+    assert!(matches!(
+        router.recv_into(&mut at_router).await,
+        Err(Error::Closed)
+    ));
+}

@@ -16,9 +16,11 @@ use crate::measure::{Plan, Point, Recorder};
 pub(super) async fn serve(endpoint: &str) -> Result<()> {
     let router = Router::with_options(Options::default().hwm(HWM))?;
     announce(&router.bind(endpoint)?)?;
+    // One receive buffer for the whole run; the frames go back borrowed.
+    let mut frames = Vec::with_capacity(2);
     loop {
-        let (peer, frames) = router.recv().await?;
-        router.send(&peer, frames).await?;
+        let peer = router.recv_into(&mut frames).await?;
+        router.send_frames(&peer, &frames).await?;
     }
 }
 
@@ -28,7 +30,7 @@ pub(super) async fn client(job: &Job) -> Result<Point> {
     dealer.connect(&job.endpoint)?;
     let payload = job.payload();
     // One round trip so the connection is up before the plan starts.
-    dealer.send(vec![payload.clone()]).await?;
+    dealer.send_frames(std::slice::from_ref(&payload)).await?;
     dealer.recv().await?;
 
     let mut recorder = Recorder::new(Plan::starting_now(job.warmup, job.duration));
@@ -36,17 +38,18 @@ pub(super) async fn client(job: &Job) -> Result<Point> {
     let mut sent_at = VecDeque::with_capacity(window);
     for _ in 0..window {
         sent_at.push_back(Instant::now());
-        dealer.send(vec![payload.clone()]).await?;
+        dealer.send_frames(std::slice::from_ref(&payload)).await?;
     }
+    let mut frames = Vec::with_capacity(1);
     while !sent_at.is_empty() {
-        let frames = dealer.recv().await?;
+        dealer.recv_into(&mut frames).await?;
         let now = Instant::now();
         job.check_reply(frames.iter().map(|f| f.len()).sum())?;
         let sent = sent_at.pop_front().ok_or(Error::UnexpectedReply)?;
         recorder.record(sent, now);
         if recorder.keep_sending(now) {
             sent_at.push_back(now);
-            dealer.send(vec![payload.clone()]).await?;
+            dealer.send_frames(std::slice::from_ref(&payload)).await?;
         }
     }
     let point = recorder.finish(job.layer, job.size, window);
