@@ -420,6 +420,10 @@ impl Core {
         frames: &mut Vec<Bytes>,
         with_key: bool,
     ) -> Result<Option<Key>> {
+        // A receiver that always finds a message never waits, so it must still give the
+        // runtime its turn: the budget makes it yield now and then, as every tokio
+        // resource does (the turn's `lock().await` used to do it).
+        tokio::task::coop::consume_budget().await;
         // Fast path: nobody else receiving and a message already there. No future for the
         // turn (an uncontended `lock().await` still builds and polls one), no select.
         if let Ok(_turn) = self.receiving.try_lock() {
