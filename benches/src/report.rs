@@ -415,7 +415,11 @@ fn throughput_chart(report: &Report, path: &Path) -> PlotResult {
             .x_label_formatter(&|w| format!("{w:.0}"))
             .y_label_formatter(&|r| format!("{:.0}k", r / 1000.0))
             .draw()?;
-        for layer in Layer::ALL.into_iter().filter(|l| !l.is_stream()) {
+        // Every row measured, in report order (the peers' rows too, when they ran).
+        let mut layers: Vec<Layer> = here.iter().map(|p| p.layer).collect();
+        layers.sort_unstable();
+        layers.dedup();
+        for layer in layers {
             let mut line: Vec<(f64, f64)> = here
                 .iter()
                 .filter(|p| p.layer == layer)
