@@ -36,7 +36,7 @@ env -u GATE "$bin" scale --rounds "$rounds" --out "$out"
 if [ "${PEERS:-1}" != 0 ]; then
 	say "peers: NATS and Moleculer beside raw libzmq, transport and node"
 	env -u GATE "$root/benches/peers/run.sh" --sizes 100,1000 --windows 1,10,100,1000 \
-		--duration "$duration" --warmup "$warmup" --out "$out/peers"
+		--duration "$duration" --warmup "$warmup" --rounds "$rounds" --out "$out/peers"
 fi
 
 # The layers' run decides: 1 when GATE=1 found a layer under its floor, 2 when it could
