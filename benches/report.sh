@@ -11,7 +11,7 @@
 # point), WARMUP (1 s), PEERS=0 to skip the peers (they install Debian's nats-server and the
 # npm packages of the Moleculer row; see benches/peers/README.md).
 #
-# About 20 minutes on 2 cores. Needs at least 2 cores; everything runs on 127.0.0.1.
+# About 25 minutes on 2 cores. Needs at least 2 cores; everything runs on 127.0.0.1.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
