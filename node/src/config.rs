@@ -216,8 +216,9 @@ impl NodeBuilder {
         self
     }
 
-    /// The client public keys the bound address accepts (needs [`curve`](Self::curve)).
-    /// Without a list, any client that knows this node's public key may connect.
+    /// The client public keys the bound address accepts (needs [`curve`](Self::curve):
+    /// binding without a key pair is [`Error::NoKeys`](crate::Error::NoKeys)). Without a
+    /// list, any client that knows this node's public key may connect.
     pub fn allow_keys(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
         self.config.allowed_keys = Some(keys.into_iter().collect());
         self

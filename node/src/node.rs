@@ -457,6 +457,10 @@ impl Node {
         if self.inner.server.lock().is_some() {
             return Err(Error::Bind("this node is already bound"));
         }
+        if self.inner.config.allowed_keys.is_some() && self.inner.config.curve.is_none() {
+            // An allow-list on a plaintext node would let everyone in: refuse to bind.
+            return Err(Error::NoKeys);
+        }
         let (server, events) = Server::bind_with(
             address,
             self.server_options(),

@@ -198,6 +198,13 @@ async fn a_secure_connect_needs_a_key_pair() {
         keyless.allow_key(keys().public),
         Err(Error::NoKeys)
     ));
+    // An allow-list without a key pair would check nothing: the node refuses to bind.
+    let listless = support::builder("listless")
+        .allow_keys([keys().public])
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await;
+    assert!(matches!(listless, Err(Error::NoKeys)), "{listless:?}");
     keyless.close().await;
     server.close().await;
 }
