@@ -440,11 +440,14 @@ impl Node {
             .linger(Duration::from_millis(200))
             .reconnect(Duration::from_millis(100), Duration::from_secs(1))
             // ZMTP heartbeats make libzmq drop a connection that went silent (a network cut
-            // sends no RST), so the client reconnects by itself once the path heals.
+            // sends no RST), so the client reconnects by itself once the path heals. They
+            // are the backstop: one interval later than the node's own dead-peer check, so
+            // a silent peer is reported as `TimedOut` (by the node) rather than raced by
+            // libzmq's close (`Disconnected`).
             .heartbeat(transport::Heartbeat {
                 interval: config.heartbeat_interval,
-                timeout: config.dead_peer_timeout,
-                ttl: config.dead_peer_timeout,
+                timeout: config.dead_peer_timeout + config.heartbeat_interval,
+                ttl: config.dead_peer_timeout + config.heartbeat_interval,
             })
     }
 

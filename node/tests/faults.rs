@@ -329,6 +329,25 @@ async fn child(args: Vec<String>) {
                 }
             }
             println!("result sent={count} ok={ok} timeout={timeout} left={left} other={other}");
+        } else if let ["settle", to] = words[..] {
+            // Waits until `to` is joined and five echoes in a row come back: the link is
+            // healthy again after loss (bounded: 30 s).
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            let mut streak = 0;
+            while streak < 5 && tokio::time::Instant::now() < deadline {
+                let healthy = node.peer(to).is_some()
+                    && node
+                        .request_raw(to, "echo", Bytes::from_static(b"s"), Duration::from_secs(1))
+                        .await
+                        .is_ok();
+                if healthy {
+                    streak += 1;
+                } else {
+                    streak = 0;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            println!("{}", if streak >= 5 { "settled" } else { "unsettled" });
         }
     }
     node.close().await;
@@ -676,14 +695,32 @@ impl HostNode {
     /// The first line (from now) that `pick` accepts, within `limit`.
     fn wait_for(&self, what: &str, limit: Duration, pick: impl Fn(&str) -> bool) -> String {
         let deadline = std::time::Instant::now() + limit;
+        let mut skipped = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) if pick(&line) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("timed out waiting for {what}"),
+                Ok(line) => skipped.push(line),
+                Err(_) => panic!("timed out waiting for {what}; it printed {skipped:?}"),
             }
         }
+    }
+
+    /// Forgets the lines printed so far (so a later wait sees only new events).
+    fn drain(&self) {
+        while self.lines.try_recv().is_ok() {}
+    }
+
+    /// Runs `settle TO`: returns once the node has `to` joined and answering.
+    fn settle(&mut self, to: &str) {
+        self.command(&format!("settle {to}"));
+        let line = self.wait_for("settle", Duration::from_secs(40), |l| {
+            l.ends_with("settled")
+        });
+        assert_eq!(
+            line, "settled",
+            "the link to {to} did not recover after loss"
+        );
     }
 
     fn command(&mut self, line: &str) {
@@ -720,7 +757,7 @@ async fn network_cuts_between_two_hosts_are_detected_and_healed() -> Option<Stri
     let hosts = Hosts::create();
     let heartbeat = 200u64;
     let server = format!("tcp://{}.1:7000", hosts.subnet);
-    let a = HostNode::start(
+    let mut a = HostNode::start(
         &hosts.a,
         &["--id", "net-a", "--bind", &server, "--heartbeat-ms", "200"],
     );
@@ -767,6 +804,13 @@ async fn network_cuts_between_two_hosts_are_detected_and_healed() -> Option<Stri
     assert_eq!(other, 0, "only timeouts and peer-left errors are expected");
     assert!(ok > 0);
     hosts.nft_b("delete table inet zn_loss\n");
+    // Loss may have timed the peers out (TCP retransmits can outlast three heartbeats) and
+    // they rejoin by themselves: wait until both sides are joined and answering again, and
+    // forget the events of the lossy phase, so the cut below is judged on its own.
+    b.settle("net-a");
+    a.settle("net-b");
+    a.drain();
+    b.drain();
 
     // A silent partition: both sides report the peer left, within three heartbeat
     // intervals by design (five allowed here for a loaded machine).
