@@ -17,6 +17,16 @@
 //!   ([`Router::allow_keys`]), and the client key of every received message
 //!   ([`Router::recv_with_key`]).
 //!
+//! ## Frames are not copied on the way in, nor when sent on
+//!
+//! A received frame is a `Bytes` that owns libzmq's message: no copy. A frame you build is
+//! copied once into a libzmq message when sent. A frame you received and send on as it is
+//! (an echo, a forwarder: the same `Bytes`, or a clone) is recognised and goes back to
+//! libzmq as another reference to the received message, as raw libzmq code would forward
+//! it: no copy, and no allocation for libzmq's I/O thread to free. The socket remembers the
+//! last few frames of 64 bytes or more that it received, until it has nothing more to
+//! read; a frame sent later than that, or a slice of one, is copied.
+//!
 //! What it never does: look inside a frame. Envelopes, request ids and handshakes belong to
 //! the `protocol` and `node` crates above. No `zmq` type appears in this API, so another engine
 //! speaking the same wire protocol can sit behind it later.
@@ -24,6 +34,7 @@
 //! ## Layout
 //! - `socket.rs`: the core shared by both socket kinds; how a non-thread-safe libzmq socket is
 //!   driven from tokio through its edge-triggered ZMQ_FD.
+//! - `msg.rs`: libzmq messages owned directly, and the recent frames kept for forwarding.
 //! - `router.rs`, `dealer.rs`: the two public socket types.
 //! - `monitor.rs`: connection events.
 //! - `curve.rs`: CURVE keys and the [`Curve`] option; `zap.rs`: the process-wide ZAP handler
@@ -70,13 +81,15 @@
 //! # Ok(()) }
 //! ```
 
-// One `unsafe` block in the whole crate: registering libzmq's ZMQ_FD with tokio
-// (socket.rs, with its safety argument). `unsafe_code` is denied everywhere else.
+// `unsafe` in two places, each with its safety argument: msg.rs (libzmq messages owned
+// through zmq-sys, for zero-copy receive and forwarding) and socket.rs (registering
+// libzmq's ZMQ_FD with tokio). `unsafe_code` is denied everywhere else.
 
 mod curve;
 mod dealer;
 mod error;
 mod monitor;
+mod msg;
 mod options;
 mod router;
 mod socket;

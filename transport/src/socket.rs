@@ -52,6 +52,7 @@ use tokio::sync::Notify;
 use crate::curve::{Curve, Key};
 use crate::error::{os, socket_error, Error, Result};
 use crate::monitor::{self, Events};
+use crate::msg::{Msg, Recent};
 use crate::options::{Backpressure, Options};
 use crate::zap::{self, AllowList};
 
@@ -81,13 +82,23 @@ struct Endpoints {
     connected: Vec<String>,
 }
 
+/// An open socket and the frames it received last (see [`Recent`]).
+struct Live {
+    socket: zmq::Socket,
+    recent: Recent,
+    /// A ROUTER's last routing id, handed out again while the same peer keeps sending, so
+    /// the id frame of most messages costs no allocation. `None` on a DEALER.
+    last_peer: Option<Bytes>,
+}
+
 /// One libzmq socket and what it takes to drive it from tokio.
 pub(crate) struct Core {
     /// The registration of ZMQ_FD with tokio. Declared before `socket` so that, when the
     /// Core is dropped without `close`, it is deregistered before the socket closes the fd.
     fd: Mutex<Option<AsyncFd<ZmqFd>>>,
-    /// The libzmq socket; see the module docs for why a mutex. `None` once closed.
-    socket: Mutex<Option<zmq::Socket>>,
+    /// The libzmq socket and the frames it received last; see the module docs for why a
+    /// mutex. `None` once closed.
+    socket: Mutex<Option<Live>>,
     /// Receivers take turns: only one waits on the fd at a time.
     receiving: tokio::sync::Mutex<()>,
     /// Wakes a receiver when someone else's call found POLLIN set (rule 2).
@@ -144,7 +155,11 @@ impl Core {
         })?;
         Ok(Core {
             fd: Mutex::new(Some(fd)),
-            socket: Mutex::new(Some(socket)),
+            socket: Mutex::new(Some(Live {
+                socket,
+                recent: Recent::default(),
+                last_peer: router.then(Bytes::new),
+            })),
             receiving: tokio::sync::Mutex::new(()),
             readable: Notify::new(),
             receiver_parked: AtomicBool::new(false),
@@ -161,9 +176,15 @@ impl Core {
 
     /// Runs `f` on the socket under the lock, or fails with `Closed`.
     fn with_socket<T>(&self, f: impl FnOnce(&zmq::Socket) -> Result<T>) -> Result<T> {
-        let guard = self.socket.lock();
-        match guard.as_ref() {
-            Some(socket) => f(socket),
+        self.with_live(|live| f(&live.socket))
+    }
+
+    /// Runs `f` on the open socket and its recent frames under the lock, or fails with
+    /// `Closed`.
+    fn with_live<T>(&self, f: impl FnOnce(&mut Live) -> Result<T>) -> Result<T> {
+        let mut guard = self.socket.lock();
+        match guard.as_mut() {
+            Some(live) => f(live),
             None => Err(Error::Closed),
         }
     }
@@ -261,13 +282,13 @@ impl Core {
         if let Some(fd) = self.fd.lock().take() {
             let _deregistered: ZmqFd = fd.into_inner();
         }
-        if let Some(socket) = self.socket.lock().take() {
+        if let Some(live) = self.socket.lock().take() {
             // Unbind explicitly: libzmq then closes the listeners now rather than after the
             // linger period.
             for endpoint in &endpoints.bound {
-                let _ = socket.unbind(endpoint);
+                let _ = live.socket.unbind(endpoint);
             }
-            drop(socket);
+            drop(live);
         }
         // Wake everyone waiting so they observe `closed`.
         self.readable.notify_waiters();
@@ -327,7 +348,7 @@ impl Core {
             return Err(Error::EmptyMessage);
         }
         loop {
-            let outcome = self.with_socket(|socket| Ok(self.send_locked(socket, peer, frames)))?;
+            let outcome = self.with_live(|live| Ok(self.send_locked(live, peer, frames)))?;
             match self.send_outcome(outcome, peer) {
                 Ok(()) => {
                     tracing::trace!(kind = self.kind, frames = frames.len(), "sent");
@@ -352,18 +373,18 @@ impl Core {
         if frames.is_empty() {
             return Err(Error::EmptyMessage);
         }
-        let outcome = self.with_socket(|socket| Ok(self.send_locked(socket, peer, frames)))?;
+        let outcome = self.with_live(|live| Ok(self.send_locked(live, peer, frames)))?;
         self.send_outcome(outcome, peer)
     }
 
     /// One non-blocking send under the lock, and rule 2.
     fn send_locked<F: Frame>(
         &self,
-        socket: &zmq::Socket,
+        live: &mut Live,
         peer: Option<&Bytes>,
         frames: &[F],
     ) -> zmq::Result<()> {
-        let outcome = send_frames(socket, peer, frames);
+        let outcome = send_frames(live, peer, frames);
         // Rule 2: our send may have consumed the edge announcing an inbound message. Only a
         // parked receiver can miss it: one that is not parked receives (and so looks at the
         // socket) before it parks. So the first send after a receiver parked wakes it, and
@@ -460,8 +481,8 @@ impl Core {
     /// `Some(key)` when a message was appended to `frames`, `None` (and parked, rule 2) when
     /// there was none.
     fn recv_attempt(&self, frames: &mut Vec<Bytes>, with_key: bool) -> Result<Option<Option<Key>>> {
-        let received = self.with_socket(|socket| {
-            let received = recv_frames(socket, with_key, frames);
+        let received = self.with_live(|live| {
+            let received = recv_frames(live, with_key, frames);
             // Parked iff nothing was there; set under the lock, so a sender that takes
             // the lock after us sees it (rule 2).
             self.receiver_parked.store(
@@ -469,7 +490,7 @@ impl Core {
                 Ordering::Release,
             );
             if received.is_ok() && self.blocked_senders.load(Ordering::Acquire) > 0 {
-                if let Ok(events) = socket.get_events() {
+                if let Ok(events) = live.socket.get_events() {
                     if events.contains(zmq::POLLOUT) {
                         self.writable.notify_waiters();
                     }
@@ -512,7 +533,7 @@ impl Core {
         frames: &mut Vec<Bytes>,
         with_key: bool,
     ) -> Result<Option<Option<Key>>> {
-        self.with_socket(|socket| match recv_frames(socket, with_key, frames) {
+        self.with_live(|live| match recv_frames(live, with_key, frames) {
             Ok(key) => Ok(Some(key)),
             Err(zmq::Error::EAGAIN) => Ok(None),
             Err(e) => Err(socket_error("receive")(e)),
@@ -565,13 +586,12 @@ async fn wait_released(endpoint: &str) {
 
 /// Sends `[peer,] frames...` without blocking. libzmq delivers multipart messages atomically:
 /// once the first frame is accepted, the others cannot fail with EAGAIN.
-fn send_frames<F: Frame>(
-    socket: &zmq::Socket,
-    peer: Option<&Bytes>,
-    frames: &[F],
-) -> zmq::Result<()> {
+///
+/// A frame that is one this socket received lately goes back to libzmq as the received
+/// message itself (see [`Recent`]); any other is copied into a new message.
+fn send_frames<F: Frame>(live: &mut Live, peer: Option<&Bytes>, frames: &[F]) -> zmq::Result<()> {
     if let Some(peer) = peer {
-        socket.send(&peer[..], zmq::SNDMORE | zmq::DONTWAIT)?;
+        live.socket.send(&peer[..], zmq::SNDMORE | zmq::DONTWAIT)?;
     }
     let last = frames.len() - 1;
     for (i, frame) in frames.iter().enumerate() {
@@ -580,7 +600,10 @@ fn send_frames<F: Frame>(
         } else {
             zmq::SNDMORE | zmq::DONTWAIT
         };
-        socket.send(to_message(frame), flags)?;
+        match frame.contiguous().and_then(|bytes| live.recent.take(bytes)) {
+            Some(received) => received.send(&mut live.socket, flags)?,
+            None => live.socket.send(to_message(frame), flags)?,
+        }
     }
     Ok(())
 }
@@ -592,22 +615,49 @@ fn send_frames<F: Frame>(
 /// public key in Z85. libzmq gives every frame of the message the connection's metadata; the
 /// first frame that has it is used. Off by default: the lookup allocates and scans, which
 /// the common NULL-mechanism path has no use for.
+///
+/// Each frame is kept in the socket's [`Recent`] frames; none are once the socket has
+/// nothing more to read (EAGAIN), so they are released when it goes idle.
 fn recv_frames(
-    socket: &zmq::Socket,
+    live: &mut Live,
     with_key: bool,
     frames: &mut Vec<Bytes>,
 ) -> zmq::Result<Option<Key>> {
     let mut key = None;
+    let mut first = true;
     loop {
-        let mut message = zmq::Message::new();
-        socket.recv(&mut message, zmq::DONTWAIT)?;
+        let mut message = Msg::new();
+        if let Err(e) = message.recv(&mut live.socket) {
+            if e == zmq::Error::EAGAIN {
+                live.recent.clear();
+            }
+            return Err(e);
+        }
         if with_key && key.is_none() {
             key = message
-                .gets("User-Id")
+                .property(c"User-Id")
                 .and_then(|id| Key::from_z85(id).ok());
         }
-        let more = message.get_more();
-        frames.push(from_message(message));
+        let more = message.more();
+        if std::mem::take(&mut first) {
+            if let Some(last_peer) = &mut live.last_peer {
+                // A ROUTER's first frame is the routing id.
+                if last_peer[..] != *message.as_ref() {
+                    *last_peer = Bytes::copy_from_slice(message.as_ref());
+                }
+                frames.push(last_peer.clone());
+                if !more {
+                    return Ok(key);
+                }
+                continue;
+            }
+        }
+        live.recent.keep(&mut message);
+        // Bytes owns libzmq's message, so its buffer is never copied. Measured with
+        // callgrind (two processes, protocol row, 100 B): copying cost an allocation and a
+        // copy, and the first `slice` of the copy (the envelope decoder slices every header)
+        // a second allocation to share it; owning the message costs one allocation in all.
+        frames.push(Bytes::from_owner(message));
         if !more {
             return Ok(key);
         }
@@ -615,7 +665,8 @@ fn recv_frames(
 }
 
 /// A frame for libzmq. Outbound frames are copied once into libzmq's buffer: the caller keeps
-/// its frames (a blocked send must be able to retry), so there is no buffer to hand over.
+/// its frames (a blocked send must be able to retry), so there is no buffer to hand over
+/// (frames received lately are the exception: [`Recent`]).
 fn to_message<F: Frame>(frame: &F) -> zmq::Message {
     let mut message = zmq::Message::with_size(frame.len());
     frame.write_to(&mut message);
@@ -638,6 +689,13 @@ pub trait Frame {
 
     /// Writes the frame into `out`, which is exactly [`len`](Self::len) bytes long.
     fn write_to(&self, out: &mut [u8]);
+
+    /// The frame's bytes when they are already in one piece, so that a frame received from
+    /// the same socket and sent on can be recognised and not copied (see the crate docs).
+    /// `None` (the default) always copies.
+    fn contiguous(&self) -> Option<&[u8]> {
+        None
+    }
 }
 
 impl Frame for Bytes {
@@ -647,6 +705,10 @@ impl Frame for Bytes {
 
     fn write_to(&self, out: &mut [u8]) {
         out.copy_from_slice(self);
+    }
+
+    fn contiguous(&self) -> Option<&[u8]> {
+        Some(self)
     }
 }
 
@@ -672,22 +734,8 @@ impl<F: Frame + ?Sized> Frame for &F {
     fn write_to(&self, out: &mut [u8]) {
         (**self).write_to(out)
     }
-}
 
-/// libzmq's message as `Bytes`, keeping libzmq's buffer: never copied.
-///
-/// Measured with callgrind (two processes, protocol row, 100 B): copying cost an allocation
-/// and a copy, and the first `slice` of the copy (the envelope decoder slices every header)
-/// a second allocation to share it; owning the message costs one allocation in all.
-fn from_message(message: zmq::Message) -> Bytes {
-    Bytes::from_owner(OwnedMessage(message))
-}
-
-/// Lets `Bytes` own a libzmq message.
-struct OwnedMessage(zmq::Message);
-
-impl AsRef<[u8]> for OwnedMessage {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
+    fn contiguous(&self) -> Option<&[u8]> {
+        (**self).contiguous()
     }
 }

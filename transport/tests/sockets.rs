@@ -442,3 +442,60 @@ async fn recv_into_reuses_the_buffer_both_ways() {
         Err(Error::Closed)
     ));
 }
+
+#[tokio::test]
+async fn received_frames_sent_on_arrive_intact_whole_cloned_sliced_or_late() {
+    let router = Router::new().unwrap();
+    let endpoint = router.bind("tcp://127.0.0.1:0").unwrap();
+    let dealer = Dealer::new().unwrap();
+    dealer.connect(&endpoint).unwrap();
+
+    // Frames big enough to be forwarded without a copy, and a small one.
+    let big: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+    let medium: Vec<u8> = (0..100u8).collect();
+    let sent = vec![
+        Bytes::from(big.clone()),
+        Bytes::from(medium.clone()),
+        Bytes::from_static(b"tiny"),
+    ];
+    for round in 0..3 {
+        dealer.send(sent.clone()).await.unwrap();
+        let (peer, got) = within("router recv", router.recv()).await.unwrap();
+        assert_eq!(got, sent, "round {round}");
+        // The same frames back, a clone sent twice, and a slice of one.
+        router.send_frames(&peer, &got).await.unwrap();
+        let clone = got[0].clone();
+        router
+            .send(&peer, vec![clone.clone(), clone])
+            .await
+            .unwrap();
+        router
+            .send(&peer, vec![got[1].slice(10..90)])
+            .await
+            .unwrap();
+        assert_eq!(within("echo", dealer.recv()).await.unwrap(), sent);
+        assert_eq!(
+            within("twice", dealer.recv()).await.unwrap(),
+            vec![Bytes::from(big.clone()), Bytes::from(big.clone())]
+        );
+        assert_eq!(
+            within("slice", dealer.recv()).await.unwrap(),
+            vec![Bytes::from(medium[10..90].to_vec())]
+        );
+    }
+
+    // A frame kept past the point where the socket went idle (and received more) is sent
+    // intact too.
+    dealer.send(vec![Bytes::from(big.clone())]).await.unwrap();
+    let (peer, first) = within("first", router.recv()).await.unwrap();
+    for i in 0..20u8 {
+        dealer.send(vec![Bytes::from(vec![i; 200])]).await.unwrap();
+        let (_, other) = within("other", router.recv()).await.unwrap();
+        assert_eq!(other, vec![Bytes::from(vec![i; 200])]);
+    }
+    router.send_frames(&peer, &first).await.unwrap();
+    assert_eq!(
+        within("late", dealer.recv()).await.unwrap(),
+        vec![Bytes::from(big)]
+    );
+}

@@ -1,0 +1,272 @@
+//! libzmq messages owned directly (`zmq_msg_t` through zmq-sys), for the two things the `zmq`
+//! crate's `Message` cannot do: hand libzmq a second reference to a received message (so a
+//! frame received and sent on is never copied), and receive straight into a value that
+//! `Bytes` can own.
+//!
+//! Every `unsafe` block of the crate but one (socket.rs registers ZMQ_FD) is here, each with
+//! its argument.
+
+#![allow(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::ffi::CStr;
+use std::mem::MaybeUninit;
+
+use zmq_sys::zmq_msg_t;
+
+/// One libzmq message, closed on drop.
+///
+/// libzmq messages are plain values (the zmq crate moves its `Message` freely): a message of
+/// up to 33 bytes keeps its data inside the `zmq_msg_t`, a larger one points to a buffer
+/// that libzmq reference-counts. So `data()` is stable across moves only for the latter,
+/// which is all [`Recent`] relies on.
+pub(crate) struct Msg(zmq_msg_t);
+
+// SAFETY: a zmq_msg_t is not tied to the thread that made it; libzmq's own I/O thread closes
+// the messages an application thread sent. Reference counts of shared buffers are atomic.
+unsafe impl Send for Msg {}
+
+impl Msg {
+    /// An empty message, ready to receive into.
+    pub(crate) fn new() -> Msg {
+        let mut raw = MaybeUninit::<zmq_msg_t>::uninit();
+        // SAFETY: zmq_msg_init initialises the whole struct and cannot fail (it returns 0).
+        unsafe {
+            zmq_sys::zmq_msg_init(raw.as_mut_ptr());
+            Msg(raw.assume_init())
+        }
+    }
+
+    /// A second reference to the same content: no copy and no allocation for a message
+    /// whose buffer libzmq reference-counts (an atomic increment), a 64-byte copy for a
+    /// small one.
+    pub(crate) fn share(&mut self) -> Msg {
+        let mut copy = Msg::new();
+        // SAFETY: both point to initialised messages; zmq_msg_copy closes `copy`'s (empty)
+        // content first and only fails on an invalid message, which ours never are.
+        let rc = unsafe { zmq_sys::zmq_msg_copy(&mut copy.0, &mut self.0) };
+        debug_assert_eq!(rc, 0);
+        copy
+    }
+
+    /// Receives one frame from `socket` without blocking.
+    pub(crate) fn recv(&mut self, socket: &mut zmq::Socket) -> zmq::Result<()> {
+        // SAFETY: `self` is an initialised message and `socket` a live socket that we hold
+        // exclusively (`&mut`), as libzmq requires of non-thread-safe sockets.
+        let rc = unsafe {
+            zmq_sys::zmq_msg_recv(&mut self.0, socket.as_mut_ptr(), zmq_sys::ZMQ_DONTWAIT as _)
+        };
+        if rc < 0 {
+            Err(last_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Sends this frame on `socket` (libzmq takes the content; `self` is left empty).
+    pub(crate) fn send(mut self, socket: &mut zmq::Socket, flags: i32) -> zmq::Result<()> {
+        // SAFETY: as in `recv`. On success libzmq owns the content and leaves `self` an
+        // empty message, which our drop then closes (a no-op); on failure `self` still owns
+        // it and drop releases it.
+        let rc = unsafe { zmq_sys::zmq_msg_send(&mut self.0, socket.as_mut_ptr(), flags as _) };
+        if rc < 0 {
+            Err(last_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether more frames of the same message follow.
+    pub(crate) fn more(&self) -> bool {
+        // SAFETY: an initialised message.
+        unsafe { zmq_sys::zmq_msg_more(&self.0) != 0 }
+    }
+
+    /// A metadata property libzmq attached to a received frame ("User-Id", ...).
+    pub(crate) fn property(&self, name: &CStr) -> Option<&str> {
+        // SAFETY: an initialised message and a NUL-terminated name. libzmq returns NULL or a
+        // NUL-terminated string owned by the message's metadata, which lives as long as the
+        // message: the borrow of `self` bounds it.
+        unsafe {
+            let value = zmq_sys::zmq_msg_gets(&self.0, name.as_ptr());
+            if value.is_null() {
+                None
+            } else {
+                CStr::from_ptr(value).to_str().ok()
+            }
+        }
+    }
+}
+
+impl AsRef<[u8]> for Msg {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: libzmq's data and size describe the message's bytes, valid while the
+        // message is and never written by libzmq after it was received. zmq_msg_data takes
+        // a mutable pointer but only reads. An empty message may give a dangling pointer, so
+        // it is not used.
+        unsafe {
+            let size = zmq_sys::zmq_msg_size(&self.0);
+            if size == 0 {
+                return &[];
+            }
+            let data = zmq_sys::zmq_msg_data(std::ptr::addr_of!(self.0).cast_mut());
+            std::slice::from_raw_parts(data.cast::<u8>(), size)
+        }
+    }
+}
+
+impl Drop for Msg {
+    fn drop(&mut self) {
+        // SAFETY: an initialised message, closed exactly once.
+        unsafe {
+            zmq_sys::zmq_msg_close(&mut self.0);
+        }
+    }
+}
+
+/// libzmq's error for the call that just failed on this thread.
+fn last_error() -> zmq::Error {
+    // SAFETY: zmq_errno only reads the calling thread's errno.
+    zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() })
+}
+
+/// The frames a socket received last, kept so that sending one of them on (an echo, a
+/// forwarder) hands libzmq another reference instead of a copy.
+///
+/// Sending a fresh copy costs an allocation that libzmq's I/O thread frees, so on a busy
+/// socket the two threads contend for the allocator's lock (measured with `perf`: 0.16
+/// futex calls per message on the transport echo server, none on raw libzmq's, which
+/// forwards the received message itself). A frame is recognised by its address and length:
+/// while a message is kept here its buffer stays allocated, so a live `Bytes` with exactly
+/// that address and length views exactly those bytes.
+///
+/// Only frames of at least [`Recent::MIN_LEN`] bytes are kept (smaller ones live inside the
+/// `zmq_msg_t`, and copying them is as cheap as sharing), at most [`Recent::CAPACITY`] of
+/// them, and none once the socket has nothing more to read: so what is kept is bounded and
+/// released when the socket goes idle.
+#[derive(Default)]
+pub(crate) struct Recent {
+    /// Oldest first.
+    kept: VecDeque<Kept>,
+}
+
+struct Kept {
+    addr: usize,
+    len: usize,
+    msg: Msg,
+}
+
+impl Recent {
+    /// Frames smaller than this are copied when sent: libzmq stores up to 33 bytes inline.
+    pub(crate) const MIN_LEN: usize = 64;
+    /// How many frames are kept.
+    pub(crate) const CAPACITY: usize = 8;
+
+    /// Keeps a reference to `msg` (a frame just received) if it is worth it.
+    pub(crate) fn keep(&mut self, msg: &mut Msg) {
+        let bytes = msg.as_ref();
+        if bytes.len() < Self::MIN_LEN {
+            return;
+        }
+        let (addr, len) = (bytes.as_ptr() as usize, bytes.len());
+        if self.kept.len() == Self::CAPACITY {
+            self.kept.pop_front();
+        }
+        self.kept.push_back(Kept {
+            addr,
+            len,
+            msg: msg.share(),
+        });
+    }
+
+    /// The kept frame whose bytes are exactly `bytes`, if any, given up to be sent (a frame
+    /// sent again later is copied).
+    pub(crate) fn take(&mut self, bytes: &[u8]) -> Option<Msg> {
+        if bytes.len() < Self::MIN_LEN {
+            return None;
+        }
+        let addr = bytes.as_ptr() as usize;
+        // Newest first: an echo or a forwarder sends on what it received last.
+        let at = self
+            .kept
+            .iter()
+            .rposition(|k| k.addr == addr && k.len == bytes.len())?;
+        self.kept.remove(at).map(|k| k.msg)
+    }
+
+    /// Releases every kept frame.
+    pub(crate) fn clear(&mut self) {
+        self.kept.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl Msg {
+        /// A message holding a copy of `data` (libzmq allocates its buffer).
+        fn from_slice(data: &[u8]) -> Msg {
+            let mut raw = MaybeUninit::<zmq_msg_t>::uninit();
+            // SAFETY: zmq_msg_init_size initialises the message with a buffer of
+            // `data.len()` bytes, which we fill.
+            unsafe {
+                assert_eq!(zmq_sys::zmq_msg_init_size(raw.as_mut_ptr(), data.len()), 0);
+                let mut msg = Msg(raw.assume_init());
+                let at = zmq_sys::zmq_msg_data(&mut msg.0).cast::<u8>();
+                std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len());
+                msg
+            }
+        }
+    }
+
+    #[test]
+    fn a_kept_frame_is_found_by_its_own_bytes_only_once() {
+        let mut recent = Recent::default();
+        let mut msg = Msg::from_slice(&[7u8; 100]);
+        recent.keep(&mut msg);
+        // Equal bytes elsewhere are not the kept frame.
+        assert!(recent.take(&[7u8; 100]).is_none());
+        // A slice of it is not either.
+        assert!(recent.take(&msg.as_ref()[..50]).is_none());
+        let taken = recent
+            .take(msg.as_ref())
+            .expect("the frame itself is found");
+        assert_eq!(taken.as_ref(), &[7u8; 100][..]);
+        // Given up once: a second send of the same frame copies.
+        assert!(recent.take(msg.as_ref()).is_none());
+    }
+
+    #[test]
+    fn small_frames_are_not_kept_and_the_oldest_make_way() {
+        let mut recent = Recent::default();
+        let mut small = Msg::from_slice(&[1u8; Recent::MIN_LEN - 1]);
+        recent.keep(&mut small);
+        assert!(recent.take(small.as_ref()).is_none());
+
+        let mut msgs: Vec<Msg> = (0..Recent::CAPACITY + 1)
+            .map(|i| Msg::from_slice(&[i as u8; 100]))
+            .collect();
+        for msg in &mut msgs {
+            recent.keep(msg);
+        }
+        assert!(
+            recent.take(msgs[0].as_ref()).is_none(),
+            "the oldest was dropped"
+        );
+        assert!(recent.take(msgs[Recent::CAPACITY].as_ref()).is_some());
+        recent.clear();
+        assert!(recent.take(msgs[1].as_ref()).is_none());
+    }
+
+    #[test]
+    fn a_shared_message_outlives_the_original() {
+        let mut original = Msg::from_slice(
+            b"0123456789012345678901234567890123456789012345678901234567890123456789",
+        );
+        let shared = original.share();
+        let expected = original.as_ref().to_vec();
+        drop(original);
+        assert_eq!(shared.as_ref(), &expected[..]);
+    }
+}
