@@ -25,7 +25,8 @@
 //! libzmq as another reference to the received message, as raw libzmq code would forward
 //! it: no copy, and no allocation for libzmq's I/O thread to free. The socket remembers the
 //! last few frames of 64 bytes or more that it received, until it has nothing more to
-//! read; a frame sent later than that, or a slice of one, is copied.
+//! read; a frame sent later than that, or a slice of one, is copied. A socket that never
+//! sends on what it receives soon stops remembering, so it does not pay for it.
 //!
 //! What it never does: look inside a frame. Envelopes, request ids and handshakes belong to
 //! the `protocol` and `node` crates above. No `zmq` type appears in this API, so another engine

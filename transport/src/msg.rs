@@ -144,10 +144,18 @@ fn last_error() -> zmq::Error {
 /// `zmq_msg_t`, and copying them is as cheap as sharing), at most [`Recent::CAPACITY`] of
 /// them, and none once the socket has nothing more to read: so what is kept is bounded and
 /// released when the socket goes idle.
+///
+/// A socket that never sends on what it receives (a server that answers with new frames)
+/// would pay for keeping every frame for nothing: after [`Recent::GIVE_UP`] kept frames in a
+/// row were never sent, it keeps none for the next [`Recent::REST`] frames, then tries again.
 #[derive(Default)]
 pub(crate) struct Recent {
     /// Oldest first.
     kept: VecDeque<Kept>,
+    /// Kept frames let go unsent since the last one that was sent.
+    unused: u32,
+    /// Frames still to let pass without keeping them.
+    resting: u32,
 }
 
 struct Kept {
@@ -161,9 +169,17 @@ impl Recent {
     pub(crate) const MIN_LEN: usize = 64;
     /// How many frames are kept.
     pub(crate) const CAPACITY: usize = 8;
+    /// Kept frames in a row never sent after which the socket stops keeping for a while.
+    pub(crate) const GIVE_UP: u32 = 256;
+    /// How many frames pass unkept after giving up.
+    pub(crate) const REST: u32 = 4096;
 
     /// Keeps a reference to `msg` (a frame just received) if it is worth it.
     pub(crate) fn keep(&mut self, msg: &mut Msg) {
+        if self.resting > 0 {
+            self.resting -= 1;
+            return;
+        }
         let bytes = msg.as_ref();
         if bytes.len() < Self::MIN_LEN {
             return;
@@ -171,6 +187,7 @@ impl Recent {
         let (addr, len) = (bytes.as_ptr() as usize, bytes.len());
         if self.kept.len() == Self::CAPACITY {
             self.kept.pop_front();
+            self.let_go(1);
         }
         self.kept.push_back(Kept {
             addr,
@@ -191,12 +208,23 @@ impl Recent {
             .kept
             .iter()
             .rposition(|k| k.addr == addr && k.len == bytes.len())?;
+        self.unused = 0;
         self.kept.remove(at).map(|k| k.msg)
     }
 
     /// Releases every kept frame.
     pub(crate) fn clear(&mut self) {
+        self.let_go(self.kept.len());
         self.kept.clear();
+    }
+
+    /// Counts `n` kept frames released unsent, and gives up keeping when that is the norm.
+    fn let_go(&mut self, n: usize) {
+        self.unused = self.unused.saturating_add(n as u32);
+        if self.unused >= Self::GIVE_UP {
+            self.unused = 0;
+            self.resting = Self::REST;
+        }
     }
 }
 
@@ -257,6 +285,40 @@ mod tests {
         assert!(recent.take(msgs[Recent::CAPACITY].as_ref()).is_some());
         recent.clear();
         assert!(recent.take(msgs[1].as_ref()).is_none());
+    }
+
+    #[test]
+    fn a_socket_that_never_sends_on_stops_keeping_for_a_while() {
+        let mut recent = Recent::default();
+        let mut msgs: Vec<Msg> = (0..Recent::GIVE_UP as usize + Recent::CAPACITY)
+            .map(|i| Msg::from_slice(&[i as u8; 100]))
+            .collect();
+        for msg in &mut msgs {
+            recent.keep(msg);
+        }
+        // Given up: the next frames are not kept...
+        let mut next = Msg::from_slice(&[1u8; 100]);
+        recent.keep(&mut next);
+        assert!(recent.take(next.as_ref()).is_none());
+        // ...until the rest is over.
+        for _ in 1..Recent::REST {
+            recent.keep(&mut next);
+        }
+        let mut later = Msg::from_slice(&[2u8; 100]);
+        recent.keep(&mut later);
+        assert!(recent.take(later.as_ref()).is_some());
+    }
+
+    #[test]
+    fn sending_on_keeps_the_socket_keeping() {
+        let mut recent = Recent::default();
+        for i in 0..10 * Recent::GIVE_UP {
+            let mut msg = Msg::from_slice(&[i as u8; 100]);
+            recent.keep(&mut msg);
+            if i % 2 == 0 {
+                assert!(recent.take(msg.as_ref()).is_some(), "frame {i}");
+            }
+        }
     }
 
     #[test]
