@@ -24,7 +24,7 @@
 //! (an echo, a forwarder: the same `Bytes`, or a clone) is recognised and goes back to
 //! libzmq as another reference to the received message, as raw libzmq code would forward
 //! it: no copy, and no allocation for libzmq's I/O thread to free. The socket remembers the
-//! last few frames of 64 bytes or more that it received, until it has nothing more to
+//! last few frames of more than 33 bytes that it received, until it has nothing more to
 //! read; a frame sent later than that, or a slice of one, is copied. A socket that never
 //! sends on what it receives soon stops remembering, so it does not pay for it.
 //!

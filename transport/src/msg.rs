@@ -165,8 +165,9 @@ struct Kept {
 }
 
 impl Recent {
-    /// Frames smaller than this are copied when sent: libzmq stores up to 33 bytes inline.
-    pub(crate) const MIN_LEN: usize = 64;
+    /// Frames smaller than this are copied when sent: libzmq stores up to 33 bytes inside
+    /// the message itself (no allocation), so copying them costs no more than sharing.
+    pub(crate) const MIN_LEN: usize = 34;
     /// How many frames are kept.
     pub(crate) const CAPACITY: usize = 8;
     /// Kept frames in a row never sent after which the socket stops keeping for a while.
