@@ -6,7 +6,7 @@ use bytes::Bytes;
 use transport::{Backpressure, Dealer, Error, Event, Options, PeerId, Router};
 
 mod support;
-use support::{frames, within};
+use support::{connected_pair, frames, within};
 
 #[tokio::test]
 async fn round_trip_both_ways() {
@@ -193,10 +193,7 @@ async fn binding_a_busy_port_is_a_bind_error() {
 
 #[tokio::test]
 async fn empty_frames_and_large_messages() {
-    let router = Router::new().unwrap();
-    let endpoint = router.bind("tcp://127.0.0.1:0").unwrap();
-    let dealer = Dealer::new().unwrap();
-    dealer.connect(&endpoint).unwrap();
+    let (router, dealer) = connected_pair();
 
     dealer.send(vec![Bytes::new(), Bytes::new()]).await.unwrap();
     let (peer, got) = within("empty", router.recv()).await.unwrap();
@@ -389,10 +386,7 @@ fn creating_a_socket_outside_a_runtime_is_an_error() {
 
 #[tokio::test]
 async fn recv_into_reuses_the_buffer_both_ways() {
-    let router = Router::new().unwrap();
-    let endpoint = router.bind("tcp://127.0.0.1:0").unwrap();
-    let dealer = Dealer::new().unwrap();
-    dealer.connect(&endpoint).unwrap();
+    let (router, dealer) = connected_pair();
 
     let mut at_router = vec![Bytes::from_static(b"stale")];
     let mut at_dealer = vec![Bytes::from_static(b"stale")];
@@ -445,10 +439,7 @@ async fn recv_into_reuses_the_buffer_both_ways() {
 
 #[tokio::test]
 async fn received_frames_sent_on_arrive_intact_whole_cloned_sliced_or_late() {
-    let router = Router::new().unwrap();
-    let endpoint = router.bind("tcp://127.0.0.1:0").unwrap();
-    let dealer = Dealer::new().unwrap();
-    dealer.connect(&endpoint).unwrap();
+    let (router, dealer) = connected_pair();
 
     // Frames big enough to be forwarded without a copy, and a small one.
     let big: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use transport::{Event, Events, HandshakeFailure};
+use transport::{Dealer, Event, Events, HandshakeFailure, Router};
 
 /// Every await in these tests is bounded, so a bug fails the test instead of hanging CI.
 pub(crate) const LIMIT: Duration = Duration::from_secs(10);
@@ -16,6 +16,15 @@ pub(crate) async fn within<T>(what: &str, fut: impl std::future::Future<Output =
     tokio::time::timeout(LIMIT, fut)
         .await
         .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// A Router bound to a free loopback port and a Dealer connected to it.
+pub(crate) fn connected_pair() -> (Router, Dealer) {
+    let router = Router::new().unwrap();
+    let endpoint = router.bind("tcp://127.0.0.1:0").unwrap();
+    let dealer = Dealer::new().unwrap();
+    dealer.connect(&endpoint).unwrap();
+    (router, dealer)
 }
 
 /// A message from static frames.
