@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use node::{Node, NodeId, PeerInfo, Scope, Target};
 
-use crate::args::{parse_data, Aim, PeersArgs, RequestArgs, TickArgs};
+use crate::args::{parse_data, Aim, ConnectArgs, PeersArgs, RequestArgs, TickArgs};
 use crate::error::Error;
 use crate::keys::Security;
 use crate::output::say;
@@ -18,13 +18,7 @@ pub(crate) async fn request(args: RequestArgs) -> Result<(), Error> {
     let aim = args.target.aim(false, &args.connect.connect)?;
     let data = parse_data(args.data.as_deref())?;
     let timeout = Duration::from_millis(args.timeout);
-    let security = Security::load(&args.connect.security, true)?;
-    let session = Session::open(
-        &args.connect.connect,
-        args.connect.connect_timeout(),
-        &security,
-    )
-    .await?;
+    let session = Session::connect(&args.connect).await?;
     let target = session.target(&aim);
     let reply = session
         .node
@@ -40,13 +34,7 @@ pub(crate) async fn request(args: RequestArgs) -> Result<(), Error> {
 pub(crate) async fn tick(args: TickArgs) -> Result<(), Error> {
     let aim = args.target.aim(args.all, &args.connect.connect)?;
     let data = parse_data(args.data.as_deref())?;
-    let security = Security::load(&args.connect.security, true)?;
-    let session = Session::open(
-        &args.connect.connect,
-        args.connect.connect_timeout(),
-        &security,
-    )
-    .await?;
+    let session = Session::connect(&args.connect).await?;
     let sent = match &aim {
         Aim::All(conditions, scope) => {
             session
@@ -134,6 +122,12 @@ struct Session {
 }
 
 impl Session {
+    /// Loads the keys `args` name and opens a session to its `--connect` addresses.
+    async fn connect(args: &ConnectArgs) -> Result<Session, Error> {
+        let security = Security::load(&args.security, true)?;
+        Session::open(&args.connect, args.connect_timeout(), &security).await
+    }
+
     /// Builds the node and connects to every address; on failure the node is closed.
     async fn open(
         addresses: &[String],
