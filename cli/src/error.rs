@@ -146,6 +146,39 @@ pub(crate) fn explain(error: &node::Error) -> String {
     }
 }
 
+/// A clap error (unknown flag or subcommand, missing argument, rejected value) as one
+/// line: clap's message, whatever follows it on indented lines (the missing arguments)
+/// joined after it, a "did you mean" when clap has one, and where to read the usage. The
+/// rest of clap's output (tips, the usage, "For more information") is dropped.
+pub(crate) fn usage_line(error: &clap::Error, command: &str) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    let text = error.render().to_string();
+    let mut paragraph = text.lines().take_while(|line| !line.trim().is_empty());
+    let mut line = paragraph
+        .next()
+        .map_or_else(|| "error: invalid arguments".to_owned(), one_line);
+    let more: Vec<String> = paragraph.map(one_line).collect();
+    if !more.is_empty() {
+        line.push(' ');
+        line.push_str(&more.join(", "));
+    }
+    let suggested = [
+        ContextKind::SuggestedSubcommand,
+        ContextKind::SuggestedArg,
+        ContextKind::SuggestedValue,
+    ]
+    .into_iter()
+    .find_map(|kind| match error.get(kind) {
+        Some(ContextValue::String(one)) => Some(one.clone()),
+        Some(ContextValue::Strings(many)) => many.first().cloned(),
+        _ => None,
+    });
+    match suggested {
+        Some(name) => format!("{line} (did you mean '{name}'? see {command} --help)"),
+        None => format!("{line} (see {command} --help)"),
+    }
+}
+
 /// Makes a message fit on one line (a cause from the layers below may hold line breaks).
 pub(crate) fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")

@@ -33,9 +33,10 @@
 //!
 //! Output: results on stdout (a reply is one line of JSON); errors as one line
 //! `error: ...` on stderr. Exit codes: 0 success, 1 failure (unreachable node, timeout,
-//! remote error, ...), 2 bad input (clap's own errors, invalid JSON), 130 a second signal
-//! while a node was closing. Logs go to stderr, filtered by `RUST_LOG` (default: `warn` for
-//! `zeronode node`, nothing for the other commands).
+//! remote error, ...), 2 bad input (unknown flag or subcommand, missing or rejected
+//! argument, invalid JSON), 130 a second signal while a node was closing; `--help` and
+//! `--version` print clap's own text and exit 0. Logs go to stderr, filtered by `RUST_LOG`
+//! (default: `warn` for `zeronode node`, nothing for the other commands).
 //!
 //! ## Layout
 //! - `args.rs`: the clap types, typed `key=value` values, address and JSON checks;
@@ -61,7 +62,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::args::{Cli, Command};
-use crate::error::{one_line, Error};
+use crate::error::{one_line, usage_line, Error};
 use crate::output::complain;
 
 fn main() -> ExitCode {
@@ -131,16 +132,36 @@ fn keygen(args: &args::KeygenArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// Reports a command-line error. A rejected value (`--connect nonsense`, `-o novalue`)
-/// gets one line; the rest (unknown flag, missing argument, `--help`) is clap's own output.
+/// Reports a command-line error. `--help` and `--version` (and a bare `zeronode`, which
+/// shows the help) are clap's own output; every other error is one line on stderr, exit 2:
+/// `error: unexpected argument '--bogus' found (see zeronode request --help)`.
 fn clap_failure(e: clap::Error) -> ExitCode {
-    if e.kind() == clap::error::ErrorKind::ValueValidation {
-        let text = e.render().to_string();
-        let first = text.lines().next().unwrap_or("error: invalid value");
-        complain(first);
-        return ExitCode::from(2);
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        _ => {
+            complain(usage_line(&e, &help_command()));
+            ExitCode::from(2)
+        }
     }
-    e.exit()
+}
+
+/// The command whose `--help` a usage error points to: `zeronode SUBCOMMAND` when the first
+/// argument names one, else `zeronode`.
+fn help_command() -> String {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    let first = std::env::args_os().nth(1);
+    let sub = first
+        .as_deref()
+        .and_then(|arg| arg.to_str())
+        .and_then(|arg| cli.get_subcommands().find(|s| s.get_name() == arg));
+    match sub {
+        Some(sub) => format!("{} {}", cli.get_name(), sub.get_name()),
+        None => cli.get_name().to_owned(),
+    }
 }
 
 /// Sends logs to stderr, filtered by `RUST_LOG`, or by default `warn` for a node and nothing
