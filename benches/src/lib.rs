@@ -127,12 +127,17 @@ impl Reexec {
 /// Child processes are started through `reexec`. Call it from a plain `main`, outside any
 /// tokio runtime: the roles build their own.
 pub fn run(args: impl IntoIterator<Item = OsString>, reexec: Reexec) -> ExitCode {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => {
-            // --help and --version are "errors" that print to stdout and exit 0.
+        // --help and --version are "errors" that print to stdout and exit 0.
+        Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(0));
+        }
+        Err(e) => {
+            eprintln!("{}", usage_line(&e, &args));
+            return ExitCode::from(2);
         }
     };
     let outcome = match cli.role {
@@ -147,6 +152,41 @@ pub fn run(args: impl IntoIterator<Item = OsString>, reexec: Reexec) -> ExitCode
         eprintln!("benches: {e}");
         ExitCode::FAILURE
     })
+}
+
+/// A bad command line as one line: clap's message (the missing arguments it lists below it
+/// joined on), then the `--help` to read; clap's tips and usage are dropped.
+fn usage_line(error: &clap::Error, args: &[OsString]) -> String {
+    let text = error.render().to_string();
+    let mut paragraph = text
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .map(str::trim);
+    let mut line = paragraph
+        .next()
+        .unwrap_or("error: invalid arguments")
+        .to_owned();
+    let more: Vec<&str> = paragraph.collect();
+    if !more.is_empty() {
+        line.push(' ');
+        line.push_str(&more.join(", "));
+    }
+    let program = args.first().map_or_else(
+        || "benches".to_owned(),
+        |arg0| {
+            let path = std::path::Path::new(arg0);
+            path.file_name()
+                .unwrap_or(arg0)
+                .to_string_lossy()
+                .into_owned()
+        },
+    );
+    let scale = if args.get(1).is_some_and(|arg| arg == "scale") {
+        " scale"
+    } else {
+        ""
+    };
+    format!("{line} (see {program}{scale} --help)")
 }
 
 /// The command line.

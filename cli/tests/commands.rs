@@ -240,6 +240,22 @@ fn an_unknown_flag_is_a_usage_error() {
 }
 
 #[test]
+fn the_bench_harness_s_usage_errors_are_one_line_too() {
+    let run = zeronode(&["bench", "--bogus"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert_eq!(
+        run.failed(),
+        "error: unexpected argument '--bogus' found (see zeronode bench --help)"
+    );
+    let run = zeronode(&["bench", "scale", "--peers"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(
+        run.failed().ends_with("(see zeronode bench scale --help)"),
+        "{run:?}"
+    );
+}
+
+#[test]
 fn an_unknown_subcommand_is_a_usage_error() {
     let run = zeronode(&["bogus"]);
     assert_eq!(run.status.code(), Some(2));
