@@ -27,9 +27,10 @@
 //! zeronode bench scale --peers 100,1000           # a hub with many peer nodes
 //! ```
 //!
-//! A short-lived command reaches only the nodes it connects to (there is no routing through
-//! a node): `--to ID` and `--any` pick among them. Give every node of a mesh the same
-//! `--heartbeat-ms`: each side declares the other dead after 2.5 of its own intervals.
+//! A short-lived command reaches the nodes it connects to (`--to ID` and `--any` pick among
+//! them), and through a `zeronode node --router` among them, that router's peers. A node
+//! declares a silent peer dead after 2.5 heartbeat intervals (`--heartbeat-ms`): its own, or
+//! the peer's when the peer said in its handshake that it beats less often.
 //!
 //! Output: results on stdout (a reply is one line of JSON); errors as one line
 //! `error: ...` on stderr. Exit codes: 0 success, 1 failure (unreachable node, timeout,
