@@ -724,6 +724,14 @@ impl Frame for [&[u8]] {
             at += piece.len();
         }
     }
+
+    fn contiguous(&self) -> Option<&[u8]> {
+        // A frame of one piece is in one piece.
+        match self {
+            [piece] => Some(piece),
+            _ => None,
+        }
+    }
 }
 
 impl<F: Frame + ?Sized> Frame for &F {
@@ -737,5 +745,22 @@ impl<F: Frame + ?Sized> Frame for &F {
 
     fn contiguous(&self) -> Option<&[u8]> {
         (**self).contiguous()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_of_one_piece_is_contiguous_and_of_several_is_not() {
+        let data = b"0123456789";
+        let one: &[&[u8]] = &[&data[..]];
+        assert_eq!(one.contiguous(), Some(&data[..]));
+        let two: &[&[u8]] = &[&data[..4], &data[4..]];
+        assert_eq!(two.contiguous(), None);
+        assert_eq!(Frame::len(two), data.len());
+        let bytes = Bytes::from_static(data);
+        assert_eq!(bytes.contiguous(), Some(&data[..]));
     }
 }
