@@ -221,9 +221,6 @@ impl<L: Link> Conversation<L> {
                 self.timer_reset.notify_one();
             }
         }
-        let encoded = Encoded::new(Kind::Request, id, event, &metadata, &payload);
-        let pieces = encoded.pieces();
-        let frames = pieces.frames();
         // From here on, if this future is dropped, its entry goes with it (a late reply is
         // then unmatched and counted).
         let mut forget = Forget {
@@ -231,8 +228,30 @@ impl<L: Link> Conversation<L> {
             id,
             armed: true,
         };
-        if let Err(e) = self.link.send(peer, frames.as_slice()).await {
-            return Err(e.into());
+        let message = Message {
+            kind: Kind::Request,
+            id,
+            event,
+            metadata: &metadata,
+            payload: &payload,
+        };
+        if let Some(wait) = self.send_or_wait(peer, message)? {
+            // The request's deadline covers the wait for room in the queue too: a request
+            // always ends.
+            // (Boxed with it: the timer would otherwise sit in every request's future.)
+            match Box::pin(tokio::time::timeout_at(Instant::from_std(deadline), wait)).await {
+                Ok(sent) => sent?,
+                Err(_) => {
+                    // Counted once: unless the driver's timer expired it first (and counted).
+                    if self.pending.lock().table.cancel(id).is_some() {
+                        self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Err(Error::Timeout {
+                        event: event.to_owned(),
+                        timeout,
+                    });
+                }
+            }
         }
         self.counters.requests_sent.fetch_add(1, Ordering::Relaxed);
         let outcome = std::future::poll_fn(|cx| {
@@ -295,10 +314,16 @@ impl<L: Link> Conversation<L> {
             return Err(Error::Closed);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let encoded = Encoded::new(Kind::Tick, id, event, &metadata, &payload);
-        let pieces = encoded.pieces();
-        let frames = pieces.frames();
-        self.link.send(peer, frames.as_slice()).await?;
+        let message = Message {
+            kind: Kind::Tick,
+            id,
+            event,
+            metadata: &metadata,
+            payload: &payload,
+        };
+        if let Some(wait) = self.send_or_wait(peer, message)? {
+            wait.await?;
+        }
         self.counters.ticks_sent.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -316,6 +341,36 @@ impl<L: Link> Conversation<L> {
     }
 
     /// Fails at once every request pending on `peer` (it left) with `error`.
+    /// Sends a message at once if the socket takes it (the common case: no future at all),
+    /// or returns the wait for room in its queue, under the socket's backpressure policy.
+    ///
+    /// Why not simply `link.send(..).await`: a request's future would then carry the send's
+    /// future and the encoded frames across every later await, and it is moved (often into
+    /// a box) per request. Measured (callgrind, protocol client, 500 B, 100 in flight):
+    /// 760 bytes per request future, and about 800 instructions per request spent copying
+    /// futures around. The wait is boxed because it is the rare path.
+    fn send_or_wait<'a>(
+        &'a self,
+        peer: &'a PeerId,
+        message: Message<'a>,
+    ) -> Result<Option<futures::future::BoxFuture<'a, transport::Result<()>>>> {
+        let sent = {
+            let encoded = message.encoded();
+            let pieces = encoded.pieces();
+            self.link.send_now(peer, pieces.frames().as_slice())
+        };
+        match sent {
+            Ok(()) => Ok(None),
+            // Full: wait as the socket's policy says (or fail at once, if it says so).
+            Err(transport::Error::QueueFull) => Ok(Some(Box::pin(async move {
+                let encoded = message.encoded();
+                let pieces = encoded.pieces();
+                self.link.send(peer, pieces.frames().as_slice()).await
+            }))),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     pub(crate) fn fail_pending(&self, peer: &PeerId, error: impl Fn() -> Error) -> usize {
         let failed = self.pending.lock().table.remove_where(|w| &w.peer == peer);
         self.finish(failed, || Outcome::Failed(error()))
@@ -607,6 +662,22 @@ impl<L: Link> Conversation<L> {
     }
 }
 
+/// A message to send, by its parts (see [`Conversation::send_or_wait`]).
+#[derive(Clone, Copy)]
+struct Message<'a> {
+    kind: Kind,
+    id: u64,
+    event: &'a str,
+    metadata: &'a [u8],
+    payload: &'a [u8],
+}
+
+impl<'a> Message<'a> {
+    fn encoded(&self) -> Encoded<'a> {
+        Encoded::new(self.kind, self.id, self.event, self.metadata, self.payload)
+    }
+}
+
 /// Removes a request's entry (pending or ended) when its caller stops waiting before the
 /// end: a dropped request future leaves nothing behind in the table.
 struct Forget<'a> {
@@ -663,4 +734,63 @@ fn rand_start() -> u64 {
     );
     // Keep far from wrapping: 2^62 ids remain in any case.
     hasher.finish() >> 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use transport::{Backpressure, Dealer, Options};
+
+    /// A dealer connected to nothing has no queue to put a message in: every send waits
+    /// (or fails, under `Backpressure::Fail`).
+    fn unconnected(backpressure: Backpressure) -> Arc<Conversation<Dealer>> {
+        let dealer =
+            Dealer::with_options(Options::default().backpressure(backpressure)).expect("a dealer");
+        Conversation::start(dealer, 1024)
+    }
+
+    #[tokio::test]
+    async fn a_request_waiting_for_room_to_send_still_times_out() {
+        let conversation = unconnected(Backpressure::Wait);
+        let server = PeerId::default();
+        let request = conversation.request(
+            &server,
+            "echo",
+            Bytes::new(),
+            Bytes::from_static(b"never sent"),
+            Duration::from_millis(50),
+        );
+        // A hang fails the test instead of blocking it.
+        let result = tokio::time::timeout(Duration::from_secs(10), request)
+            .await
+            .expect("the request ended");
+        assert!(
+            matches!(result, Err(Error::Timeout { ref event, .. }) if event == "echo"),
+            "{result:?}"
+        );
+        assert_eq!(conversation.in_flight(), 0, "nothing left pending");
+        assert_eq!(conversation.stats().timeouts, 1);
+        assert_eq!(conversation.stats().requests_sent, 0);
+        conversation.abort().await;
+    }
+
+    #[tokio::test]
+    async fn a_request_with_no_room_fails_at_once_when_told_not_to_wait() {
+        let conversation = unconnected(Backpressure::Fail);
+        let result = conversation
+            .request(
+                &PeerId::default(),
+                "echo",
+                Bytes::new(),
+                Bytes::from_static(b"never sent"),
+                Duration::from_secs(3600),
+            )
+            .await;
+        assert!(
+            matches!(result, Err(Error::Transport(transport::Error::QueueFull))),
+            "{result:?}"
+        );
+        assert_eq!(conversation.in_flight(), 0, "nothing left pending");
+        conversation.abort().await;
+    }
 }
