@@ -625,14 +625,16 @@ struct Phase<'a> {
 impl Phase<'_> {
     /// `window` requests in flight to the targets `target` gives, one per request, to the
     /// peers' raw `echo`; rate, latency and the hub's CPU.
-    async fn requests(&self, mut target: impl FnMut() -> Target) -> Result<RequestAny> {
+    async fn requests(&self, target: impl FnMut() -> Target) -> Result<RequestAny> {
         let size = self.payload.len();
         let plan = Plan::starting_now(self.warmup, self.duration);
         // The hub's CPU over the whole phase (warm-up included: the same steady state).
         let cpu_before = cpu_seconds();
         let started = Instant::now();
+        // The window's loops take targets in turn (never across an await).
+        let target = std::cell::RefCell::new(target);
         let recorder = drive_concurrent(self.window, plan, || {
-            let target = target();
+            let target = (target.borrow_mut())();
             async move {
                 let reply = self
                     .hub
