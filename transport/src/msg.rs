@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
 
+use bytes::{Bytes, BytesMut};
 use zmq_sys::zmq_msg_t;
 
 /// One libzmq message, closed on drop.
@@ -162,6 +163,8 @@ struct Kept {
     addr: usize,
     len: usize,
     msg: Msg,
+    /// For a frame handed out as a copy ([`Arena`]): that copy, so its address stays its own.
+    _copy: Option<Bytes>,
 }
 
 impl Recent {
@@ -175,7 +178,8 @@ impl Recent {
     /// How many frames pass unkept after giving up.
     pub(crate) const REST: u32 = 4096;
 
-    /// Keeps a reference to `msg` (a frame just received) if it is worth it.
+    /// Keeps a reference to `msg` (a frame just received, which the caller keeps too: its
+    /// `Bytes` view libzmq's buffer) if it is worth it.
     pub(crate) fn keep(&mut self, msg: &mut Msg) {
         if self.resting > 0 {
             self.resting -= 1;
@@ -186,9 +190,30 @@ impl Recent {
             return;
         }
         let (addr, len) = (bytes.as_ptr() as usize, bytes.len());
-        let Some(shared) = msg.share() else {
+        if let Some(shared) = msg.share() {
+            self.push(addr, len, shared, None);
+        }
+    }
+
+    /// Keeps `msg` itself (a frame just received) for sending on in place of `copy`, the
+    /// copy of its bytes the caller hands out, if it is worth it; otherwise `msg` is closed.
+    /// No second reference to take (an atomic increment of counts libzmq's I/O thread also
+    /// touches), no message to close later.
+    ///
+    /// The entry holds a reference to the copy, so that its address cannot be reused for
+    /// other bytes while the entry exists (the argument of the type's docs).
+    pub(crate) fn keep_owned(&mut self, msg: Msg, copy: &Bytes) {
+        if self.resting > 0 {
+            self.resting -= 1;
             return;
-        };
+        }
+        if copy.len() < Self::MIN_LEN {
+            return;
+        }
+        self.push(copy.as_ptr() as usize, copy.len(), msg, Some(copy.clone()));
+    }
+
+    fn push(&mut self, addr: usize, len: usize, msg: Msg, copy: Option<Bytes>) {
         if self.kept.len() == Self::CAPACITY {
             self.kept.pop_front();
             self.let_go(1);
@@ -196,7 +221,8 @@ impl Recent {
         self.kept.push_back(Kept {
             addr,
             len,
-            msg: shared,
+            msg,
+            _copy: copy,
         });
     }
 
@@ -206,14 +232,20 @@ impl Recent {
         if bytes.len() < Self::MIN_LEN {
             return None;
         }
-        let addr = bytes.as_ptr() as usize;
+        let (addr, len) = (bytes.as_ptr() as usize, bytes.len());
         // Newest first: an echo or a forwarder sends on what it received last.
-        let at = self
-            .kept
-            .iter()
-            .rposition(|k| k.addr == addr && k.len == bytes.len())?;
+        let found = match self.kept.back() {
+            Some(last) if last.addr == addr && last.len == len => self.kept.pop_back(),
+            _ => {
+                let at = self
+                    .kept
+                    .iter()
+                    .rposition(|k| k.addr == addr && k.len == len)?;
+                self.kept.remove(at)
+            }
+        };
         self.unused = 0;
-        self.kept.remove(at).map(|k| k.msg)
+        found.map(|k| k.msg)
     }
 
     /// Releases every kept frame.
@@ -229,6 +261,40 @@ impl Recent {
             self.unused = 0;
             self.resting = Self::REST;
         }
+    }
+}
+
+/// Where small received frames are copied: slices of one shared chunk, so a small frame
+/// costs a copy of its bytes and no allocation of its own.
+///
+/// Owning libzmq's message instead (as larger frames are) costs an allocation for the
+/// owner and, when the frame is dropped, closing the message: atomic decrements of counts
+/// that libzmq's I/O thread increments for every message it decodes. Measured (callgrind,
+/// transport echo at 100 B): copying saves about a tenth of the server's instructions per
+/// message. The price is memory: a frame kept alive keeps its whole chunk
+/// ([`Arena::CHUNK`] bytes) alive.
+#[derive(Default)]
+pub(crate) struct Arena {
+    chunk: BytesMut,
+}
+
+impl Arena {
+    /// Frames up to this size are copied.
+    pub(crate) const MAX_FRAME: usize = 512;
+    /// Size of one chunk.
+    pub(crate) const CHUNK: usize = 16 * 1024;
+
+    /// A copy of `data` (at most [`Arena::MAX_FRAME`] bytes) in the current chunk.
+    pub(crate) fn copy(&mut self, data: &[u8]) -> Bytes {
+        if data.is_empty() {
+            return Bytes::new();
+        }
+        if self.chunk.capacity() < data.len() {
+            // A fresh chunk, or the same one again if every frame cut from it is gone.
+            self.chunk.reserve(Self::CHUNK);
+        }
+        self.chunk.extend_from_slice(data);
+        self.chunk.split().freeze()
     }
 }
 
@@ -323,6 +389,42 @@ mod tests {
                 assert!(recent.take(msg.as_ref()).is_some(), "frame {i}");
             }
         }
+    }
+
+    #[test]
+    fn a_copied_frame_sends_on_as_the_message_it_was_copied_from() {
+        let mut arena = Arena::default();
+        let mut recent = Recent::default();
+        let msg = Msg::from_slice(&[9u8; 100]);
+        let copy = arena.copy(msg.as_ref());
+        assert_eq!(&copy[..], &[9u8; 100][..]);
+        recent.keep_owned(msg, &copy);
+        // Equal bytes elsewhere (another copy) are not the kept frame.
+        let other = arena.copy(&[9u8; 100]);
+        assert!(recent.take(&other).is_none());
+        let taken = recent.take(&copy).expect("found by its copy");
+        assert_eq!(taken.as_ref(), &[9u8; 100][..]);
+        assert!(recent.take(&copy).is_none(), "given up once");
+    }
+
+    #[test]
+    fn arena_copies_are_distinct_and_survive_many_chunks() {
+        let mut arena = Arena::default();
+        let frames: Vec<Bytes> = (0..3 * Arena::CHUNK / Arena::MAX_FRAME + 5)
+            .map(|i| arena.copy(&vec![i as u8; Arena::MAX_FRAME]))
+            .collect();
+        for (i, frame) in frames.iter().enumerate() {
+            assert_eq!(
+                &frame[..],
+                &vec![i as u8; Arena::MAX_FRAME][..],
+                "frame {i}"
+            );
+        }
+        let mut starts: Vec<usize> = frames.iter().map(|f| f.as_ptr() as usize).collect();
+        starts.sort_unstable();
+        starts.dedup();
+        assert_eq!(starts.len(), frames.len(), "no two frames share bytes");
+        assert!(arena.copy(&[]).is_empty());
     }
 
     #[test]
