@@ -797,7 +797,8 @@ impl Frame for [&[u8]] {
 
     fn write_to(&self, out: &mut [u8]) {
         let mut at = 0;
-        for piece in self {
+        // Empty pieces (no metadata, no inline payload) are common: no call for them.
+        for piece in self.iter().filter(|piece| !piece.is_empty()) {
             out[at..at + piece.len()].copy_from_slice(piece);
             at += piece.len();
         }
