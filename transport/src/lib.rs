@@ -19,7 +19,9 @@
 //!
 //! ## Frames are not copied on the way in, nor when sent on
 //!
-//! A received frame is a `Bytes` that owns libzmq's message: no copy. A frame you build is
+//! A received frame over 512 bytes is a `Bytes` that owns libzmq's message: no copy; a
+//! smaller one is copied into a chunk the socket shares between small frames (cheaper than
+//! an owner per frame; a frame kept alive keeps its 16 KiB chunk alive). A frame you build is
 //! copied once into a libzmq message when sent. A frame you received and send on as it is
 //! (an echo, a forwarder: the same `Bytes`, or a clone) is recognised and goes back to
 //! libzmq as another reference to the received message, as raw libzmq code would forward
