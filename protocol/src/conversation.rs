@@ -414,6 +414,8 @@ impl<L: Link> Conversation<L> {
     async fn drive(self: Arc<Self>) {
         let mut running = FuturesUnordered::new();
         let mut closing = false;
+        // Every message is received into this one buffer (no allocation per message).
+        let mut frames = Vec::with_capacity(4);
         // One timer for all deadlines. It is moved only when a deadline earlier than its own
         // appears (see `Pending::armed`).
         let timer = tokio::time::sleep(Duration::from_secs(3600));
@@ -432,16 +434,16 @@ impl<L: Link> Conversation<L> {
             };
             tokio::select! {
                 biased;
-                received = self.link.recv() => match received {
-                    Ok((peer, key, frames)) => {
-                        if let Some(work) = self.on_message(peer, key, frames, closing) {
+                received = self.link.recv_into(&mut frames) => match received {
+                    Ok((peer, key)) => {
+                        if let Some(work) = self.on_message(peer, key, &frames, closing) {
                             start(&mut running, work);
                         }
                         // Take what else is already waiting: one wake-up, many messages.
                         for _ in 0..BATCH {
-                            match self.link.try_recv() {
-                                Ok(Some((peer, key, frames))) => {
-                                    if let Some(work) = self.on_message(peer, key, frames, closing) {
+                            match self.link.try_recv_into(&mut frames) {
+                                Ok(Some((peer, key))) => {
+                                    if let Some(work) = self.on_message(peer, key, &frames, closing) {
                                         start(&mut running, work);
                                     }
                                 }
@@ -505,10 +507,10 @@ impl<L: Link> Conversation<L> {
         self: &Arc<Self>,
         peer: PeerId,
         key: Option<Key>,
-        frames: Vec<Bytes>,
+        frames: &[Bytes],
         closing: bool,
     ) -> Option<futures::future::BoxFuture<'static, ()>> {
-        let envelope = match Envelope::decode(&frames, self.max_payload) {
+        let envelope = match Envelope::decode(frames, self.max_payload) {
             Ok(envelope) => envelope,
             Err(e) => {
                 self.counters

@@ -8,7 +8,8 @@ use transport::{Dealer, Key, PeerId, Router};
 
 /// One received message: who sent it, the sender's CURVE public key when the socket is a
 /// CURVE server (libzmq authenticated it during the handshake), and the frames.
-pub(crate) type Received = (PeerId, Option<Key>, Vec<Bytes>);
+/// Who sent a message received into a caller's buffer, and the CURVE key it came with.
+pub(crate) type Sender = (PeerId, Option<Key>);
 
 /// One outbound frame as the pieces it is made of (see `envelope::Encoded`).
 pub(crate) type Pieces<'a> = &'a [&'a [u8]];
@@ -32,11 +33,15 @@ pub(crate) trait Link: Clone + Send + Sync + 'static {
     /// Sends now or not at all (`QueueFull` at the high-water mark), without a future.
     fn send_now(&self, peer: &PeerId, frames: &[Pieces<'_>]) -> transport::Result<()>;
 
-    /// Receives the next message and who sent it (an empty id for a Dealer's remote).
-    fn recv(&self) -> impl Future<Output = transport::Result<Received>> + Send + '_;
+    /// Receives the next message into `frames` (cleared first, so one buffer serves every
+    /// message) and says who sent it (an empty id for a Dealer's remote).
+    fn recv_into<'a>(
+        &'a self,
+        frames: &'a mut Vec<Bytes>,
+    ) -> impl Future<Output = transport::Result<Sender>> + Send + 'a;
 
-    /// Receives a message if one is already waiting.
-    fn try_recv(&self) -> transport::Result<Option<Received>>;
+    /// Like `recv_into` if a message is already there, `None` otherwise.
+    fn try_recv_into(&self, frames: &mut Vec<Bytes>) -> transport::Result<Option<Sender>>;
 
     /// Closes the socket.
     fn close(&self) -> impl Future<Output = ()> + Send + '_;
@@ -63,14 +68,13 @@ impl Link for Dealer {
         Dealer::send_now(self, frames)
     }
 
-    async fn recv(&self) -> transport::Result<Received> {
-        Dealer::recv(self)
-            .await
-            .map(|frames| (PeerId::default(), None, frames))
+    async fn recv_into<'a>(&'a self, frames: &'a mut Vec<Bytes>) -> transport::Result<Sender> {
+        Dealer::recv_into(self, frames).await?;
+        Ok((PeerId::default(), None))
     }
 
-    fn try_recv(&self) -> transport::Result<Option<Received>> {
-        Dealer::try_recv(self).map(|m| m.map(|frames| (PeerId::default(), None, frames)))
+    fn try_recv_into(&self, frames: &mut Vec<Bytes>) -> transport::Result<Option<Sender>> {
+        Ok(Dealer::try_recv_into(self, frames)?.then(|| (PeerId::default(), None)))
     }
 
     fn close(&self) -> impl Future<Output = ()> + Send + '_ {
@@ -100,12 +104,15 @@ impl Link for Router {
     }
 
     // `recv_with_key` reads the key only on a CURVE server; elsewhere it is `recv`.
-    fn recv(&self) -> impl Future<Output = transport::Result<Received>> + Send + '_ {
-        self.recv_with_key()
+    fn recv_into<'a>(
+        &'a self,
+        frames: &'a mut Vec<Bytes>,
+    ) -> impl Future<Output = transport::Result<Sender>> + Send + 'a {
+        self.recv_with_key_into(frames)
     }
 
-    fn try_recv(&self) -> transport::Result<Option<Received>> {
-        self.try_recv_with_key()
+    fn try_recv_into(&self, frames: &mut Vec<Bytes>) -> transport::Result<Option<Sender>> {
+        self.try_recv_with_key_into(frames)
     }
 
     fn close(&self) -> impl Future<Output = ()> + Send + '_ {

@@ -266,6 +266,43 @@ impl Router {
         }
     }
 
+    /// [`recv_with_key`](Self::recv_with_key) into a buffer the caller keeps, as in
+    /// [`recv_into`](Self::recv_into): `frames` is cleared, then holds the message's frames;
+    /// the routing id and the client's key are returned.
+    pub async fn recv_with_key_into(
+        &self,
+        frames: &mut Vec<Bytes>,
+    ) -> Result<(PeerId, Option<Key>)> {
+        let with_key = self.core.is_curve_server();
+        loop {
+            frames.clear();
+            let key = self.core.recv_into(frames, with_key).await?;
+            if frames.is_empty() {
+                continue;
+            }
+            return Ok((PeerId(frames.remove(0)), key));
+        }
+    }
+
+    /// [`try_recv_with_key`](Self::try_recv_with_key) into a buffer the caller keeps, as in
+    /// [`recv_with_key_into`](Self::recv_with_key_into).
+    pub fn try_recv_with_key_into(
+        &self,
+        frames: &mut Vec<Bytes>,
+    ) -> Result<Option<(PeerId, Option<Key>)>> {
+        let with_key = self.core.is_curve_server();
+        loop {
+            frames.clear();
+            let Some(key) = self.core.try_recv_into(frames, with_key)? else {
+                return Ok(None);
+            };
+            if frames.is_empty() {
+                continue;
+            }
+            return Ok(Some((PeerId(frames.remove(0)), key)));
+        }
+    }
+
     /// CURVE server only: accept exactly these client keys from now on (an empty list refuses
     /// everyone). Without a list, a CURVE server accepts any client that knows its public
     /// key. Applies to handshakes that start after the call; connections already up stay up.
