@@ -38,6 +38,7 @@
 //! - `socket.rs`: the core shared by both socket kinds; how a non-thread-safe libzmq socket is
 //!   driven from tokio through its edge-triggered ZMQ_FD.
 //! - `msg.rs`: libzmq messages owned directly, and the recent frames kept for forwarding.
+//! - `pool.rs`: buffers for sent frames, given back by libzmq instead of freed.
 //! - `router.rs`, `dealer.rs`: the two public socket types.
 //! - `monitor.rs`: connection events.
 //! - `curve.rs`: CURVE keys and the [`Curve`] option; `zap.rs`: the process-wide ZAP handler
@@ -84,9 +85,10 @@
 //! # Ok(()) }
 //! ```
 
-// `unsafe` in two places, each with its safety argument: msg.rs (libzmq messages owned
-// through zmq-sys, for zero-copy receive and forwarding) and socket.rs (registering
-// libzmq's ZMQ_FD with tokio). `unsafe_code` is denied everywhere else.
+// `unsafe` in three places, each with its safety argument: msg.rs (libzmq messages owned
+// through zmq-sys, for zero-copy receive and forwarding), pool.rs (send buffers handed to
+// libzmq and given back) and socket.rs (registering libzmq's ZMQ_FD with tokio).
+// `unsafe_code` is denied everywhere else.
 
 mod curve;
 mod dealer;
@@ -94,6 +96,7 @@ mod error;
 mod monitor;
 mod msg;
 mod options;
+mod pool;
 mod router;
 mod socket;
 mod zap;

@@ -1,10 +1,10 @@
 //! libzmq messages owned directly (`zmq_msg_t` through zmq-sys), for the two things the `zmq`
 //! crate's `Message` cannot do: hand libzmq a second reference to a received message (so a
-//! frame received and sent on is never copied), and receive straight into a value that
-//! `Bytes` can own.
+//! frame received and sent on is never copied), receive straight into a value that `Bytes`
+//! can own, and send from a buffer libzmq gives back ([`crate::pool`]).
 //!
-//! Every `unsafe` block of the crate but one (socket.rs registers ZMQ_FD) is here, each with
-//! its argument.
+//! The crate's `unsafe` blocks are here, in pool.rs and one in socket.rs (registering
+//! ZMQ_FD), each with its argument.
 
 #![allow(unsafe_code)]
 
@@ -14,6 +14,8 @@ use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
 use zmq_sys::zmq_msg_t;
+
+use crate::pool;
 
 /// One libzmq message, closed on drop.
 ///
@@ -48,6 +50,68 @@ impl Msg {
         // content first.
         let rc = unsafe { zmq_sys::zmq_msg_copy(&mut copy.0, &mut self.0) };
         (rc == 0).then_some(copy)
+    }
+
+    /// A new message holding `frame`'s bytes: in a pooled buffer that libzmq gives back when
+    /// done with it (see [`crate::pool`]), or, for a small or a very large frame, in a buffer
+    /// libzmq allocates.
+    pub(crate) fn from_frame<F: crate::socket::Frame + ?Sized>(
+        frame: &F,
+        spares: &mut pool::Spares,
+    ) -> Msg {
+        let len = frame.len();
+        if len >= Recent::MIN_LEN {
+            if let Some(class) = pool::class_of(len) {
+                let mut buffer = spares.take(class);
+                frame.write_to(&mut buffer.as_mut_slice(class)[..len]);
+                let data = buffer.into_raw();
+                let mut raw = MaybeUninit::<zmq_msg_t>::uninit();
+                // SAFETY: `data` points to `len` initialised bytes of a buffer of `class`,
+                // which libzmq owns from now on and hands back through `give_back` with the
+                // class as hint.
+                let rc = unsafe {
+                    zmq_sys::zmq_msg_init_data(
+                        raw.as_mut_ptr(),
+                        data,
+                        len,
+                        Some(pool::give_back),
+                        pool::hint(class),
+                    )
+                };
+                if rc == 0 {
+                    // SAFETY: initialised by the successful call.
+                    return Msg(unsafe { raw.assume_init() });
+                }
+                // libzmq could not allocate its header: the buffer is still ours.
+                // SAFETY: the buffer of `class` just handed over and refused.
+                unsafe { pool::give_back(data, pool::hint(class)) };
+            }
+        }
+        let mut raw = MaybeUninit::<zmq_msg_t>::uninit();
+        // SAFETY: zmq_msg_init_size initialises the message with a buffer of `len` bytes
+        // (inside the message up to 33 bytes); on failure (out of memory) it leaves an
+        // empty message, initialised all the same by zmq_msg_init.
+        let mut msg = unsafe {
+            if zmq_sys::zmq_msg_init_size(raw.as_mut_ptr(), len) != 0 {
+                zmq_sys::zmq_msg_init(raw.as_mut_ptr());
+            }
+            Msg(raw.assume_init())
+        };
+        let size = msg.len();
+        if size == len && len > 0 {
+            // SAFETY: the message's own buffer, `len` bytes, not shared yet.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(zmq_sys::zmq_msg_data(&mut msg.0).cast::<u8>(), len)
+            };
+            frame.write_to(out);
+        }
+        msg
+    }
+
+    /// The message's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        // SAFETY: an initialised message.
+        unsafe { zmq_sys::zmq_msg_size(&self.0) }
     }
 
     /// Receives one frame from `socket` without blocking.

@@ -54,6 +54,7 @@ use crate::error::{os, socket_error, Error, Result};
 use crate::monitor::{self, Events};
 use crate::msg::{Arena, Msg, Recent};
 use crate::options::{Backpressure, Options};
+use crate::pool::Spares;
 use crate::zap::{self, AllowList};
 
 /// How long a sender blocked at the high-water mark sleeps before retrying even if no wake-up
@@ -88,6 +89,8 @@ struct Live {
     recent: Recent,
     /// Where small received frames are copied (see [`Arena`]).
     arena: Arena,
+    /// Buffers for frames sent (see [`crate::pool`]).
+    spares: Spares,
     /// A ROUTER's last routing id, handed out again while the same peer keeps sending, so
     /// the id frame of most messages costs no allocation. `None` on a DEALER.
     last_peer: Option<Bytes>,
@@ -161,6 +164,7 @@ impl Core {
                 socket,
                 recent: Recent::default(),
                 arena: Arena::default(),
+                spares: Spares::default(),
                 last_peer: router.then(Bytes::new),
             })),
             receiving: Turn::default(),
@@ -672,10 +676,11 @@ fn send_frames<F: Frame>(live: &mut Live, peer: Option<&Bytes>, frames: &[F]) ->
         } else {
             zmq::SNDMORE | zmq::DONTWAIT
         };
-        match frame.contiguous().and_then(|bytes| live.recent.take(bytes)) {
-            Some(received) => received.send(&mut live.socket, flags)?,
-            None => live.socket.send(to_message(frame), flags)?,
-        }
+        let message = match frame.contiguous().and_then(|bytes| live.recent.take(bytes)) {
+            Some(received) => received,
+            None => Msg::from_frame(frame, &mut live.spares),
+        };
+        message.send(&mut live.socket, flags)?;
     }
     Ok(())
 }
@@ -740,15 +745,6 @@ fn recv_frames(
             return Ok(key);
         }
     }
-}
-
-/// A frame for libzmq. Outbound frames are copied once into libzmq's buffer: the caller keeps
-/// its frames (a blocked send must be able to retry), so there is no buffer to hand over
-/// (frames received lately are the exception: [`Recent`]).
-fn to_message<F: Frame>(frame: &F) -> zmq::Message {
-    let mut message = zmq::Message::with_size(frame.len());
-    frame.write_to(&mut message);
-    message
 }
 
 /// One outbound frame: copied once, straight into libzmq's buffer, when it is sent.
