@@ -18,7 +18,7 @@
 
 #![allow(unsafe_code)]
 
-use std::alloc::{alloc, dealloc, Layout};
+use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
@@ -64,11 +64,12 @@ fn layout(class: usize) -> Layout {
 }
 
 impl Buffer {
-    /// A new buffer of `class`.
+    /// A new buffer of `class`, zeroed (so its bytes are initialised from the start; it is
+    /// allocated once and recycled).
     fn allocate(class: usize) -> Buffer {
         let layout = layout(class);
         // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { alloc(layout) };
+        let ptr = unsafe { alloc_zeroed(layout) };
         match NonNull::new(ptr) {
             Some(ptr) => Buffer(ptr),
             None => std::alloc::handle_alloc_error(layout),
@@ -84,9 +85,8 @@ impl Buffer {
 
     /// The buffer's bytes, `capacity(class)` of them.
     pub(crate) fn as_mut_slice(&mut self, class: usize) -> &mut [u8] {
-        // SAFETY: the allocation is `capacity(class)` bytes and exclusively ours. Its
-        // contents may be uninitialised the first time; u8 has no invalid values and we
-        // only write through this slice before libzmq reads the written part.
+        // SAFETY: the allocation is `capacity(class)` bytes, initialised (zeroed when
+        // allocated, written since), and exclusively ours.
         unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), capacity(class)) }
     }
 
