@@ -104,6 +104,9 @@ pub(crate) enum Error {
         /// The soft limit.
         limit: u64,
     },
+    /// A client's task panicked or was cancelled.
+    #[error("client task: {0}")]
+    ClientTask(#[from] tokio::task::JoinError),
     /// Drawing a chart failed.
     #[error("plot {path}: {cause}")]
     Plot {

@@ -6,7 +6,6 @@
 //! are counted and timed. The window is never drained between the two phases, so what is
 //! measured is the steady state, not a ramp.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -129,14 +128,18 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<()>>,
 {
-    let recorder = RefCell::new(Recorder::new(plan));
+    // A mutex, not a RefCell, so that a client may run as a task of its own (`Send`); never
+    // contended (one task) nor held across an await.
+    let recorder = std::sync::Mutex::new(Recorder::new(plan));
     let one_loop = || async {
         loop {
             let sent = Instant::now();
             call().await?;
             let now = Instant::now();
             // Not held across an await: the loops share the recorder in turn.
-            let mut recorder = recorder.borrow_mut();
+            let mut recorder = recorder
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             recorder.record(sent, now);
             if !recorder.keep_sending(now) {
                 return Ok::<(), crate::error::Error>(());
@@ -148,7 +151,9 @@ where
         done?;
     }
     drop(loops);
-    Ok(recorder.into_inner())
+    Ok(recorder
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()))
 }
 
 #[cfg(test)]

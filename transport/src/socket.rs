@@ -111,6 +111,10 @@ pub(crate) struct Core {
     /// Set (under the socket lock) by a receiver about to wait, so that senders only pay for
     /// reading ZMQ_EVENTS when someone could miss a wake-up.
     receiver_parked: AtomicBool,
+    /// The last receive found nothing, and no call since could have taken an inbound edge
+    /// except sends (which rule 2 covers): a receiver may then wait at once, without a
+    /// receive that would only find nothing again (a `poll(2)` inside libzmq).
+    drained: AtomicBool,
     /// Wakes senders blocked at the high-water mark (rule 3).
     writable: Notify,
     /// How many senders are blocked, so receivers only check POLLOUT when it matters.
@@ -170,6 +174,7 @@ impl Core {
             receiving: Turn::default(),
             readable: Notify::new(),
             receiver_parked: AtomicBool::new(false),
+            drained: AtomicBool::new(false),
             writable: Notify::new(),
             blocked_senders: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
@@ -182,8 +187,14 @@ impl Core {
     }
 
     /// Runs `f` on the socket under the lock, or fails with `Closed`.
+    ///
+    /// Such a call (bind, connect, options...) may process libzmq's commands and so take the
+    /// edge announcing a message: the next receiver looks before it waits.
     fn with_socket<T>(&self, f: impl FnOnce(&zmq::Socket) -> Result<T>) -> Result<T> {
-        self.with_live(|live| f(&live.socket))
+        self.with_live(|live| {
+            self.drained.store(false, Ordering::Release);
+            f(&live.socket)
+        })
     }
 
     /// Runs `f` on the open socket and its recent frames under the lock, or fails with
@@ -455,15 +466,19 @@ impl Core {
         // Fast path: nobody else receiving and a message already there. No future for the
         // turn (an uncontended `lock().await` still builds and polls one), no select.
         if let Some(_turn) = self.receiving.try_take() {
-            if let Some(key) = self.recv_attempt(frames, with_key)? {
-                return Ok(key);
+            if !self.drained.load(Ordering::Acquire) {
+                if let Some(key) = self.recv_attempt(frames, with_key)? {
+                    return Ok(key);
+                }
             }
-            // Parked (EAGAIN): wait below, keeping our turn.
+            // Parked (EAGAIN, now or at the last receive): wait below, keeping our turn.
             return self.recv_wait(frames, with_key).await;
         }
         let _turn = self.receiving.take().await;
-        if let Some(key) = self.recv_attempt(frames, with_key)? {
-            return Ok(key);
+        if !self.drained.load(Ordering::Acquire) {
+            if let Some(key) = self.recv_attempt(frames, with_key)? {
+                return Ok(key);
+            }
         }
         self.recv_wait(frames, with_key).await
     }
@@ -492,10 +507,7 @@ impl Core {
             let received = recv_frames(live, with_key, frames);
             // Parked iff nothing was there; set under the lock, so a sender that takes
             // the lock after us sees it (rule 2).
-            self.receiver_parked.store(
-                matches!(received, Err(zmq::Error::EAGAIN)),
-                Ordering::Release,
-            );
+            self.note_received(&received);
             if received.is_ok() && self.blocked_senders.load(Ordering::Acquire) > 0 {
                 if let Ok(events) = live.socket.get_events() {
                     if events.contains(zmq::POLLOUT) {
@@ -513,6 +525,14 @@ impl Core {
             Err(zmq::Error::EAGAIN) => Ok(None),
             Err(e) => Err(socket_error("receive")(e)),
         }
+    }
+
+    /// Records what a receive found, under the socket lock: nothing (EAGAIN) parks the
+    /// receivers (rule 2) and marks the socket drained; anything else clears both.
+    fn note_received<T>(&self, received: &zmq::Result<T>) {
+        let empty = matches!(received, Err(zmq::Error::EAGAIN));
+        self.receiver_parked.store(empty, Ordering::Release);
+        self.drained.store(empty, Ordering::Release);
     }
 
     /// Receives one message if one is already there, without waiting. Lets a busy reader
@@ -540,10 +560,25 @@ impl Core {
         frames: &mut Vec<Bytes>,
         with_key: bool,
     ) -> Result<Option<Option<Key>>> {
-        self.with_live(|live| match recv_frames(live, with_key, frames) {
-            Ok(key) => Ok(Some(key)),
-            Err(zmq::Error::EAGAIN) => Ok(None),
-            Err(e) => Err(socket_error("receive")(e)),
+        self.with_live(|live| {
+            let received = recv_frames(live, with_key, frames);
+            if matches!(received, Err(zmq::Error::EAGAIN)) {
+                // Found nothing: as a receiver that parks (rule 2), so that the next `recv`
+                // may wait at once.
+                self.note_received(&received);
+            } else {
+                self.drained.store(false, Ordering::Release);
+                // This call may have taken the edge a parked receiver waits for: wake it
+                // to look (it parks again if there is nothing).
+                if self.receiver_parked.swap(false, Ordering::AcqRel) {
+                    self.readable.notify_one();
+                }
+            }
+            match received {
+                Ok(key) => Ok(Some(key)),
+                Err(zmq::Error::EAGAIN) => Ok(None),
+                Err(e) => Err(socket_error("receive")(e)),
+            }
         })
     }
 

@@ -490,3 +490,44 @@ async fn received_frames_sent_on_arrive_intact_whole_cloned_sliced_or_late() {
         vec![Bytes::from(big)]
     );
 }
+
+/// A receive that found nothing lets the next `recv` wait without looking again; whatever
+/// happens in between (a message arriving, sends in the other direction, a connect) must
+/// still wake it.
+#[tokio::test]
+async fn a_receiver_that_found_nothing_still_gets_what_comes_next() {
+    let (router, dealer) = connected_pair();
+    // The connection is up once a first message gets through.
+    dealer.send(frames(&[b"hello"])).await.unwrap();
+    let mut got = Vec::new();
+    let peer = within("first message", router.recv_into(&mut got))
+        .await
+        .unwrap();
+    assert_eq!(got, frames(&[b"hello"]));
+
+    for round in 0..50u8 {
+        // Drain: nothing is there now.
+        while router.try_recv_into(&mut got).unwrap().is_some() {}
+        match round % 3 {
+            // A send the other way between the empty receive and the wait.
+            0 => router
+                .send_frames(&peer, &[Bytes::from_static(b"ping")])
+                .await
+                .unwrap(),
+            // Another call on the socket (it may process libzmq's commands).
+            1 => {
+                let _ = router.connect("tcp://127.0.0.1:9");
+            }
+            _ => {}
+        }
+        let sent = Bytes::from(vec![round; 40]);
+        dealer.send(vec![sent.clone()]).await.unwrap();
+        within(
+            "a message after an empty receive",
+            router.recv_into(&mut got),
+        )
+        .await
+        .unwrap();
+        assert_eq!(got, vec![sent], "round {round}");
+    }
+}
