@@ -22,7 +22,10 @@
 //! A received frame over 512 bytes is a `Bytes` that owns libzmq's message: no copy; a
 //! smaller one is copied into a chunk the socket shares between small frames (cheaper than
 //! an owner per frame; a frame kept alive keeps its 16 KiB chunk alive). A frame you build is
-//! copied once into a libzmq message when sent. A frame you received and send on as it is
+//! copied once when sent, into a buffer from a pool (64 B to 64 KiB size classes) that
+//! libzmq gives back once it has written the frame, rather than one its I/O thread would
+//! free (which, on a busy socket, made the sending thread and the I/O thread contend for
+//! the allocator's lock). A frame you received and send on as it is
 //! (an echo, a forwarder: the same `Bytes`, or a clone) is recognised and goes back to
 //! libzmq as another reference to the received message, as raw libzmq code would forward
 //! it: no copy, and no allocation for libzmq's I/O thread to free. The socket remembers the

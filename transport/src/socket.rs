@@ -21,7 +21,10 @@
 //! Three rules keep every waiter awake when it must be:
 //!
 //! 1. A receiver only waits after a non-blocking receive returned EAGAIN (which drained the
-//!    mailbox, so the next command raises a fresh edge).
+//!    mailbox, so the next command raises a fresh edge): its own, or the last receive on the
+//!    socket if nothing but sends touched it since (`Core::drained`; another call such as a
+//!    bind or connect clears it, and a `try_recv` that takes a message wakes a parked
+//!    receiver, since it may have taken its edge).
 //! 2. The first send after a receiver parked wakes it through [`Core::readable`] (a `Notify`,
 //!    whose stored permit closes the race with a receiver about to wait); the receiver
 //!    receives again, under the lock and so after every send made since, before it parks
@@ -29,8 +32,8 @@
 //! 3. A sender blocked at the high-water mark waits on [`Core::writable`] and on a short timer
 //!    as a safety net; every receive that finds POLLOUT set wakes blocked senders.
 //!
-//! Only a receiver waits on the fd, and receivers take turns (an async mutex), so the single
-//! waker slot of `AsyncFd::poll_read_ready` is enough.
+//! Only a receiver waits on the fd, and receivers take turns (`Turn`), so the single waker
+//! slot of `AsyncFd::poll_read_ready` is enough.
 //!
 //! # Closing
 //!
