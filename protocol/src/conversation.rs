@@ -287,16 +287,26 @@ impl<L: Link> Conversation<L> {
 
     /// Ends the pending requests `ended` with their outcomes: leaves each outcome for its
     /// caller and wakes it (after the lock is released).
-    fn finish(&self, ended: Vec<(u64, Waiter)>, outcome: impl Fn() -> Outcome) -> usize {
-        let count = ended.len();
-        let mut wakers = Vec::with_capacity(count);
-        {
+    /// Ends the requests `select` takes out of the table with `outcome`, in the same critical
+    /// section (so that a caller giving up in between never leaves an outcome nobody takes),
+    /// then wakes their callers, outside it.
+    fn finish(
+        &self,
+        select: impl FnOnce(&mut Table<Waiter>) -> Vec<(u64, Waiter)>,
+        outcome: impl Fn() -> Outcome,
+    ) -> usize {
+        let mut wakers = Vec::new();
+        let count = {
             let mut pending = self.pending.lock();
+            let ended = select(&mut pending.table);
+            let count = ended.len();
             for (id, waiter) in ended {
+                tracing::trace!(id, "request ended");
                 pending.done.insert(id, outcome());
                 wakers.extend(waiter.waker);
             }
-        }
+            count
+        };
         wakers.into_iter().for_each(std::task::Waker::wake);
         count
     }
@@ -372,14 +382,15 @@ impl<L: Link> Conversation<L> {
     }
 
     pub(crate) fn fail_pending(&self, peer: &PeerId, error: impl Fn() -> Error) -> usize {
-        let failed = self.pending.lock().table.remove_where(|w| &w.peer == peer);
-        self.finish(failed, || Outcome::Failed(error()))
+        self.finish(
+            |table| table.remove_where(|w| &w.peer == peer),
+            || Outcome::Failed(error()),
+        )
     }
 
     /// Fails every pending request with `error`.
     pub(crate) fn fail_all(&self, error: impl Fn() -> Error) -> usize {
-        let failed = self.pending.lock().table.drain();
-        self.finish(failed, || Outcome::Failed(error()))
+        self.finish(Table::drain, || Outcome::Failed(error()))
     }
 
     /// Graceful close: refuse new requests, let handlers in progress answer, fail what is
@@ -450,6 +461,8 @@ impl<L: Link> Conversation<L> {
                                 _ => break,
                             }
                         }
+                        // Nothing kept alive by the buffer while the driver waits.
+                        frames.clear();
                     }
                     Err(transport::Error::Closed) => break,
                     Err(e) => {
@@ -485,11 +498,11 @@ impl<L: Link> Conversation<L> {
 
     /// Fires the timeouts that are due.
     fn expire(&self) {
-        let expired = self.pending.lock().table.expire(Instant::now().into_std());
-        for (id, _) in &expired {
-            tracing::debug!(id, "request timed out");
+        let now = Instant::now().into_std();
+        let count = self.finish(|table| table.expire(now), || Outcome::TimedOut);
+        if count > 0 {
+            tracing::debug!(count, "requests timed out");
         }
-        let count = self.finish(expired, || Outcome::TimedOut);
         self.counters
             .timeouts
             .fetch_add(count as u64, Ordering::Relaxed);

@@ -55,10 +55,12 @@ impl Msg {
     /// A new message holding `frame`'s bytes: in a pooled buffer that libzmq gives back when
     /// done with it (see [`crate::pool`]), or, for a small or a very large frame, in a buffer
     /// libzmq allocates.
+    ///
+    /// `ENOMEM` if libzmq cannot allocate the message (never an empty message in its place).
     pub(crate) fn from_frame<F: crate::socket::Frame + ?Sized>(
         frame: &F,
         spares: &mut pool::Spares,
-    ) -> Msg {
+    ) -> zmq::Result<Msg> {
         let len = frame.len();
         if len >= Recent::MIN_LEN {
             if let Some(class) = pool::class_of(len) {
@@ -80,7 +82,7 @@ impl Msg {
                 };
                 if rc == 0 {
                     // SAFETY: initialised by the successful call.
-                    return Msg(unsafe { raw.assume_init() });
+                    return Ok(Msg(unsafe { raw.assume_init() }));
                 }
                 // libzmq could not allocate its header: the buffer is still ours.
                 // SAFETY: the buffer of `class` just handed over and refused.
@@ -89,29 +91,22 @@ impl Msg {
         }
         let mut raw = MaybeUninit::<zmq_msg_t>::uninit();
         // SAFETY: zmq_msg_init_size initialises the message with a buffer of `len` bytes
-        // (inside the message up to 33 bytes); on failure (out of memory) it leaves an
-        // empty message, initialised all the same by zmq_msg_init.
+        // (inside the message up to 33 bytes), or fails (out of memory) leaving nothing to
+        // close.
         let mut msg = unsafe {
             if zmq_sys::zmq_msg_init_size(raw.as_mut_ptr(), len) != 0 {
-                zmq_sys::zmq_msg_init(raw.as_mut_ptr());
+                return Err(zmq::Error::ENOMEM);
             }
             Msg(raw.assume_init())
         };
-        let size = msg.len();
-        if size == len && len > 0 {
+        if len > 0 {
             // SAFETY: the message's own buffer, `len` bytes, not shared yet.
             let out = unsafe {
                 std::slice::from_raw_parts_mut(zmq_sys::zmq_msg_data(&mut msg.0).cast::<u8>(), len)
             };
             frame.write_to(out);
         }
-        msg
-    }
-
-    /// The message's length in bytes.
-    pub(crate) fn len(&self) -> usize {
-        // SAFETY: an initialised message.
-        unsafe { zmq_sys::zmq_msg_size(&self.0) }
+        Ok(msg)
     }
 
     /// Receives one frame from `socket` without blocking.

@@ -12,9 +12,9 @@
 //! absorb.
 //!
 //! The lists are process-wide (libzmq's callback carries only the size class). Each keeps
-//! at most [`KEEP`] buffers; beyond that a returned buffer is freed. A socket takes a whole
-//! list at once into its own spares (one lock per batch, not per frame) and frees its spares
-//! when it closes.
+//! at most [`KEEP`] buffers; beyond that a returned buffer is freed. A socket takes a batch
+//! of at most [`BATCH_BYTES`] at once into its own spares (one lock per batch, not per
+//! frame) and frees its spares when it closes.
 
 #![allow(unsafe_code)]
 
@@ -32,6 +32,9 @@ const CLASSES: usize = 11;
 pub(crate) const MAX_POOLED: usize = 1 << (MIN_SHIFT as usize + CLASSES - 1);
 /// Buffers kept per class on the shared lists.
 pub(crate) const KEEP: usize = 1024;
+/// Bytes of buffers a socket takes from a shared list at once (and so holds at most, per
+/// class, in its spares).
+pub(crate) const BATCH_BYTES: usize = 64 * 1024;
 
 /// A buffer of one class's size, owned by whoever holds this value (or by libzmq while a
 /// message points to it).
@@ -133,14 +136,20 @@ pub(crate) struct Spares {
 }
 
 impl Spares {
-    /// A buffer of `class`: a spare, else the shared list's (all of them, one lock), else a
-    /// new one.
+    /// A buffer of `class`: a spare, else a batch from the shared list (one lock), else a
+    /// new one. A batch is at most [`BATCH_BYTES`] of buffers (and at least one), so what a
+    /// socket holds in spares stays small however many sockets share the lists.
     pub(crate) fn take(&mut self, class: usize) -> Buffer {
         let list = &mut self.lists[class];
         if let Some(buffer) = list.pop() {
             return buffer;
         }
-        std::mem::swap(list, &mut RETURNED[class].lock());
+        {
+            let mut shared = RETURNED[class].lock();
+            let batch = (BATCH_BYTES / capacity(class)).max(1).min(shared.len());
+            let from = shared.len() - batch;
+            list.extend(shared.drain(from..));
+        }
         list.pop().unwrap_or_else(|| Buffer::allocate(class))
     }
 }
@@ -177,6 +186,28 @@ mod tests {
                 "{len}: smallest class"
             );
         }
+    }
+
+    #[test]
+    fn a_socket_takes_a_bounded_batch_and_leaves_the_rest_shared() {
+        // A class no other test in this process uses, so the shared list is ours.
+        let class = CLASSES - 1;
+        let per_batch = (BATCH_BYTES / capacity(class)).max(1);
+        let mut first = Spares::default();
+        let buffers: Vec<Buffer> = (0..per_batch + 3).map(|_| first.take(class)).collect();
+        for buffer in buffers {
+            // SAFETY: buffers of `class`, not used again here.
+            unsafe { give_back(buffer.into_raw(), hint(class)) };
+        }
+        let mut second = Spares::default();
+        let taken = second.take(class);
+        assert_eq!(
+            second.lists[class].len(),
+            per_batch - 1,
+            "one batch, one handed out"
+        );
+        assert_eq!(RETURNED[class].lock().len(), 3, "the rest stays shared");
+        taken.free(class);
     }
 
     #[test]

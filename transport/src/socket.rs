@@ -23,8 +23,8 @@
 //! 1. A receiver only waits after a non-blocking receive returned EAGAIN (which drained the
 //!    mailbox, so the next command raises a fresh edge): its own, or the last receive on the
 //!    socket if nothing but sends touched it since (`Core::drained`; another call such as a
-//!    bind or connect clears it, and a `try_recv` that takes a message wakes a parked
-//!    receiver, since it may have taken its edge).
+//!    bind or connect clears it and wakes a parked receiver, as a `try_recv` that takes a
+//!    message does, since either may have taken its edge).
 //! 2. The first send after a receiver parked wakes it through [`Core::readable`] (a `Notify`,
 //!    whose stored permit closes the race with a receiver about to wait); the receiver
 //!    receives again, under the lock and so after every send made since, before it parks
@@ -192,11 +192,18 @@ impl Core {
     /// Runs `f` on the socket under the lock, or fails with `Closed`.
     ///
     /// Such a call (bind, connect, options...) may process libzmq's commands and so take the
-    /// edge announcing a message: the next receiver looks before it waits.
+    /// edge announcing a message: the next receiver looks before it waits, and one already
+    /// waiting is woken to look.
     fn with_socket<T>(&self, f: impl FnOnce(&zmq::Socket) -> Result<T>) -> Result<T> {
         self.with_live(|live| {
+            let result = f(&live.socket);
             self.drained.store(false, Ordering::Release);
-            f(&live.socket)
+            // A receiver already waiting may have lost its edge to this call: wake it to
+            // look (as a send does, rule 2).
+            if self.receiver_parked.swap(false, Ordering::AcqRel) {
+                self.readable.notify_one();
+            }
+            result
         })
     }
 
@@ -716,7 +723,7 @@ fn send_frames<F: Frame>(live: &mut Live, peer: Option<&Bytes>, frames: &[F]) ->
         };
         let message = match frame.contiguous().and_then(|bytes| live.recent.take(bytes)) {
             Some(received) => received,
-            None => Msg::from_frame(frame, &mut live.spares),
+            None => Msg::from_frame(frame, &mut live.spares)?,
         };
         message.send(&mut live.socket, flags)?;
     }

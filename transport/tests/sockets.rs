@@ -531,3 +531,39 @@ async fn a_receiver_that_found_nothing_still_gets_what_comes_next() {
         assert_eq!(got, vec![sent], "round {round}");
     }
 }
+
+/// Binding or connecting while a receiver waits (libzmq may process the command that
+/// announced a message during that call) must not leave the receiver asleep.
+#[tokio::test]
+async fn a_waiting_receiver_still_gets_messages_across_binds_and_connects() {
+    let (router, dealer) = connected_pair();
+    let router = std::sync::Arc::new(router);
+    dealer.send(frames(&[b"hello"])).await.unwrap();
+    let mut got = Vec::new();
+    within("first message", router.recv_into(&mut got))
+        .await
+        .unwrap();
+    for round in 0..20u8 {
+        let receiver = {
+            let router = std::sync::Arc::clone(&router);
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                router.recv_into(&mut got).await.map(|_| got)
+            })
+        };
+        // Let the receiver park, then touch the socket and send at once.
+        tokio::task::yield_now().await;
+        let sent = Bytes::from(vec![round; 40]);
+        dealer.send(vec![sent.clone()]).await.unwrap();
+        if round % 2 == 0 {
+            router.bind("tcp://127.0.0.1:0").unwrap();
+        } else {
+            let _ = router.connect("tcp://127.0.0.1:9");
+        }
+        let got = within("the waiting receiver's message", receiver)
+            .await
+            .expect("no panic")
+            .unwrap();
+        assert_eq!(got, vec![sent], "round {round}");
+    }
+}
