@@ -620,22 +620,39 @@ impl Core {
 /// one task receives). A `tokio::sync::Mutex` did the same for about 110 instructions per
 /// message more (its semaphore takes a lock of its own on every release; callgrind,
 /// transport echo).
+///
+/// Like that mutex, a release hands the turn to a waiting receiver rather than freeing it,
+/// so a receiver that comes straight back cannot take every turn from the others.
 #[derive(Default)]
 struct Turn {
-    taken: AtomicBool,
+    /// [`FREE`], [`TAKEN`] or [`HANDED`].
+    state: std::sync::atomic::AtomicU8,
     /// Receivers waiting for the turn, so that a release only notifies when someone waits.
     waiting: AtomicUsize,
+    /// One notification per hand-over (or per "look again" after a release that freed the
+    /// turn while a receiver was counting itself in).
     free: Notify,
 }
+
+/// Nobody has the turn.
+const FREE: u8 = 0;
+/// A receiver has it.
+const TAKEN: u8 = 1;
+/// Released to a waiting receiver, which takes it when its notification arrives (whoever
+/// receives that notification: a dropped waiter's passes on to the next, or stays as a
+/// permit for the next to wait).
+const HANDED: u8 = 2;
 
 /// Holds the turn; gives it back on drop.
 struct TurnGuard<'a>(&'a Turn);
 
 impl Turn {
-    /// The turn, if nobody has it.
+    /// The turn, if nobody has it and it is not handed to a waiter.
     fn try_take(&self) -> Option<TurnGuard<'_>> {
-        // `then`, not `then_some`: a guard built and dropped would give the turn back.
-        (!self.taken.swap(true, Ordering::SeqCst)).then(|| TurnGuard(self))
+        self.state
+            .compare_exchange(FREE, TAKEN, Ordering::SeqCst, Ordering::SeqCst)
+            .ok()
+            .map(|_| TurnGuard(self))
     }
 
     /// The turn, waiting for it if needed.
@@ -654,17 +671,33 @@ impl Turn {
                 return turn;
             }
             notified.await;
+            // A hand-over is ours; any other wake-up means look again.
+            if self
+                .state
+                .compare_exchange(HANDED, TAKEN, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return TurnGuard(self);
+            }
         }
     }
 }
 
 impl Drop for TurnGuard<'_> {
     fn drop(&mut self) {
-        // SeqCst with the waiter's count-then-look: either it sees the turn free, or this
-        // sees it counted.
-        self.0.taken.store(false, Ordering::SeqCst);
-        if self.0.waiting.load(Ordering::SeqCst) > 0 {
-            self.0.free.notify_one();
+        let turn = self.0;
+        if turn.waiting.load(Ordering::SeqCst) > 0 {
+            // Someone waits (registered before it counted itself): hand the turn over.
+            turn.state.store(HANDED, Ordering::SeqCst);
+            turn.free.notify_one();
+        } else {
+            turn.state.store(FREE, Ordering::SeqCst);
+            // SeqCst with the waiter's count-then-look: a receiver that counted itself
+            // after our first look either sees the turn free or is seen here, and looks
+            // again.
+            if turn.waiting.load(Ordering::SeqCst) > 0 {
+                turn.free.notify_one();
+            }
         }
     }
 }
@@ -894,6 +927,26 @@ mod tests {
             .expect("the waiter got the turn")
             .expect("no panic");
         assert!(turn.try_take().is_some(), "free again");
+    }
+
+    #[tokio::test]
+    async fn a_released_turn_goes_to_the_waiter_not_back_to_the_releaser() {
+        let turn = std::sync::Arc::new(Turn::default());
+        let first = turn.try_take().expect("free at first");
+        let waiter = {
+            let turn = std::sync::Arc::clone(&turn);
+            tokio::spawn(async move {
+                let _turn = turn.take().await;
+            })
+        };
+        tokio::task::yield_now().await;
+        drop(first);
+        assert!(turn.try_take().is_none(), "handed to the waiter");
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter got the turn")
+            .expect("no panic");
+        assert!(turn.try_take().is_some(), "free once the waiter is done");
     }
 
     /// Polls a future once with a no-op waker.

@@ -567,3 +567,57 @@ async fn a_waiting_receiver_still_gets_messages_across_binds_and_connects() {
         assert_eq!(got, vec![sent], "round {round}");
     }
 }
+
+/// Two tasks receiving on one socket take turns: neither gets every message.
+#[tokio::test]
+async fn two_receivers_on_one_socket_both_get_messages() {
+    let (router, dealer) = connected_pair();
+    let router = std::sync::Arc::new(router);
+    dealer.send(frames(&[b"hello"])).await.unwrap();
+    let mut got = Vec::new();
+    within("first message", router.recv_into(&mut got))
+        .await
+        .unwrap();
+    let total = 200usize;
+    let counts: Vec<_> = (0..2)
+        .map(|_| {
+            let router = std::sync::Arc::clone(&router);
+            let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counted = std::sync::Arc::clone(&count);
+            let task = tokio::spawn(async move {
+                let mut got = Vec::new();
+                while router.recv_into(&mut got).await.is_ok() {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+            (count, task)
+        })
+        .collect();
+    for i in 0..total {
+        dealer
+            .send(vec![Bytes::from(vec![i as u8; 40])])
+            .await
+            .unwrap();
+        tokio::task::yield_now().await;
+    }
+    let sum = || {
+        counts
+            .iter()
+            .map(|(c, _)| c.load(std::sync::atomic::Ordering::SeqCst))
+            .sum::<usize>()
+    };
+    within("every message received", async {
+        while sum() < total {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let each: Vec<usize> = counts
+        .iter()
+        .map(|(c, _)| c.load(std::sync::atomic::Ordering::SeqCst))
+        .collect();
+    assert!(each.iter().all(|&n| n > 0), "both received: {each:?}");
+    for (_, task) in counts {
+        task.abort();
+    }
+}
