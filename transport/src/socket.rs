@@ -913,19 +913,11 @@ mod tests {
         // A waiter given up on must not swallow the hand-over.
         let mut dropped = Box::pin(turn.take());
         assert!(futures_poll_once(dropped.as_mut()).is_none());
-        let waiter = {
-            let turn = std::sync::Arc::clone(&turn);
-            tokio::spawn(async move {
-                let _turn = turn.take().await;
-            })
-        };
+        let waiter = spawn_taker(&turn);
         tokio::task::yield_now().await;
         drop(first);
         drop(dropped);
-        tokio::time::timeout(Duration::from_secs(10), waiter)
-            .await
-            .expect("the waiter got the turn")
-            .expect("no panic");
+        ends(waiter).await;
         assert!(turn.try_take().is_some(), "free again");
     }
 
@@ -933,20 +925,28 @@ mod tests {
     async fn a_released_turn_goes_to_the_waiter_not_back_to_the_releaser() {
         let turn = std::sync::Arc::new(Turn::default());
         let first = turn.try_take().expect("free at first");
-        let waiter = {
-            let turn = std::sync::Arc::clone(&turn);
-            tokio::spawn(async move {
-                let _turn = turn.take().await;
-            })
-        };
+        let waiter = spawn_taker(&turn);
         tokio::task::yield_now().await;
         drop(first);
         assert!(turn.try_take().is_none(), "handed to the waiter");
-        tokio::time::timeout(Duration::from_secs(10), waiter)
-            .await
-            .expect("the waiter got the turn")
-            .expect("no panic");
+        ends(waiter).await;
         assert!(turn.try_take().is_some(), "free once the waiter is done");
+    }
+
+    /// A task that takes the turn and gives it back.
+    fn spawn_taker(turn: &std::sync::Arc<Turn>) -> tokio::task::JoinHandle<()> {
+        let turn = std::sync::Arc::clone(turn);
+        tokio::spawn(async move {
+            let _turn = turn.take().await;
+        })
+    }
+
+    /// Awaits a task, failing the test if it does not end.
+    async fn ends(task: tokio::task::JoinHandle<()>) {
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the task got the turn")
+            .expect("no panic");
     }
 
     /// Polls a future once with a no-op waker.

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use transport::{Backpressure, Dealer, Error, Event, Options, PeerId, Router};
 
 mod support;
-use support::{connected_pair, frames, within};
+use support::{connected_pair, frames, ready_pair, within};
 
 #[tokio::test]
 async fn round_trip_both_ways() {
@@ -496,14 +496,8 @@ async fn received_frames_sent_on_arrive_intact_whole_cloned_sliced_or_late() {
 /// still wake it.
 #[tokio::test]
 async fn a_receiver_that_found_nothing_still_gets_what_comes_next() {
-    let (router, dealer) = connected_pair();
-    // The connection is up once a first message gets through.
-    dealer.send(frames(&[b"hello"])).await.unwrap();
+    let (router, dealer, peer) = ready_pair().await;
     let mut got = Vec::new();
-    let peer = within("first message", router.recv_into(&mut got))
-        .await
-        .unwrap();
-    assert_eq!(got, frames(&[b"hello"]));
 
     for round in 0..50u8 {
         // Drain: nothing is there now.
@@ -536,13 +530,8 @@ async fn a_receiver_that_found_nothing_still_gets_what_comes_next() {
 /// announced a message during that call) must not leave the receiver asleep.
 #[tokio::test]
 async fn a_waiting_receiver_still_gets_messages_across_binds_and_connects() {
-    let (router, dealer) = connected_pair();
+    let (router, dealer, _) = ready_pair().await;
     let router = std::sync::Arc::new(router);
-    dealer.send(frames(&[b"hello"])).await.unwrap();
-    let mut got = Vec::new();
-    within("first message", router.recv_into(&mut got))
-        .await
-        .unwrap();
     for round in 0..20u8 {
         let receiver = {
             let router = std::sync::Arc::clone(&router);
@@ -571,13 +560,8 @@ async fn a_waiting_receiver_still_gets_messages_across_binds_and_connects() {
 /// Two tasks receiving on one socket take turns: neither gets every message.
 #[tokio::test]
 async fn two_receivers_on_one_socket_both_get_messages() {
-    let (router, dealer) = connected_pair();
+    let (router, dealer, _) = ready_pair().await;
     let router = std::sync::Arc::new(router);
-    dealer.send(frames(&[b"hello"])).await.unwrap();
-    let mut got = Vec::new();
-    within("first message", router.recv_into(&mut got))
-        .await
-        .unwrap();
     let total = 200usize;
     let counts: Vec<_> = (0..2)
         .map(|_| {

@@ -27,6 +27,19 @@ pub(crate) fn connected_pair() -> (Router, Dealer) {
     (router, dealer)
 }
 
+/// A [`connected_pair`] whose connection is up: a first message went from the Dealer to
+/// the Router, which returns the Dealer's routing id.
+pub(crate) async fn ready_pair() -> (Router, Dealer, transport::PeerId) {
+    let (router, dealer) = connected_pair();
+    dealer.send(frames(&[b"hello"])).await.unwrap();
+    let mut got = Vec::new();
+    let peer = within("first message", router.recv_into(&mut got))
+        .await
+        .unwrap();
+    assert_eq!(got, frames(&[b"hello"]));
+    (router, dealer, peer)
+}
+
 /// A message from static frames.
 pub(crate) fn frames(parts: &[&'static [u8]]) -> Vec<Bytes> {
     parts.iter().map(|p| Bytes::from_static(p)).collect()
