@@ -228,14 +228,8 @@ impl<L: Link> Conversation<L> {
             id,
             armed: true,
         };
-        let message = Message {
-            kind: Kind::Request,
-            id,
-            event,
-            metadata: &metadata,
-            payload: &payload,
-        };
-        if let Some(wait) = self.send_or_wait(peer, message)? {
+        let encoded = Encoded::new(Kind::Request, id, event, &metadata, &payload);
+        if let Some(wait) = self.send_or_wait(peer, encoded)? {
             // The request's deadline covers the wait for room in the queue too: a request
             // always ends.
             // (Boxed with it: the timer would otherwise sit in every request's future.)
@@ -324,14 +318,8 @@ impl<L: Link> Conversation<L> {
             return Err(Error::Closed);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let message = Message {
-            kind: Kind::Tick,
-            id,
-            event,
-            metadata: &metadata,
-            payload: &payload,
-        };
-        if let Some(wait) = self.send_or_wait(peer, message)? {
+        let encoded = Encoded::new(Kind::Tick, id, event, &metadata, &payload);
+        if let Some(wait) = self.send_or_wait(peer, encoded)? {
             wait.await?;
         }
         self.counters.ticks_sent.fetch_add(1, Ordering::Relaxed);
@@ -362,10 +350,9 @@ impl<L: Link> Conversation<L> {
     fn send_or_wait<'a>(
         &'a self,
         peer: &'a PeerId,
-        message: Message<'a>,
+        encoded: Encoded<'a>,
     ) -> Result<Option<futures::future::BoxFuture<'a, transport::Result<()>>>> {
         let sent = {
-            let encoded = message.encoded();
             let pieces = encoded.pieces();
             self.link.send_now(peer, pieces.frames().as_slice())
         };
@@ -373,7 +360,6 @@ impl<L: Link> Conversation<L> {
             Ok(()) => Ok(None),
             // Full: wait as the socket's policy says (or fail at once, if it says so).
             Err(transport::Error::QueueFull) => Ok(Some(Box::pin(async move {
-                let encoded = message.encoded();
                 let pieces = encoded.pieces();
                 self.link.send(peer, pieces.frames().as_slice()).await
             }))),
@@ -674,22 +660,6 @@ impl<L: Link> Conversation<L> {
         if let Some(waker) = waker {
             waker.wake();
         }
-    }
-}
-
-/// A message to send, by its parts (see [`Conversation::send_or_wait`]).
-#[derive(Clone, Copy)]
-struct Message<'a> {
-    kind: Kind,
-    id: u64,
-    event: &'a str,
-    metadata: &'a [u8],
-    payload: &'a [u8],
-}
-
-impl<'a> Message<'a> {
-    fn encoded(&self) -> Encoded<'a> {
-        Encoded::new(self.kind, self.id, self.event, self.metadata, self.payload)
     }
 }
 

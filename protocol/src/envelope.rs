@@ -311,6 +311,7 @@ pub(crate) fn header(
 /// One message to send, as the pieces its frames are made of: nothing is copied or allocated
 /// here; the transport copies the pieces once, straight into libzmq's buffers. (Building the
 /// header in a buffer of our own first cost an allocation, a copy and a free per message.)
+#[derive(Clone, Copy)]
 pub(crate) struct Encoded<'a> {
     /// magic, version, kind, flags, id, event length.
     fixed: [u8; FIXED_HEADER],

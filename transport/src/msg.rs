@@ -240,12 +240,8 @@ impl Recent {
     /// Keeps a reference to `msg` (a frame just received, which the caller keeps too: its
     /// `Bytes` view libzmq's buffer) if it is worth it.
     pub(crate) fn keep(&mut self, msg: &mut Msg) {
-        if self.resting > 0 {
-            self.resting -= 1;
-            return;
-        }
         let bytes = msg.as_ref();
-        if bytes.len() < Self::MIN_LEN {
+        if !self.worth_keeping(bytes.len()) {
             return;
         }
         let (addr, len) = (bytes.as_ptr() as usize, bytes.len());
@@ -262,14 +258,20 @@ impl Recent {
     /// The entry holds a reference to the copy, so that its address cannot be reused for
     /// other bytes while the entry exists (the argument of the type's docs).
     pub(crate) fn keep_owned(&mut self, msg: Msg, copy: &Bytes) {
-        if self.resting > 0 {
-            self.resting -= 1;
-            return;
-        }
-        if copy.len() < Self::MIN_LEN {
+        if !self.worth_keeping(copy.len()) {
             return;
         }
         self.push(copy.as_ptr() as usize, copy.len(), msg, Some(copy.clone()));
+    }
+
+    /// Whether a frame of `len` bytes is kept: not while resting (which counts it), nor when
+    /// it is small enough to live inside the message.
+    fn worth_keeping(&mut self, len: usize) -> bool {
+        if self.resting > 0 {
+            self.resting -= 1;
+            return false;
+        }
+        len >= Self::MIN_LEN
     }
 
     fn push(&mut self, addr: usize, len: usize, msg: Msg, copy: Option<Bytes>) {

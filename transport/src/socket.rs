@@ -197,12 +197,7 @@ impl Core {
     fn with_socket<T>(&self, f: impl FnOnce(&zmq::Socket) -> Result<T>) -> Result<T> {
         self.with_live(|live| {
             let result = f(&live.socket);
-            self.drained.store(false, Ordering::Release);
-            // A receiver already waiting may have lost its edge to this call: wake it to
-            // look (as a send does, rule 2).
-            if self.receiver_parked.swap(false, Ordering::AcqRel) {
-                self.readable.notify_one();
-            }
+            self.touched();
             result
         })
     }
@@ -473,23 +468,17 @@ impl Core {
         // runtime its turn: the budget makes it yield now and then, as every tokio
         // resource does (the turn's `lock().await` used to do it).
         tokio::task::coop::consume_budget().await;
-        // Fast path: nobody else receiving and a message already there. No future for the
-        // turn (an uncontended `lock().await` still builds and polls one), no select.
-        if let Some(_turn) = self.receiving.try_take() {
-            if !self.drained.load(Ordering::Acquire) {
-                if let Some(key) = self.recv_attempt(frames, with_key)? {
-                    return Ok(key);
-                }
-            }
-            // Parked (EAGAIN, now or at the last receive): wait below, keeping our turn.
-            return self.recv_wait(frames, with_key).await;
-        }
-        let _turn = self.receiving.take().await;
+        // The turn without a future when nobody else receives (the common case).
+        let _turn = match self.receiving.try_take() {
+            Some(turn) => turn,
+            None => self.receiving.take().await,
+        };
         if !self.drained.load(Ordering::Acquire) {
             if let Some(key) = self.recv_attempt(frames, with_key)? {
                 return Ok(key);
             }
         }
+        // Parked (EAGAIN, now or at the last receive): wait, keeping our turn.
         self.recv_wait(frames, with_key).await
     }
 
@@ -537,6 +526,17 @@ impl Core {
         }
     }
 
+    /// After a libzmq call other than a send or a receiver's own receive (under the socket
+    /// lock): it may have processed the command announcing a message, taking the edge a
+    /// parked receiver waits for. The next receiver looks before it waits, and one already
+    /// waiting is woken to look (it parks again if there is nothing; as a send does, rule 2).
+    fn touched(&self) {
+        self.drained.store(false, Ordering::Release);
+        if self.receiver_parked.swap(false, Ordering::AcqRel) {
+            self.readable.notify_one();
+        }
+    }
+
     /// Records what a receive found, under the socket lock: nothing (EAGAIN) parks the
     /// receivers (rule 2) and marks the socket drained; anything else clears both.
     fn note_received<T>(&self, received: &zmq::Result<T>) {
@@ -577,12 +577,7 @@ impl Core {
                 // may wait at once.
                 self.note_received(&received);
             } else {
-                self.drained.store(false, Ordering::Release);
-                // This call may have taken the edge a parked receiver waits for: wake it
-                // to look (it parks again if there is nothing).
-                if self.receiver_parked.swap(false, Ordering::AcqRel) {
-                    self.readable.notify_one();
-                }
+                self.touched();
             }
             match received {
                 Ok(key) => Ok(Some(key)),
