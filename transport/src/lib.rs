@@ -19,9 +19,9 @@
 //!
 //! ## Frames are not copied on the way in, nor when sent on
 //!
-//! A received frame over 512 bytes is a `Bytes` that owns libzmq's message: no copy; a
-//! smaller one is copied into a chunk the socket shares between small frames (cheaper than
-//! an owner per frame; a frame kept alive keeps its 16 KiB chunk alive). A frame you build is
+//! A received frame over 4 KiB is a `Bytes` that owns libzmq's message: no copy; a
+//! smaller one is copied into a chunk the socket shares between frames (cheaper than an
+//! owner allocated per frame; a frame kept alive keeps its 16 KiB chunk alive). A frame you build is
 //! copied once when sent, into a buffer from a pool (64 B to 64 KiB size classes) that
 //! libzmq gives back once it has written the frame, rather than one its I/O thread would
 //! free (which, on a busy socket, made the sending thread and the I/O thread contend for

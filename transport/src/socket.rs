@@ -23,8 +23,8 @@
 //! 1. A receiver only waits after a non-blocking receive returned EAGAIN (which drained the
 //!    mailbox, so the next command raises a fresh edge): its own, or the last receive on the
 //!    socket if nothing but sends touched it since (`Core::drained`; another call such as a
-//!    bind or connect clears it and wakes a parked receiver, as a `try_recv` that takes a
-//!    message does, since either may have taken its edge).
+//!    bind or connect clears it and wakes a parked receiver, as a receive that takes a
+//!    message without holding the turn does, since either may have taken its edge).
 //! 2. The first send after a receiver parked wakes it through [`Core::readable`] (a `Notify`,
 //!    whose stored permit closes the race with a receiver about to wait); the receiver
 //!    receives again, under the lock and so after every send made since, before it parks
@@ -32,8 +32,10 @@
 //! 3. A sender blocked at the high-water mark waits on [`Core::writable`] and on a short timer
 //!    as a safety net; every receive that finds POLLOUT set wakes blocked senders.
 //!
-//! Only a receiver waits on the fd, and receivers take turns (`Turn`), so the single waker
-//! slot of `AsyncFd::poll_read_ready` is enough.
+//! Only a receiver waits on the fd, and only the one holding the receivers' turn (`Turn`),
+//! so the single waker slot of `AsyncFd::poll_read_ready` is enough. A receiver that finds a
+//! message at once (the common case on a busy socket) takes it without the turn: the turn
+//! is for waiting.
 //!
 //! # Closing
 //!
@@ -466,15 +468,22 @@ impl Core {
     ) -> Result<Option<Key>> {
         // A receiver that always finds a message never waits, so it must still give the
         // runtime its turn: the budget makes it yield now and then, as every tokio
-        // resource does (the turn's `lock().await` used to do it).
+        // resource does.
         tokio::task::coop::consume_budget().await;
-        // The turn without a future when nobody else receives (the common case).
+        // A message already there is taken without the turn (the common case on a busy
+        // socket): the turn is for waiting, and only one receiver waits at a time.
+        if !self.drained.load(Ordering::Acquire) {
+            if let Some(key) = self.recv_attempt(frames, with_key, false)? {
+                return Ok(key);
+            }
+        }
         let _turn = match self.receiving.try_take() {
             Some(turn) => turn,
             None => self.receiving.take().await,
         };
+        // Whoever had the turn before may have left messages (and taken their edge).
         if !self.drained.load(Ordering::Acquire) {
-            if let Some(key) = self.recv_attempt(frames, with_key)? {
+            if let Some(key) = self.recv_attempt(frames, with_key, true)? {
                 return Ok(key);
             }
         }
@@ -492,21 +501,25 @@ impl Core {
                 ready = self.fd_readable() => ready?,
                 _ = self.readable.notified() => {}
             }
-            if let Some(key) = self.recv_attempt(frames, with_key)? {
+            if let Some(key) = self.recv_attempt(frames, with_key, true)? {
                 return Ok(key);
             }
         }
     }
 
-    /// One non-blocking receive under the socket lock, for a receiver holding the turn:
-    /// `Some(key)` when a message was appended to `frames`, `None` (and parked, rule 2) when
-    /// there was none.
-    fn recv_attempt(&self, frames: &mut Vec<Bytes>, with_key: bool) -> Result<Option<Option<Key>>> {
+    /// One non-blocking receive under the socket lock: `Some(key)` when a message was
+    /// appended to `frames`, `None` (and parked, rule 2) when there was none. `waiter` is
+    /// whether the caller holds the receiving turn (see [`Core::note_received`]).
+    fn recv_attempt(
+        &self,
+        frames: &mut Vec<Bytes>,
+        with_key: bool,
+        waiter: bool,
+    ) -> Result<Option<Option<Key>>> {
         let received = self.with_live(|live| {
             let received = recv_frames(live, with_key, frames);
-            // Parked iff nothing was there; set under the lock, so a sender that takes
-            // the lock after us sees it (rule 2).
-            self.note_received(&received);
+            // Set under the lock, so a sender that takes the lock after us sees it (rule 2).
+            self.note_received(&received, waiter);
             if received.is_ok() && self.blocked_senders.load(Ordering::Acquire) > 0 {
                 if let Ok(events) = live.socket.get_events() {
                     if events.contains(zmq::POLLOUT) {
@@ -538,11 +551,30 @@ impl Core {
     }
 
     /// Records what a receive found, under the socket lock: nothing (EAGAIN) parks the
-    /// receivers (rule 2) and marks the socket drained; anything else clears both.
-    fn note_received<T>(&self, received: &zmq::Result<T>) {
+    /// receivers (rule 2) and marks the socket drained; a message clears both.
+    ///
+    /// A message taken by a receiver that does not hold the turn (`waiter` false) may have
+    /// been announced by the edge the turn's holder waits for: that receive touched the
+    /// socket as a `try_recv` does, and wakes a parked holder to look. The holder clears the
+    /// flag itself, without the wake-up it would only give itself.
+    fn note_received<T>(&self, received: &zmq::Result<T>, waiter: bool) {
         let empty = matches!(received, Err(zmq::Error::EAGAIN));
-        self.receiver_parked.store(empty, Ordering::Release);
-        self.drained.store(empty, Ordering::Release);
+        if empty {
+            self.receiver_parked.store(true, Ordering::Release);
+            self.drained.store(true, Ordering::Release);
+        } else if waiter {
+            self.receiver_parked.store(false, Ordering::Release);
+            self.drained.store(false, Ordering::Release);
+        } else {
+            self.drained.store(false, Ordering::Release);
+            // Loaded first: on a busy socket nobody is parked, and the swap is an atomic
+            // read-modify-write every message would pay.
+            if self.receiver_parked.load(Ordering::Acquire)
+                && self.receiver_parked.swap(false, Ordering::AcqRel)
+            {
+                self.readable.notify_one();
+            }
+        }
     }
 
     /// Receives one message if one is already there, without waiting. Lets a busy reader
@@ -570,21 +602,8 @@ impl Core {
         frames: &mut Vec<Bytes>,
         with_key: bool,
     ) -> Result<Option<Option<Key>>> {
-        self.with_live(|live| {
-            let received = recv_frames(live, with_key, frames);
-            if matches!(received, Err(zmq::Error::EAGAIN)) {
-                // Found nothing: as a receiver that parks (rule 2), so that the next `recv`
-                // may wait at once.
-                self.note_received(&received);
-            } else {
-                self.touched();
-            }
-            match received {
-                Ok(key) => Ok(Some(key)),
-                Err(zmq::Error::EAGAIN) => Ok(None),
-                Err(e) => Err(socket_error("receive")(e)),
-            }
-        })
+        // A receive without the turn, as `recv`'s first look.
+        self.recv_attempt(frames, with_key, false)
     }
 
     /// Waits until ZMQ_FD signals, and clears that readiness (the caller then receives,
@@ -749,7 +768,10 @@ fn send_frames<F: Frame>(live: &mut Live, peer: Option<&Bytes>, frames: &[F]) ->
         } else {
             zmq::SNDMORE | zmq::DONTWAIT
         };
-        let message = match frame.contiguous().and_then(|bytes| live.recent.take(bytes)) {
+        let message = match frame
+            .contiguous()
+            .and_then(|bytes| live.recent.take(bytes, &live.arena))
+        {
             Some(received) => received,
             None => Msg::from_frame(frame, &mut live.spares)?,
         };
@@ -777,12 +799,15 @@ fn recv_frames(
     let mut first = true;
     loop {
         let mut message = Msg::new();
-        if let Err(e) = message.recv(&mut live.socket) {
-            if e == zmq::Error::EAGAIN {
-                live.recent.clear();
+        let size = match message.recv(&mut live.socket) {
+            Ok(size) => size,
+            Err(e) => {
+                if e == zmq::Error::EAGAIN {
+                    live.recent.clear();
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         if with_key && key.is_none() {
             key = message
                 .property(c"User-Id")
@@ -792,8 +817,9 @@ fn recv_frames(
         if std::mem::take(&mut first) {
             if let Some(last_peer) = &mut live.last_peer {
                 // A ROUTER's first frame is the routing id.
-                if last_peer[..] != *message.as_ref() {
-                    *last_peer = Bytes::copy_from_slice(message.as_ref());
+                let id = message.bytes(size);
+                if last_peer[..] != *id {
+                    *last_peer = Bytes::copy_from_slice(id);
                 }
                 frames.push(last_peer.clone());
                 if !more {
@@ -802,12 +828,12 @@ fn recv_frames(
                 continue;
             }
         }
-        let bytes = message.as_ref();
+        let bytes = message.bytes(size);
         if bytes.len() <= Arena::MAX_FRAME {
             // Small: copied into the socket's arena; the message itself is kept for
             // forwarding (or closed).
             let copy = live.arena.copy(bytes);
-            live.recent.keep_owned(message, &copy);
+            live.recent.keep_owned(message, &copy, &live.arena);
             frames.push(copy);
         } else {
             // Large: `Bytes` owns libzmq's message, so its buffer is never copied.

@@ -69,7 +69,7 @@ pub(super) fn client(job: &Job) -> Result<Point> {
         dealer.recv(&mut reply, 0)?;
         let now = Instant::now();
         job.check_reply(reply.len())?;
-        let sent = sent_at.pop_front().ok_or(Error::UnexpectedReply)?;
+        let sent = sent_at.pop_front().ok_or_else(|| Error::UnexpectedReply)?;
         recorder.record(sent, now);
         if recorder.keep_sending(now) {
             sent_at.push_back(now);

@@ -45,7 +45,7 @@ pub(super) async fn client(job: &Job) -> Result<Point> {
         dealer.recv_into(&mut frames).await?;
         let now = Instant::now();
         job.check_reply(frames.iter().map(|f| f.len()).sum())?;
-        let sent = sent_at.pop_front().ok_or(Error::UnexpectedReply)?;
+        let sent = sent_at.pop_front().ok_or_else(|| Error::UnexpectedReply)?;
         recorder.record(sent, now);
         if recorder.keep_sending(now) {
             sent_at.push_back(now);
