@@ -1,5 +1,6 @@
 //! The client side of a conversation, over a Dealer.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,7 +50,29 @@ pub enum Connection {
 pub struct Client {
     conversation: Arc<Conversation<Dealer>>,
     state: watch::Receiver<Connection>,
+    /// The state as requests check it: [`LinkState::of`] of the latest state sent on the watch
+    /// (read with one atomic load, where borrowing the watch takes its lock).
+    link: Arc<AtomicU8>,
     endpoint: Arc<str>,
+}
+
+/// A request's view of the connection.
+#[derive(Clone, Copy)]
+#[repr(u8)]
+enum LinkState {
+    Down = 0,
+    Up = 1,
+    Closed = 2,
+}
+
+impl LinkState {
+    fn of(state: &Connection) -> LinkState {
+        match state {
+            Connection::Connected => LinkState::Up,
+            Connection::Closed => LinkState::Closed,
+            _ => LinkState::Down,
+        }
+    }
 }
 
 /// The server, as seen from a Client's Dealer: the only remote.
@@ -77,6 +100,8 @@ impl Client {
         dealer.connect(endpoint)?;
         let conversation = Conversation::start(dealer, max_payload);
         let (state_tx, mut state) = watch::channel(Connection::Connecting);
+        let link = Arc::new(AtomicU8::new(LinkState::Down as u8));
+        let link_tx = Arc::clone(&link);
         // Follow the connection: requests pending when it drops can never be answered
         // (the server's reply would go to a connection that no longer exists), so they
         // fail at once instead of waiting for their timeout.
@@ -102,10 +127,12 @@ impl Client {
                     }
                     _ => continue,
                 };
+                link_tx.store(LinkState::of(&next) as u8, Ordering::Release);
                 if state_tx.send(next).is_err() {
                     break;
                 }
             }
+            link_tx.store(LinkState::Closed as u8, Ordering::Release);
             let _ = state_tx.send(Connection::Closed);
         });
         let waited = tokio::time::timeout(timeout, async {
@@ -130,6 +157,7 @@ impl Client {
         let client = Client {
             conversation,
             state,
+            link,
             endpoint: Arc::from(endpoint),
         };
         match waited {
@@ -163,9 +191,9 @@ impl Client {
     }
 
     fn check_connected(&self) -> Result<()> {
-        match &*self.state.borrow() {
-            Connection::Connected => Ok(()),
-            Connection::Closed => Err(Error::Closed),
+        match self.link.load(Ordering::Acquire) {
+            x if x == LinkState::Up as u8 => Ok(()),
+            x if x == LinkState::Closed as u8 => Err(Error::Closed),
             _ => Err(Error::NotConnected),
         }
     }

@@ -109,7 +109,12 @@ pub type Rejected = (PeerId, Error);
 pub(crate) struct Conversation<L: Link> {
     pub(crate) link: L,
     pending: Mutex<Pending>,
-    handlers: RwLock<Handlers>,
+    /// The handlers, replaced whole (copy on write) when one is set: the driver keeps its
+    /// own reference and looks here again only when `handlers_version` moved, so a message
+    /// costs no lock and no reference count to find its handler.
+    handlers: RwLock<Arc<Handlers>>,
+    /// Bumped (under the write lock) every time `handlers` changes.
+    handlers_version: AtomicU64,
     next_id: AtomicU64,
     /// Wakes the driver when a request with an earlier deadline than all others is added.
     timer_reset: Notify,
@@ -133,8 +138,13 @@ impl<L: Link> Conversation<L> {
     pub(crate) fn start(link: L, max_payload: usize) -> Arc<Conversation<L>> {
         let conversation = Arc::new(Conversation {
             link,
-            pending: Mutex::new(Pending::default()),
-            handlers: RwLock::new(Handlers::default()),
+            pending: Mutex::new(Pending {
+                // Truncated to the table's sequence numbers: random all the same.
+                table: Table::starting_at(rand_start() as u32),
+                ..Pending::default()
+            }),
+            handlers: RwLock::new(Arc::new(Handlers::default())),
+            handlers_version: AtomicU64::new(0),
             // Start from a random point so ids from a restarted process do not repeat the
             // previous run's (a late reply must not match a new request).
             next_id: AtomicU64::new(rand_start()),
@@ -153,11 +163,28 @@ impl<L: Link> Conversation<L> {
     }
 
     pub(crate) fn set_request_handler(&self, event: Option<String>, h: Option<RequestHandler>) {
-        self.handlers.write().set_request(event, h);
+        self.change_handlers(|handlers| handlers.set_request(event, h));
     }
 
     pub(crate) fn set_tick_handler(&self, event: Option<String>, h: Option<TickHandler>) {
-        self.handlers.write().set_tick(event, h);
+        self.change_handlers(|handlers| handlers.set_tick(event, h));
+    }
+
+    fn change_handlers(&self, change: impl FnOnce(&mut Handlers)) {
+        let mut handlers = self.handlers.write();
+        change(Arc::make_mut(&mut handlers));
+        self.handlers_version.fetch_add(1, Ordering::Release);
+    }
+
+    /// The driver's view of the handlers: `seen` is the version it holds, refreshed when
+    /// they changed since.
+    fn refresh_handlers(&self, current: &mut Arc<Handlers>, seen: &mut u64) {
+        let version = self.handlers_version.load(Ordering::Acquire);
+        if version != *seen {
+            // Read after the version: a change in between is seen at the next look.
+            *current = Arc::clone(&self.handlers.read());
+            *seen = version;
+        }
     }
 
     pub(crate) fn report_rejected(&self) -> tokio::sync::mpsc::UnboundedReceiver<Rejected> {
@@ -205,22 +232,26 @@ impl<L: Link> Conversation<L> {
         if self.is_closing() {
             return Err(Error::Closed);
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let deadline = (Instant::now() + timeout).into_std();
-        {
+        // The entry carries this task's waker from the start, so the wait below need not
+        // look (under the lock) right after the send: an outcome that came first has woken
+        // us already.
+        let waker = std::future::poll_fn(|cx| std::task::Poll::Ready(cx.waker().clone())).await;
+        // The table gives the request its id.
+        let id = {
             let mut pending = self.pending.lock();
-            pending.table.insert(
-                id,
+            let id = pending.table.insert(
                 deadline,
                 Waiter {
                     peer: peer.clone(),
-                    waker: None,
+                    waker: Some(waker),
                 },
             );
             if pending.armed.is_none_or(|armed| deadline < armed) {
                 self.timer_reset.notify_one();
             }
-        }
+            id
+        };
         // From here on, if this future is dropped, its entry goes with it (a late reply is
         // then unmatched and counted).
         let mut forget = Forget {
@@ -229,7 +260,11 @@ impl<L: Link> Conversation<L> {
             armed: true,
         };
         let encoded = Encoded::new(Kind::Request, id, event, &metadata, &payload);
+        // Whether the waker in the entry is the one of the poll we are in (nothing waited
+        // since the insertion).
+        let mut registered = true;
         if let Some(wait) = self.send_or_wait(peer, encoded)? {
+            registered = false;
             // The request's deadline covers the wait for room in the queue too: a request
             // always ends.
             // (Boxed with it: the timer would otherwise sit in every request's future.)
@@ -249,6 +284,11 @@ impl<L: Link> Conversation<L> {
         }
         self.counters.requests_sent.fetch_add(1, Ordering::Relaxed);
         let outcome = std::future::poll_fn(|cx| {
+            if std::mem::take(&mut registered) {
+                // Still the poll that registered our waker: whatever ends this request
+                // wakes it, and the next poll looks.
+                return std::task::Poll::Pending;
+            }
             let mut pending = self.pending.lock();
             if let Some(outcome) = pending.done.remove(&id) {
                 return std::task::Poll::Ready(outcome);
@@ -417,6 +457,8 @@ impl<L: Link> Conversation<L> {
         // appears (see `Pending::armed`).
         let timer = tokio::time::sleep(Duration::from_secs(3600));
         tokio::pin!(timer);
+        let mut handlers = Arc::new(Handlers::default());
+        let mut handlers_seen = u64::MAX;
         loop {
             let armed = {
                 let mut pending = self.pending.lock();
@@ -433,14 +475,15 @@ impl<L: Link> Conversation<L> {
                 biased;
                 received = self.link.recv_into(&mut frames) => match received {
                     Ok((peer, key)) => {
-                        if let Some(work) = self.on_message(peer, key, &frames, closing) {
+                        self.refresh_handlers(&mut handlers, &mut handlers_seen);
+                        if let Some(work) = self.on_message(&handlers, peer, key, &frames, closing) {
                             start(&mut running, work);
                         }
                         // Take what else is already waiting: one wake-up, many messages.
                         for _ in 0..BATCH {
                             match self.link.try_recv_into(&mut frames) {
                                 Ok(Some((peer, key))) => {
-                                    if let Some(work) = self.on_message(peer, key, &frames, closing) {
+                                    if let Some(work) = self.on_message(&handlers, peer, key, &frames, closing) {
                                         start(&mut running, work);
                                     }
                                 }
@@ -504,6 +547,7 @@ impl<L: Link> Conversation<L> {
     /// Handles one received message; returns handler work to run concurrently.
     fn on_message(
         self: &Arc<Self>,
+        handlers: &Handlers,
         peer: PeerId,
         key: Option<Key>,
         frames: &[Bytes],
@@ -526,13 +570,13 @@ impl<L: Link> Conversation<L> {
                 None
             }
             Kind::Tick => {
-                let handler = self.handlers.read().tick(envelope.event());
+                let handler = handlers.tick(envelope.event());
                 let Some(handler) = handler else {
                     tracing::debug!(event = envelope.event(), "tick with no handler dropped");
                     self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
                     return None;
                 };
-                self.counters.ticks_handled.fetch_add(1, Ordering::Relaxed);
+                count_by_driver(&self.counters.ticks_handled);
                 let this = Arc::clone(self);
                 let work =
                     AssertUnwindSafe(handler(Incoming::new(peer, key, envelope))).catch_unwind();
@@ -553,7 +597,7 @@ impl<L: Link> Conversation<L> {
                     self.answer(&peer, id, Err(refusal));
                     return None;
                 }
-                let handler = self.handlers.read().request(envelope.event());
+                let handler = handlers.request(envelope.event());
                 let Some(handler) = handler else {
                     self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
                     let missing = RemoteError::new(
@@ -604,9 +648,7 @@ impl<L: Link> Conversation<L> {
 
     /// A handler finished request `id`: count it and answer.
     fn answered(&self, peer: &PeerId, id: u64, result: Result<Answer, RemoteError>) {
-        self.counters
-            .requests_handled
-            .fetch_add(1, Ordering::Relaxed);
+        count_by_driver(&self.counters.requests_handled);
         self.answer(peer, id, result);
     }
 
@@ -661,6 +703,13 @@ impl<L: Link> Conversation<L> {
             waker.wake();
         }
     }
+}
+
+/// Counts one more on a counter only the driver task writes (handler work runs on it too):
+/// a load and a store, where `fetch_add` is an atomic read-modify-write per message that a
+/// single writer does not need. Readers still see a whole value.
+fn count_by_driver(counter: &AtomicU64) {
+    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
 /// Removes a request's entry (pending or ended) when its caller stops waiting before the

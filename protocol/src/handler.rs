@@ -185,14 +185,11 @@ impl Handlers {
         }
     }
 
-    pub(crate) fn request(&self, event: &str) -> Option<RequestHandler> {
-        self.requests
-            .get(event)
-            .or(self.any_request.as_ref())
-            .cloned()
+    pub(crate) fn request(&self, event: &str) -> Option<&RequestHandler> {
+        self.requests.get(event).or(self.any_request.as_ref())
     }
 
-    pub(crate) fn tick(&self, event: &str) -> Option<TickHandler> {
-        self.ticks.get(event).or(self.any_tick.as_ref()).cloned()
+    pub(crate) fn tick(&self, event: &str) -> Option<&TickHandler> {
+        self.ticks.get(event).or(self.any_tick.as_ref())
     }
 }
