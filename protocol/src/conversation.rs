@@ -5,8 +5,6 @@
 //! handlers and fires timeouts. Callers send directly (the transport allows it) and wait for
 //! the driver to leave their outcome in the pending table (no channel per request).
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -74,8 +72,11 @@ pub struct Stats {
 struct Waiter {
     /// Who the request went to: only that peer may answer it.
     peer: PeerId,
-    /// The caller's waker, once it waited.
+    /// The caller's waker.
     waker: Option<std::task::Waker>,
+    /// How the request ended, once it did (the table keeps the entry, ended, until the
+    /// caller takes it).
+    outcome: Option<Outcome>,
 }
 
 /// How a pending request ended, as the driver tells its caller (who turns it into the
@@ -91,11 +92,11 @@ enum Outcome {
 /// that a caller only wakes the driver when its deadline is earlier than the timer's.
 #[derive(Default)]
 struct Pending {
+    /// Requests pending, and ended ones whose outcome (in their `Waiter`) their caller has
+    /// not taken yet. (A oneshot channel per request cost an allocation and its atomics;
+    /// measured with callgrind, see the commit.) A caller that gives up removes its own
+    /// entry (`Forget`), so nothing stays.
     table: Table<Waiter>,
-    /// Outcomes of requests that ended, until their caller picks them up. (A oneshot channel
-    /// per request cost an allocation and its atomics; measured with callgrind, see the
-    /// commit.) A caller that gives up removes its own entry (`Forget`), so nothing stays.
-    done: HashMap<u64, Outcome, BuildHasherDefault<crate::table::IdHasher>>,
     /// The timer's deadline. It may be stale (the request it was set for is answered): the
     /// timer then fires for nothing and is set again, which is cheaper than moving it on
     /// every request.
@@ -245,6 +246,7 @@ impl<L: Link> Conversation<L> {
                 Waiter {
                     peer: peer.clone(),
                     waker: Some(waker),
+                    outcome: None,
                 },
             );
             if pending.armed.is_none_or(|armed| deadline < armed) {
@@ -272,7 +274,9 @@ impl<L: Link> Conversation<L> {
                 Ok(sent) => sent?,
                 Err(_) => {
                     // Counted once: unless the driver's timer expired it first (and counted).
-                    if self.pending.lock().table.cancel(id).is_some() {
+                    let taken = self.pending.lock().table.take(id);
+                    forget.armed = false;
+                    if taken.is_some_and(|waiter| waiter.outcome.is_none()) {
                         self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
                     }
                     return Err(Error::Timeout {
@@ -290,10 +294,16 @@ impl<L: Link> Conversation<L> {
                 return std::task::Poll::Pending;
             }
             let mut pending = self.pending.lock();
-            if let Some(outcome) = pending.done.remove(&id) {
-                return std::task::Poll::Ready(outcome);
-            }
             match pending.table.get_mut(id) {
+                Some(Waiter {
+                    outcome: outcome @ Some(_),
+                    ..
+                }) => {
+                    // Only the outcome moves out; the rest is dropped in place.
+                    let outcome = outcome.take();
+                    pending.table.discard(id);
+                    std::task::Poll::Ready(outcome.unwrap_or(Outcome::Failed(Error::Closed)))
+                }
                 Some(waiter) => {
                     match &mut waiter.waker {
                         Some(waker) if waker.will_wake(cx.waker()) => {}
@@ -319,27 +329,22 @@ impl<L: Link> Conversation<L> {
         }
     }
 
-    /// Ends the pending requests `ended` with their outcomes: leaves each outcome for its
-    /// caller and wakes it (after the lock is released).
-    /// Ends the requests `select` takes out of the table with `outcome`, in the same critical
-    /// section (so that a caller giving up in between never leaves an outcome nobody takes),
-    /// then wakes their callers, outside it.
+    /// Ends the requests `select` ends in the table with `outcome`, left in each entry for
+    /// its caller in the same critical section (so that a caller giving up in between never
+    /// leaves an outcome nobody takes), then wakes their callers, outside it.
     fn finish(
         &self,
-        select: impl FnOnce(&mut Table<Waiter>) -> Vec<(u64, Waiter)>,
+        select: impl FnOnce(&mut Table<Waiter>, &mut dyn FnMut(u64, &mut Waiter)) -> usize,
         outcome: impl Fn() -> Outcome,
     ) -> usize {
         let mut wakers = Vec::new();
         let count = {
             let mut pending = self.pending.lock();
-            let ended = select(&mut pending.table);
-            let count = ended.len();
-            for (id, waiter) in ended {
+            select(&mut pending.table, &mut |id, waiter| {
                 tracing::trace!(id, "request ended");
-                pending.done.insert(id, outcome());
-                wakers.extend(waiter.waker);
-            }
-            count
+                waiter.outcome = Some(outcome());
+                wakers.extend(waiter.waker.take());
+            })
         };
         wakers.into_iter().for_each(std::task::Waker::wake);
         count
@@ -409,14 +414,17 @@ impl<L: Link> Conversation<L> {
 
     pub(crate) fn fail_pending(&self, peer: &PeerId, error: impl Fn() -> Error) -> usize {
         self.finish(
-            |table| table.remove_where(|w| &w.peer == peer),
+            |table, ended| table.end_where(|w| &w.peer == peer, ended),
             || Outcome::Failed(error()),
         )
     }
 
     /// Fails every pending request with `error`.
     pub(crate) fn fail_all(&self, error: impl Fn() -> Error) -> usize {
-        self.finish(Table::drain, || Outcome::Failed(error()))
+        self.finish(
+            |table, ended| table.end_all(ended),
+            || Outcome::Failed(error()),
+        )
     }
 
     /// Graceful close: refuse new requests, let handlers in progress answer, fail what is
@@ -528,7 +536,10 @@ impl<L: Link> Conversation<L> {
     /// Fires the timeouts that are due.
     fn expire(&self) {
         let now = Instant::now().into_std();
-        let count = self.finish(|table| table.expire(now), || Outcome::TimedOut);
+        let count = self.finish(
+            |table, ended| table.expire(now, ended),
+            || Outcome::TimedOut,
+        );
         if count > 0 {
             tracing::debug!(count, "requests timed out");
         }
@@ -682,12 +693,11 @@ impl<L: Link> Conversation<L> {
             // Only the peer the request went to may answer it.
             match pending.table.complete_if(id, |w| w.peer == peer) {
                 Some(waiter) => {
-                    let outcome = match envelope.kind() {
+                    waiter.outcome = Some(match envelope.kind() {
                         Kind::Error => Outcome::ErrorReply(envelope),
                         _ => Outcome::Reply(envelope),
-                    };
-                    pending.done.insert(id, outcome);
-                    waiter.waker
+                    });
+                    waiter.waker.take()
                 }
                 None => {
                     drop(pending);
@@ -724,9 +734,7 @@ struct Forget<'a> {
 impl Drop for Forget<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let mut pending = self.pending.lock();
-            pending.table.cancel(self.id);
-            pending.done.remove(&self.id);
+            self.pending.lock().table.discard(self.id);
         }
     }
 }

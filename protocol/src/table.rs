@@ -5,30 +5,7 @@
 //! [`Table::next_deadline`] with a single timer.
 
 use std::collections::VecDeque;
-use std::hash::Hasher;
 use std::time::Instant;
-
-/// Request ids are our own counter, not attacker-chosen keys, so they need no DoS-resistant
-/// hash: one multiplication spreads sequential ids over a table (the conversation's map of
-/// ended requests uses it).
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
 
 /// The low bits of a request id: the index of its slot.
 const SLOT_BITS: u32 = 32;
@@ -72,10 +49,6 @@ impl Deadlines {
         self.sorted.pop_front();
     }
 
-    fn clear(&mut self) {
-        self.sorted.clear();
-    }
-
     fn len(&self) -> usize {
         self.sorted.len()
     }
@@ -85,32 +58,37 @@ impl Deadlines {
     }
 }
 
-/// One request in flight, or a free slot (`value` is `None`).
+/// One request, pending or ended, or a free slot (`value` is `None`).
 struct Slot<T> {
     /// The id the slot was last given (its index in the low bits, a sequence number above).
     id: u64,
     due: Instant,
+    /// Ended (answered, timed out or failed) and waiting for its caller to take it: no
+    /// longer matched by replies, deadlines or failures.
+    ended: bool,
     value: Option<T>,
 }
 
-/// Requests in flight, each with an id the table gives out, a deadline and a value (the
-/// caller's completion handle).
+/// Requests, each with an id the table gives out, a deadline and a value (the caller's
+/// completion handle): pending until a reply, its deadline or a failure ends it, then ended
+/// until its caller takes it (the value carries the outcome meanwhile).
 ///
 /// A slab, not a map: an id carries the index of its slot in its low bits (and a sequence
 /// number above them, so that an id is not given out again for a long time), so a reply
-/// finds its request without hashing. A late, repeated or forged id finds a free slot, or
-/// one whose id differs: unmatched. (A hash map keyed by id cost about 250 instructions per
-/// request more for the insertion and removal; callgrind, protocol client, 1000 B, 100 in
-/// flight.)
+/// finds its request without hashing. A late, repeated or forged id finds a free slot, an
+/// ended one, or one whose id differs: unmatched. (A hash map keyed by id, and a second one
+/// for the outcomes of ended requests, cost about 350 instructions per request more;
+/// callgrind, protocol client, 1000 B, 100 in flight.)
 pub struct Table<T> {
     slots: Vec<Slot<T>>,
     /// Indexes of free slots, the most recently freed last (reused first: warm in cache).
     free: Vec<u32>,
-    /// Requests in flight.
-    len: usize,
+    /// Pending requests.
+    pending: usize,
     /// The sequence number of the next id.
     sequence: u32,
-    /// Every pending entry's deadline, and stale ones of entries gone (see [`Deadlines`]).
+    /// Every pending entry's deadline, and stale ones of entries since ended (see
+    /// [`Deadlines`]).
     deadlines: Deadlines,
     /// About how many of `deadlines` are stale (exact after a compaction).
     stale: usize,
@@ -121,7 +99,7 @@ pub struct Table<T> {
 impl<T> std::fmt::Debug for Table<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Table")
-            .field("pending", &self.len)
+            .field("pending", &self.pending)
             .field("unmatched", &self.unmatched)
             .finish()
     }
@@ -131,6 +109,11 @@ impl<T> Default for Table<T> {
     fn default() -> Self {
         Table::starting_at(0)
     }
+}
+
+/// The slot index an id names.
+fn index_of(id: u64) -> usize {
+    (id & u64::from(u32::MAX)) as usize
 }
 
 impl<T> Table<T> {
@@ -145,7 +128,7 @@ impl<T> Table<T> {
         Table {
             slots: Vec::new(),
             free: Vec::new(),
-            len: 0,
+            pending: 0,
             sequence,
             deadlines: Deadlines::default(),
             stale: 0,
@@ -163,140 +146,174 @@ impl<T> Table<T> {
                 self.slots.push(Slot {
                     id: 0,
                     due: deadline,
+                    ended: false,
                     value: None,
                 });
                 self.slots.len() - 1
             }
         };
-        // More than 2^32 requests in flight would need more memory than any machine has:
-        // the slab's growth fails first.
+        // More than 2^32 requests at once would need more memory than any machine has: the
+        // slab's growth fails first.
         let id = (u64::from(sequence) << SLOT_BITS) | index as u64;
-        self.slots[index] = Slot {
-            id,
-            due: deadline,
-            value: Some(value),
-        };
-        self.len += 1;
+        // Field by field: the value is moved once, not a whole new slot.
+        let slot = &mut self.slots[index];
+        slot.id = id;
+        slot.due = deadline;
+        slot.ended = false;
+        slot.value = Some(value);
+        self.pending += 1;
         self.deadlines.insert((deadline, id));
         id
     }
 
-    /// The slot of pending request `id`, if it is pending.
-    fn slot(&self, id: u64) -> Option<&Slot<T>> {
-        let slot = self.slots.get((id & u64::from(u32::MAX)) as usize)?;
+    /// The slot of request `id`, pending or ended.
+    fn slot_mut(&mut self, id: u64) -> Option<&mut Slot<T>> {
+        let slot = self.slots.get_mut(index_of(id))?;
         (slot.id == id && slot.value.is_some()).then_some(slot)
     }
 
-    /// Frees the slot of pending request `id` and returns its value; its deadline stays
-    /// listed, stale.
-    fn remove(&mut self, id: u64) -> Option<T> {
-        let value = self.take(id)?;
-        self.went_stale();
-        Some(value)
+    /// The slot of request `id` if it is pending.
+    fn pending_slot(&self, id: u64) -> Option<&Slot<T>> {
+        let slot = self.slots.get(index_of(id))?;
+        (slot.id == id && slot.value.is_some() && !slot.ended).then_some(slot)
     }
 
-    /// Frees the slot of pending request `id` and returns its value (the caller accounts
-    /// for its deadline).
-    fn take(&mut self, id: u64) -> Option<T> {
-        let index = (id & u64::from(u32::MAX)) as usize;
-        let slot = self.slots.get_mut(index)?;
-        if slot.id != id {
+    /// Ends pending request `id` and returns its value. Its deadline goes stale, unless
+    /// the caller just took it off the list (`listed` false).
+    fn end(&mut self, id: u64, listed: bool) -> Option<&mut T> {
+        let slot = self.slots.get_mut(index_of(id))?;
+        if slot.id != id || slot.ended || slot.value.is_none() {
             return None;
         }
-        let value = slot.value.take()?;
-        self.free.push(index as u32);
-        self.len -= 1;
-        Some(value)
+        slot.ended = true;
+        self.pending -= 1;
+        if listed {
+            self.went_stale();
+        }
+        self.slots[index_of(id)].value.as_mut()
     }
 
-    /// A reply arrived for `id`: removes and returns its entry. `None` (and the unmatched
-    /// count goes up) for a reply that came after its timeout, or that was never asked for:
-    /// such a reply is dropped, never handed to another request.
-    pub fn complete(&mut self, id: u64) -> Option<T> {
+    /// A reply arrived for `id`: ends the pending request and returns its value, for the
+    /// outcome to be left in it. `None` (and the unmatched count goes up) for a reply that
+    /// came after its request ended (timed out, answered already) or that was never asked
+    /// for: such a reply is dropped, never handed to another request.
+    pub fn complete(&mut self, id: u64) -> Option<&mut T> {
         self.complete_if(id, |_| true)
     }
 
     /// Like [`complete`](Self::complete), but only if the entry's value passes `accept` (for
     /// example, the reply came from the peer the request went to); otherwise the entry stays
-    /// and the reply counts as unmatched.
-    pub fn complete_if(&mut self, id: u64, accept: impl FnOnce(&T) -> bool) -> Option<T> {
+    /// pending and the reply counts as unmatched.
+    pub fn complete_if(&mut self, id: u64, accept: impl FnOnce(&T) -> bool) -> Option<&mut T> {
         let accepted = self
-            .slot(id)
+            .pending_slot(id)
             .and_then(|slot| slot.value.as_ref())
             .is_some_and(accept);
         if !accepted {
             self.unmatched += 1;
             return None;
         }
-        self.remove(id)
+        self.end(id, true)
     }
 
-    /// The value pending under `id`, if any, to change it.
+    /// The value of request `id`, pending or ended, to change it.
     pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
-        let slot = self.slots.get_mut((id & u64::from(u32::MAX)) as usize)?;
+        self.slot_mut(id)?.value.as_mut()
+    }
+
+    /// The value of request `id`, pending or ended.
+    pub fn get(&self, id: u64) -> Option<&T> {
+        let slot = self.slots.get(index_of(id))?;
         if slot.id != id {
             return None;
         }
-        slot.value.as_mut()
+        slot.value.as_ref()
     }
 
-    /// The value pending under `id`, if any.
-    pub fn get(&self, id: u64) -> Option<&T> {
-        self.slot(id).and_then(|slot| slot.value.as_ref())
+    /// Whether request `id` is pending (not ended, not taken).
+    pub fn is_pending(&self, id: u64) -> bool {
+        self.pending_slot(id).is_some()
     }
 
-    /// Removes the entry of `id` without counting anything (the caller gave up).
-    pub fn cancel(&mut self, id: u64) -> Option<T> {
-        self.remove(id)
+    /// Removes request `id`, pending or ended, and returns its value: its caller took the
+    /// outcome, or gave up. The id matches nothing from now on.
+    pub fn take(&mut self, id: u64) -> Option<T> {
+        let value = self.slot_mut(id)?.value.take();
+        self.freed(id);
+        value
     }
 
-    /// Removes and returns every entry whose deadline is at or before `now`, earliest first.
-    pub fn expire(&mut self, now: Instant) -> Vec<(u64, T)> {
-        let mut expired = Vec::new();
+    /// [`take`](Self::take) without moving the value out (dropped in place): for a large
+    /// value whose caller took what it needed from it already. Whether it was there.
+    pub fn discard(&mut self, id: u64) -> bool {
+        let Some(slot) = self.slot_mut(id) else {
+            return false;
+        };
+        slot.value = None;
+        self.freed(id);
+        true
+    }
+
+    /// Accounts for the slot of `id`, just emptied.
+    fn freed(&mut self, id: u64) {
+        let index = index_of(id);
+        let was_pending = !std::mem::replace(&mut self.slots[index].ended, false);
+        self.free.push(index as u32);
+        if was_pending {
+            self.pending -= 1;
+            self.went_stale();
+        }
+    }
+
+    /// Ends every pending request whose deadline is at or before `now`, earliest first,
+    /// handing each to `ended`; returns how many.
+    pub fn expire(&mut self, now: Instant, mut ended: impl FnMut(u64, &mut T)) -> usize {
+        let mut count = 0;
         while let Some((deadline, id)) = self.deadlines.first() {
             if deadline > now {
                 break;
             }
             self.deadlines.pop_first();
             if self.is_live(deadline, id) {
-                // Its deadline is the one just taken off the list: nothing goes stale.
-                if let Some(value) = self.take(id) {
-                    expired.push((id, value));
+                if let Some(value) = self.end(id, false) {
+                    ended(id, value);
+                    count += 1;
                 }
             } else {
                 self.stale = self.stale.saturating_sub(1);
             }
         }
-        expired
+        count
     }
 
-    /// Removes and returns every entry whose value satisfies `pred` (for example, every
-    /// request sent to a peer that left).
-    pub fn remove_where(&mut self, mut pred: impl FnMut(&T) -> bool) -> Vec<(u64, T)> {
+    /// Ends every pending request whose value satisfies `pred` (for example, every request
+    /// sent to a peer that left), handing each to `ended`; returns how many.
+    pub fn end_where(
+        &mut self,
+        mut pred: impl FnMut(&T) -> bool,
+        mut ended: impl FnMut(u64, &mut T),
+    ) -> usize {
         let ids: Vec<u64> = self
             .slots
             .iter()
-            .filter(|slot| slot.value.as_ref().is_some_and(&mut pred))
+            .filter(|slot| !slot.ended && slot.value.as_ref().is_some_and(&mut pred))
             .map(|slot| slot.id)
             .collect();
-        ids.into_iter()
-            .filter_map(|id| self.remove(id).map(|v| (id, v)))
-            .collect()
+        for &id in &ids {
+            if let Some(value) = self.end(id, true) {
+                ended(id, value);
+            }
+        }
+        ids.len()
     }
 
-    /// Removes and returns everything (on close or connection loss).
-    pub fn drain(&mut self) -> Vec<(u64, T)> {
-        self.deadlines.clear();
-        self.stale = 0;
-        self.len = 0;
-        self.free.clear();
-        std::mem::take(&mut self.slots)
-            .into_iter()
-            .filter_map(|slot| slot.value.map(|value| (slot.id, value)))
-            .collect()
+    /// Ends every pending request (on close or connection loss), handing each to `ended`;
+    /// returns how many.
+    pub fn end_all(&mut self, ended: impl FnMut(u64, &mut T)) -> usize {
+        self.end_where(|_| true, ended)
     }
 
-    /// The earliest deadline, for the driver's single timer.
+    /// The earliest deadline of a pending request, for the driver's single timer.
     /// (Drops the stale deadlines in front of it on the way.)
     pub fn next_deadline(&mut self) -> Option<Instant> {
         while let Some((deadline, id)) = self.deadlines.first() {
@@ -309,35 +326,36 @@ impl<T> Table<T> {
         None
     }
 
-    /// Whether `(deadline, id)` is the deadline of a pending entry (not a stale one).
+    /// Whether `(deadline, id)` is the deadline of a pending request (not a stale one).
     fn is_live(&self, deadline: Instant, id: u64) -> bool {
-        self.slot(id).is_some_and(|slot| slot.due == deadline)
+        self.pending_slot(id)
+            .is_some_and(|slot| slot.due == deadline)
     }
 
-    /// An entry left with its deadline still listed; when stale deadlines outnumber the
-    /// pending entries (and a few), drop them all at once: each costs O(1) amortized, and
-    /// the list stays within about twice the requests in flight.
+    /// A pending request ended with its deadline still listed; when stale deadlines
+    /// outnumber the pending requests (and a few), drop them all at once: each costs O(1)
+    /// amortized, and the list stays within about twice the requests pending.
     fn went_stale(&mut self) {
         self.stale += 1;
-        if self.stale > COMPACT_AFTER && self.stale > self.len {
+        if self.stale > COMPACT_AFTER && self.stale > self.pending {
             let slots = &self.slots;
             self.deadlines.retain(|(deadline, id)| {
-                slots
-                    .get((id & u64::from(u32::MAX)) as usize)
-                    .is_some_and(|s| s.id == *id && s.value.is_some() && s.due == *deadline)
+                slots.get(index_of(*id)).is_some_and(|s| {
+                    s.id == *id && s.value.is_some() && !s.ended && s.due == *deadline
+                })
             });
-            self.stale = self.deadlines.len() - self.len.min(self.deadlines.len());
+            self.stale = self.deadlines.len() - self.pending.min(self.deadlines.len());
         }
     }
 
-    /// Requests in flight.
+    /// Pending requests (ended ones waiting for their caller not counted).
     pub fn len(&self) -> usize {
-        self.len
+        self.pending
     }
 
-    /// Whether nothing is in flight.
+    /// Whether no request is pending.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.pending == 0
     }
 
     /// Replies dropped because they matched no pending request.
@@ -355,14 +373,26 @@ mod tests {
         base + Duration::from_millis(ms)
     }
 
+    /// The requests `expire` ends at `now`, in order.
+    fn expired<T: Clone>(table: &mut Table<T>, now: Instant) -> Vec<(u64, T)> {
+        let mut ended = Vec::new();
+        let count = table.expire(now, |id, value| ended.push((id, value.clone())));
+        assert_eq!(count, ended.len());
+        ended
+    }
+
     #[test]
     fn a_timeout_fires_at_its_deadline_not_before() {
         let t0 = Instant::now();
         let mut table = Table::new();
         let a = table.insert(at(t0, 100), "a");
-        assert!(table.expire(at(t0, 99)).is_empty());
-        assert_eq!(table.expire(at(t0, 100)), vec![(a, "a")]);
+        assert!(expired(&mut table, at(t0, 99)).is_empty());
+        assert_eq!(expired(&mut table, at(t0, 100)), vec![(a, "a")]);
         assert!(table.is_empty());
+        // Ended, not gone: its caller takes it.
+        assert_eq!(table.get(a), Some(&"a"));
+        assert_eq!(table.take(a), Some("a"));
+        assert_eq!(table.get(a), None);
     }
 
     #[test]
@@ -373,7 +403,7 @@ mod tests {
         let a = table.insert(at(t0, 100), "a");
         let b = table.insert(at(t0, 200), "b");
         assert_eq!(table.next_deadline(), Some(at(t0, 100)));
-        assert_eq!(table.expire(at(t0, 250)), vec![(a, "a"), (b, "b")]);
+        assert_eq!(expired(&mut table, at(t0, 250)), vec![(a, "a"), (b, "b")]);
         assert_eq!(table.next_deadline(), Some(at(t0, 300)));
     }
 
@@ -382,14 +412,37 @@ mod tests {
         let t0 = Instant::now();
         let mut table = Table::new();
         let first = table.insert(at(t0, 10), "first");
-        assert_eq!(table.expire(at(t0, 10)), vec![(first, "first")]);
-        // The next request reuses the slot: the late reply to the first must not reach it.
+        assert_eq!(expired(&mut table, at(t0, 10)), vec![(first, "first")]);
+        // Timed out, not yet taken by its caller: the late reply does not match.
+        assert_eq!(table.complete(first), None);
+        assert_eq!(table.unmatched(), 1);
+        assert_eq!(table.take(first), Some("first"));
+        // The next request reuses the slot: the late reply must not reach it either.
         let second = table.insert(at(t0, 1000), "second");
         assert_ne!(first, second);
         assert_eq!(table.complete(first), None);
-        assert_eq!(table.unmatched(), 1);
-        assert_eq!(table.complete(second), Some("second"));
+        assert_eq!(table.unmatched(), 2);
+        assert_eq!(table.complete(second).copied(), Some("second"));
         assert_eq!(table.next_deadline(), None);
+    }
+
+    #[test]
+    fn an_answered_request_waits_for_its_caller_and_is_not_answered_twice() {
+        let t0 = Instant::now();
+        let mut table = Table::new();
+        let id = table.insert(at(t0, 10), 0);
+        *table.complete(id).expect("pending") = 42;
+        assert!(table.is_empty(), "no longer pending");
+        assert!(!table.is_pending(id));
+        assert_eq!(table.complete(id), None, "a second answer is unmatched");
+        assert_eq!(table.unmatched(), 1);
+        assert!(
+            expired(&mut table, at(t0, 1000)).is_empty(),
+            "its deadline is gone"
+        );
+        assert_eq!(table.end_all(|_, _| {}), 0, "nothing pending to fail");
+        assert_eq!(table.take(id), Some(42), "the outcome is still there");
+        assert_eq!(table.take(id), None);
     }
 
     #[test]
@@ -400,7 +453,8 @@ mod tests {
         for _ in 0..10_000 {
             let id = table.insert(at(t0, 10), ());
             assert!(seen.insert(id), "id {id:#x} given out twice");
-            assert_eq!(table.complete(id), Some(()));
+            assert!(table.complete(id).is_some());
+            assert_eq!(table.take(id), Some(()));
         }
         assert_eq!(table.slots.len(), 1, "one slot, reused");
     }
@@ -414,10 +468,10 @@ mod tests {
             assert_eq!(table.complete(forged), None, "{forged:#x}");
             assert!(table.get(forged).is_none());
             assert!(table.get_mut(forged).is_none());
-            assert!(table.cancel(forged).is_none());
+            assert!(table.take(forged).is_none());
         }
         assert_eq!(table.unmatched(), 5);
-        assert_eq!(table.complete(id), Some("a"));
+        assert_eq!(table.complete(id).copied(), Some("a"));
     }
 
     #[test]
@@ -429,7 +483,11 @@ mod tests {
         assert_eq!(table.unmatched(), 1);
         assert_eq!(table.complete_if(id + 1, |_| true), None);
         assert_eq!(table.unmatched(), 2);
-        assert_eq!(table.complete_if(id, |p| *p == "peer-a"), Some("peer-a"));
+        assert!(table.is_pending(id));
+        assert_eq!(
+            table.complete_if(id, |p| *p == "peer-a").copied(),
+            Some("peer-a")
+        );
         assert!(table.is_empty());
         assert_eq!(table.next_deadline(), None);
     }
@@ -443,49 +501,59 @@ mod tests {
             .enumerate()
             .map(|(n, ms)| table.insert(at(t0, ms), n))
             .collect();
-        assert_eq!(table.complete(ids[2]), Some(2));
-        assert_eq!(table.complete(ids[4]), Some(4));
+        assert_eq!(table.complete(ids[2]).copied(), Some(2));
+        assert_eq!(table.complete(ids[4]).copied(), Some(4));
         assert_eq!(table.next_deadline(), Some(at(t0, 10)));
         assert_eq!(
-            table.expire(at(t0, 100)),
+            expired(&mut table, at(t0, 100)),
             vec![(ids[1], 1), (ids[5], 5), (ids[3], 3), (ids[0], 0)]
         );
         assert_eq!(table.next_deadline(), None);
     }
 
     #[test]
-    fn completing_removes_the_deadline() {
+    fn a_caller_that_gives_up_removes_its_request() {
         let t0 = Instant::now();
         let mut table = Table::new();
         let id = table.insert(at(t0, 10), ());
-        assert_eq!(table.complete(id), Some(()));
-        assert!(table.expire(at(t0, 1000)).is_empty());
-        assert_eq!(
-            table.complete(id),
-            None,
-            "answered twice: second is unmatched"
-        );
+        assert!(table.discard(id));
+        assert!(!table.discard(id), "once");
+        assert!(table.is_empty());
+        assert!(expired(&mut table, at(t0, 1000)).is_empty());
+        assert_eq!(table.complete(id), None, "a reply after that is unmatched");
     }
 
     #[test]
-    fn remove_where_and_drain() {
+    fn end_where_and_end_all_fail_pending_requests_only() {
         let t0 = Instant::now();
         let mut table = Table::new();
         let one = table.insert(at(t0, 10), "peer-a");
         let two = table.insert(at(t0, 10), "peer-b");
         let three = table.insert(at(t0, 10), "peer-a");
-        let mut gone = table.remove_where(|p| *p == "peer-a");
+        let answered = table.insert(at(t0, 10), "peer-a");
+        assert!(table.complete(answered).is_some());
+        let mut gone = Vec::new();
+        let count = table.end_where(|p| *p == "peer-a", |id, _| gone.push(id));
         gone.sort();
-        let mut expected = vec![(one, "peer-a"), (three, "peer-a")];
+        let mut expected = vec![one, three];
         expected.sort();
-        assert_eq!(gone, expected);
+        assert_eq!(
+            (count, gone),
+            (2, expected),
+            "the answered one is left alone"
+        );
         assert_eq!(table.len(), 1);
-        assert_eq!(table.drain(), vec![(two, "peer-b")]);
+        let mut rest = Vec::new();
+        assert_eq!(table.end_all(|id, _| rest.push(id)), 1);
+        assert_eq!(rest, vec![two]);
         assert_eq!(table.next_deadline(), None);
         assert!(table.is_empty());
-        // Usable again after a drain.
+        for id in [one, two, three, answered] {
+            assert!(table.take(id).is_some(), "each caller takes its own");
+        }
+        // Usable again.
         let four = table.insert(at(t0, 10), "peer-c");
-        assert_eq!(table.complete(four), Some("peer-c"));
+        assert_eq!(table.complete(four).copied(), Some("peer-c"));
     }
 
     #[test]
@@ -496,7 +564,8 @@ mod tests {
         let slow = table.insert(at(t0, 10), ());
         for _ in 1..100_000u64 {
             let id = table.insert(at(t0, 20), ());
-            assert_eq!(table.complete(id), Some(()));
+            assert!(table.complete(id).is_some());
+            assert_eq!(table.take(id), Some(()));
         }
         assert_eq!(table.len(), 1);
         assert!(
@@ -505,7 +574,7 @@ mod tests {
             table.deadlines.len()
         );
         assert_eq!(table.next_deadline(), Some(at(t0, 10)));
-        assert_eq!(table.expire(at(t0, 1000)), vec![(slow, ())]);
+        assert_eq!(expired(&mut table, at(t0, 1000)), vec![(slow, ())]);
         assert_eq!(table.next_deadline(), None);
     }
 
@@ -516,7 +585,7 @@ mod tests {
         let last = table.insert(at(t0, 10), "last");
         let wrapped = table.insert(at(t0, 10), "wrapped");
         assert_ne!(last, wrapped);
-        assert_eq!(table.complete(last), Some("last"));
-        assert_eq!(table.complete(wrapped), Some("wrapped"));
+        assert_eq!(table.complete(last).copied(), Some("last"));
+        assert_eq!(table.complete(wrapped).copied(), Some("wrapped"));
     }
 }
