@@ -581,7 +581,7 @@ impl<L: Link> Conversation<L> {
                 None
             }
             Kind::Tick => {
-                let handler = handlers.tick(envelope.event());
+                let handler = handlers.tick(envelope.event_bytes());
                 let Some(handler) = handler else {
                     tracing::debug!(event = envelope.event(), "tick with no handler dropped");
                     self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
@@ -608,7 +608,7 @@ impl<L: Link> Conversation<L> {
                     self.answer(&peer, id, Err(refusal));
                     return None;
                 }
-                let handler = handlers.request(envelope.event());
+                let handler = handlers.request(envelope.event_bytes());
                 let Some(handler) = handler else {
                     self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
                     let missing = RemoteError::new(

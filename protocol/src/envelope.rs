@@ -122,6 +122,11 @@ impl Envelope {
         std::str::from_utf8(&self.event).unwrap_or_default()
     }
 
+    /// The event name's bytes (UTF-8, checked when decoded), without checking them again.
+    pub(crate) fn event_bytes(&self) -> &[u8] {
+        &self.event
+    }
+
     /// The raw metadata (empty when none was sent).
     pub fn metadata(&self) -> &Bytes {
         &self.metadata

@@ -154,8 +154,10 @@ impl Hasher for NameHasher {
 /// installs its own dispatcher as the catch-all).
 #[derive(Default, Clone)]
 pub(crate) struct Handlers {
-    requests: HashMap<String, RequestHandler, BuildHasherDefault<NameHasher>>,
-    ticks: HashMap<String, TickHandler, BuildHasherDefault<NameHasher>>,
+    // Keyed by the name's bytes: a received event name is looked up as it came, without
+    // checking its UTF-8 a second time (decoding checked it).
+    requests: HashMap<Box<[u8]>, RequestHandler, BuildHasherDefault<NameHasher>>,
+    ticks: HashMap<Box<[u8]>, TickHandler, BuildHasherDefault<NameHasher>>,
     any_request: Option<RequestHandler>,
     any_tick: Option<TickHandler>,
 }
@@ -164,10 +166,10 @@ impl Handlers {
     pub(crate) fn set_request(&mut self, event: Option<String>, handler: Option<RequestHandler>) {
         match (event, handler) {
             (Some(event), Some(h)) => {
-                self.requests.insert(event, h);
+                self.requests.insert(event.into_bytes().into(), h);
             }
             (Some(event), None) => {
-                self.requests.remove(&event);
+                self.requests.remove(event.as_bytes());
             }
             (None, h) => self.any_request = h,
         }
@@ -176,20 +178,20 @@ impl Handlers {
     pub(crate) fn set_tick(&mut self, event: Option<String>, handler: Option<TickHandler>) {
         match (event, handler) {
             (Some(event), Some(h)) => {
-                self.ticks.insert(event, h);
+                self.ticks.insert(event.into_bytes().into(), h);
             }
             (Some(event), None) => {
-                self.ticks.remove(&event);
+                self.ticks.remove(event.as_bytes());
             }
             (None, h) => self.any_tick = h,
         }
     }
 
-    pub(crate) fn request(&self, event: &str) -> Option<&RequestHandler> {
+    pub(crate) fn request(&self, event: &[u8]) -> Option<&RequestHandler> {
         self.requests.get(event).or(self.any_request.as_ref())
     }
 
-    pub(crate) fn tick(&self, event: &str) -> Option<&TickHandler> {
+    pub(crate) fn tick(&self, event: &[u8]) -> Option<&TickHandler> {
         self.ticks.get(event).or(self.any_tick.as_ref())
     }
 }
