@@ -76,6 +76,57 @@ impl Kind {
     }
 }
 
+/// An event name: kept inline when short (most are), so that decoding one costs no
+/// reference on the received buffer (two atomic operations per message) and building one no
+/// allocation; a longer one is a slice of the received buffer, or a copy.
+#[derive(Clone)]
+enum EventName {
+    Inline { len: u8, bytes: [u8; EventName::INLINE] },
+    Shared(Bytes),
+}
+
+impl EventName {
+    const INLINE: usize = 30;
+
+    /// `name`, inline if short; otherwise a slice of `within` (a buffer that holds `name`
+    /// at the given offset) when given, else a copy.
+    fn new(name: &[u8], within: Option<(&Bytes, usize)>) -> EventName {
+        if name.len() <= Self::INLINE {
+            let mut bytes = [0; Self::INLINE];
+            bytes[..name.len()].copy_from_slice(name);
+            return EventName::Inline {
+                len: name.len() as u8,
+                bytes,
+            };
+        }
+        match within {
+            Some((buffer, at)) => EventName::Shared(buffer.slice(at..at + name.len())),
+            None => EventName::Shared(Bytes::copy_from_slice(name)),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            EventName::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            EventName::Shared(bytes) => bytes,
+        }
+    }
+}
+
+impl PartialEq for EventName {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for EventName {}
+
+impl std::fmt::Debug for EventName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&String::from_utf8_lossy(self.as_bytes()), f)
+    }
+}
+
 /// A decoded message. Cheap to clone (it holds `Bytes`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Envelope {
@@ -83,7 +134,7 @@ pub struct Envelope {
     system: bool,
     id: u64,
     /// The event name; checked to be UTF-8 when decoded.
-    event: Bytes,
+    event: EventName,
     metadata: Bytes,
     payload: Bytes,
 }
@@ -95,7 +146,7 @@ impl Envelope {
             kind,
             system: event.starts_with(SYSTEM_PREFIX),
             id,
-            event: Bytes::copy_from_slice(event.as_bytes()),
+            event: EventName::new(event.as_bytes(), None),
             metadata,
             payload,
         }
@@ -119,12 +170,12 @@ impl Envelope {
     /// The event name.
     pub fn event(&self) -> &str {
         // Checked in `decode` (or built from a `&str`); this cannot fail.
-        std::str::from_utf8(&self.event).unwrap_or_default()
+        std::str::from_utf8(self.event.as_bytes()).unwrap_or_default()
     }
 
     /// The event name's bytes (UTF-8, checked when decoded), without checking them again.
     pub(crate) fn event_bytes(&self) -> &[u8] {
-        &self.event
+        self.event.as_bytes()
     }
 
     /// The raw metadata (empty when none was sent).
@@ -228,8 +279,8 @@ impl Envelope {
                 got: header.len(),
             });
         }
-        let event = header.slice(FIXED_HEADER..event_end);
-        let event_str = std::str::from_utf8(&event).map_err(|_| DecodeError::InvalidUtf8)?;
+        let event_raw = &header[FIXED_HEADER..event_end];
+        let event_str = std::str::from_utf8(event_raw).map_err(|_| DecodeError::InvalidUtf8)?;
         let system = flags & FLAG_SYSTEM != 0;
         if system != event_str.starts_with(SYSTEM_PREFIX) {
             return Err(DecodeError::SystemFlagMismatch);
@@ -268,7 +319,7 @@ impl Envelope {
             kind,
             system,
             id,
-            event,
+            event: EventName::new(event_raw, Some((header, FIXED_HEADER))),
             metadata: header.slice(metadata_start..metadata_end),
             payload,
         })
@@ -576,6 +627,25 @@ mod tests {
             Envelope::decode(&frames, MAX),
             Err(DecodeError::TooManyFrames(2))
         );
+    }
+
+    #[test]
+    fn event_names_short_and_long_decode_to_the_same_envelope() {
+        // 30 bytes are kept inline, longer ones as a slice of the received frame.
+        for event in ["e", &"x".repeat(30), &"y".repeat(31), &"é".repeat(200)] {
+            let sent = Envelope::new(
+                Kind::Request,
+                7,
+                event,
+                Bytes::from_static(b"meta"),
+                Bytes::from_static(b"payload"),
+            );
+            let decoded = Envelope::decode(&sent.encode(), MAX).expect("valid");
+            assert_eq!(decoded.event(), event);
+            assert_eq!(decoded.event_bytes(), event.as_bytes());
+            assert_eq!(decoded, sent);
+            assert_eq!(decoded.clone(), sent);
+        }
     }
 
     #[test]
