@@ -199,6 +199,44 @@ impl Drop for Msg {
     }
 }
 
+/// Sends a copy of `bytes` as one frame: libzmq's `zmq_send`, which makes the message,
+/// copies and sends in one call (a routing id: a few bytes, stored inside the message), where
+/// building a message first costs four calls.
+pub(crate) fn send_bytes(socket: &mut zmq::Socket, bytes: &[u8], flags: i32) -> zmq::Result<()> {
+    // SAFETY: a live socket held exclusively (as in `Msg::recv`); libzmq copies `bytes.len()`
+    // bytes from `bytes` before it returns.
+    let rc = unsafe {
+        zmq_sys::zmq_send(
+            socket.as_mut_ptr(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            flags as _,
+        )
+    };
+    if rc < 0 {
+        Err(last_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Receives one frame into `buffer` without blocking (libzmq's `zmq_recv`: the message is
+/// made, copied and closed inside one call) and returns its size, which is larger than the
+/// buffer when the frame did not fit (it is then cut).
+pub(crate) fn recv_bytes(socket: &mut zmq::Socket, buffer: &mut [u8]) -> zmq::Result<usize> {
+    // SAFETY: a live socket held exclusively (as in `Msg::recv`); libzmq writes at most
+    // `buffer.len()` bytes into `buffer`.
+    let rc = unsafe {
+        zmq_sys::zmq_recv(
+            socket.as_mut_ptr(),
+            buffer.as_mut_ptr().cast(),
+            buffer.len(),
+            zmq_sys::ZMQ_DONTWAIT as _,
+        )
+    };
+    usize::try_from(rc).map_err(|_| last_error())
+}
+
 /// libzmq's error for the call that just failed on this thread.
 fn last_error() -> zmq::Error {
     // SAFETY: zmq_errno only reads the calling thread's errno.

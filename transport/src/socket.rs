@@ -759,7 +759,7 @@ async fn wait_released(endpoint: &str) {
 /// message itself (see [`Recent`]); any other is copied into a new message.
 fn send_frames<F: Frame>(live: &mut Live, peer: Option<&Bytes>, frames: &[F]) -> zmq::Result<()> {
     if let Some(peer) = peer {
-        live.socket.send(&peer[..], zmq::SNDMORE | zmq::DONTWAIT)?;
+        crate::msg::send_bytes(&mut live.socket, peer, zmq::SNDMORE | zmq::DONTWAIT)?;
     }
     let last = frames.len() - 1;
     for (i, frame) in frames.iter().enumerate() {
@@ -795,8 +795,27 @@ fn recv_frames(
     with_key: bool,
     frames: &mut Vec<Bytes>,
 ) -> zmq::Result<Option<Key>> {
+    if let Some(last_peer) = &mut live.last_peer {
+        // A ROUTER's first frame is the routing id, which libzmq makes (at most 255 bytes,
+        // no metadata) and always follows with the message's own frames: received straight
+        // into a buffer here, one libzmq call where a message costs five.
+        let mut id = [0u8; 256];
+        let size = match crate::msg::recv_bytes(&mut live.socket, &mut id) {
+            Ok(size) => size.min(id.len()),
+            Err(e) => {
+                if e == zmq::Error::EAGAIN {
+                    live.recent.clear();
+                }
+                return Err(e);
+            }
+        };
+        let id = &id[..size];
+        if last_peer[..] != *id {
+            *last_peer = Bytes::copy_from_slice(id);
+        }
+        frames.push(last_peer.clone());
+    }
     let mut key = None;
-    let mut first = true;
     loop {
         let mut message = Msg::new();
         let size = match message.recv(&mut live.socket) {
@@ -814,20 +833,6 @@ fn recv_frames(
                 .and_then(|id| Key::from_z85(id).ok());
         }
         let more = message.more();
-        if std::mem::take(&mut first) {
-            if let Some(last_peer) = &mut live.last_peer {
-                // A ROUTER's first frame is the routing id.
-                let id = message.bytes(size);
-                if last_peer[..] != *id {
-                    *last_peer = Bytes::copy_from_slice(id);
-                }
-                frames.push(last_peer.clone());
-                if !more {
-                    return Ok(key);
-                }
-                continue;
-            }
-        }
         let bytes = message.bytes(size);
         if bytes.len() <= Arena::MAX_FRAME {
             // Small: copied into the socket's arena; the message itself is kept for
