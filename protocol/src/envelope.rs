@@ -81,7 +81,10 @@ impl Kind {
 /// allocation; a longer one is a slice of the received buffer, or a copy.
 #[derive(Clone)]
 enum EventName {
-    Inline { len: u8, bytes: [u8; EventName::INLINE] },
+    Inline {
+        len: u8,
+        bytes: [u8; EventName::INLINE],
+    },
     Shared(Bytes),
 }
 
