@@ -116,6 +116,7 @@ pub(crate) struct Conversation<L: Link> {
     handlers: RwLock<Arc<Handlers>>,
     /// Bumped (under the write lock) every time `handlers` changes.
     handlers_version: AtomicU64,
+    /// Ids of ticks (a request gets its id from the pending table).
     next_id: AtomicU64,
     /// Wakes the driver when a request with an earlier deadline than all others is added.
     timer_reset: Notify,
@@ -140,14 +141,14 @@ impl<L: Link> Conversation<L> {
         let conversation = Arc::new(Conversation {
             link,
             pending: Mutex::new(Pending {
-                // Truncated to the table's sequence numbers: random all the same.
+                // Start from a random point so ids from a restarted process do not repeat
+                // the previous run's (a late reply must not match a new request); truncated
+                // to the table's sequence numbers, random all the same.
                 table: Table::starting_at(rand_start() as u32),
                 ..Pending::default()
             }),
             handlers: RwLock::new(Arc::new(Handlers::default())),
             handlers_version: AtomicU64::new(0),
-            // Start from a random point so ids from a restarted process do not repeat the
-            // previous run's (a late reply must not match a new request).
             next_id: AtomicU64::new(rand_start()),
             timer_reset: Notify::new(),
             closing: AtomicBool::new(false),
