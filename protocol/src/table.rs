@@ -578,6 +578,144 @@ mod tests {
         assert_eq!(table.next_deadline(), None);
     }
 
+    mod model {
+        //! The table against a plain model (a map of id -> (deadline, value, ended)) under
+        //! random operations, including ids nobody was given.
+        use super::*;
+        use proptest::prelude::*;
+        use std::collections::BTreeMap;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Insert(u64),
+            /// Complete the n-th id given so far (or a forged one when out of range).
+            Complete(usize, bool),
+            Take(usize),
+            Expire(u64),
+            EndOdd,
+            EndAll,
+            Forged(u64),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (0u64..100).prop_map(Op::Insert),
+                3 => (0usize..64, any::<bool>()).prop_map(|(n, a)| Op::Complete(n, a)),
+                2 => (0usize..64).prop_map(Op::Take),
+                1 => (0u64..120).prop_map(Op::Expire),
+                1 => Just(Op::EndOdd),
+                1 => Just(Op::EndAll),
+                1 => any::<u64>().prop_map(Op::Forged),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn the_table_behaves_as_its_model(ops in proptest::collection::vec(op(), 1..200)) {
+                let t0 = Instant::now();
+                let mut table = Table::starting_at(u32::MAX - 50);
+                // id -> (deadline ms, value, ended)
+                let mut model: BTreeMap<u64, (u64, u64, bool)> = BTreeMap::new();
+                let mut given: Vec<u64> = Vec::new();
+                let mut unmatched = 0u64;
+                for op in ops {
+                    match op {
+                        Op::Insert(ms) => {
+                            let value = given.len() as u64;
+                            let id = table.insert(at(t0, ms), value);
+                            prop_assert!(!given.contains(&id), "id given twice");
+                            given.push(id);
+                            model.insert(id, (ms, value, false));
+                        }
+                        Op::Complete(n, accept) => {
+                            let id = given.get(n).copied().unwrap_or(u64::MAX);
+                            let got = table.complete_if(id, |_| accept).map(|v| *v);
+                            let expected = match model.get_mut(&id) {
+                                Some((_, value, ended)) if !*ended && accept => {
+                                    *ended = true;
+                                    Some(*value)
+                                }
+                                _ => {
+                                    unmatched += 1;
+                                    None
+                                }
+                            };
+                            prop_assert_eq!(got, expected);
+                        }
+                        Op::Take(n) => {
+                            let id = given.get(n).copied().unwrap_or(u64::MAX);
+                            let got = table.take(id);
+                            prop_assert_eq!(got, model.remove(&id).map(|(_, v, _)| v));
+                        }
+                        Op::Expire(now) => {
+                            let mut ended = Vec::new();
+                            table.expire(at(t0, now), |id, v| ended.push((id, *v)));
+                            let mut expected: Vec<(u64, u64, u64)> = model
+                                .iter()
+                                .filter(|(_, (ms, _, ended))| !*ended && *ms <= now)
+                                .map(|(id, (ms, v, _))| (*ms, *id, *v))
+                                .collect();
+                            expected.sort();
+                            for (_, id, _) in &expected {
+                                if let Some(entry) = model.get_mut(id) {
+                                    entry.2 = true;
+                                }
+                            }
+                            let mut got_sorted = ended.clone();
+                            got_sorted.sort();
+                            let mut expected_pairs: Vec<(u64, u64)> =
+                                expected.iter().map(|(_, id, v)| (*id, *v)).collect();
+                            expected_pairs.sort();
+                            prop_assert_eq!(got_sorted, expected_pairs);
+                            // Earliest first.
+                            let deadlines: Vec<u64> = ended
+                                .iter()
+                                .map(|(id, _)| model[id].0)
+                                .collect();
+                            prop_assert!(deadlines.windows(2).all(|w| w[0] <= w[1]));
+                        }
+                        Op::EndOdd => {
+                            let mut ended = Vec::new();
+                            let count = table.end_where(|v| v % 2 == 1, |id, _| ended.push(id));
+                            let mut expected: Vec<u64> = model
+                                .iter_mut()
+                                .filter(|(_, (_, v, ended))| !*ended && v % 2 == 1)
+                                .map(|(id, entry)| {
+                                    entry.2 = true;
+                                    *id
+                                })
+                                .collect();
+                            ended.sort();
+                            expected.sort();
+                            prop_assert_eq!(count, expected.len());
+                            prop_assert_eq!(ended, expected);
+                        }
+                        Op::EndAll => {
+                            let count = table.end_all(|_, _| {});
+                            let expected = model.values_mut().filter(|e| !e.2).map(|e| e.2 = true).count();
+                            prop_assert_eq!(count, expected);
+                        }
+                        Op::Forged(id) => {
+                            if !model.contains_key(&id) {
+                                prop_assert!(table.get(id).is_none());
+                                prop_assert_eq!(table.complete(id), None);
+                                unmatched += 1;
+                            }
+                        }
+                    }
+                    let pending = model.values().filter(|e| !e.2).count();
+                    prop_assert_eq!(table.len(), pending);
+                    prop_assert_eq!(table.unmatched(), unmatched);
+                    let next = model.values().filter(|e| !e.2).map(|e| e.0).min();
+                    prop_assert_eq!(table.next_deadline(), next.map(|ms| at(t0, ms)));
+                    for (id, (_, v, _)) in &model {
+                        prop_assert_eq!(table.get(*id), Some(v));
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_sequence_near_its_end_wraps_without_reusing_a_pending_id() {
         let t0 = Instant::now();
