@@ -296,16 +296,12 @@ impl<L: Link> Conversation<L> {
             }
             let mut pending = self.pending.lock();
             match pending.table.get_mut(id) {
-                Some(Waiter {
-                    outcome: outcome @ Some(_),
-                    ..
-                }) => {
-                    // Only the outcome moves out; the rest is dropped in place.
-                    let outcome = outcome.take();
-                    pending.table.discard(id);
-                    std::task::Poll::Ready(outcome.unwrap_or(Outcome::Failed(Error::Closed)))
-                }
                 Some(waiter) => {
+                    if let Some(outcome) = waiter.outcome.take() {
+                        // Only the outcome moves out; the rest is dropped in place.
+                        pending.table.discard(id);
+                        return std::task::Poll::Ready(outcome);
+                    }
                     match &mut waiter.waker {
                         Some(waker) if waker.will_wake(cx.waker()) => {}
                         slot => *slot = Some(cx.waker().clone()),
