@@ -31,6 +31,14 @@ fn main() {
     cxxflags.push_str(" -w");
     env::set_var("CXXFLAGS", cxxflags.trim_start());
 
+    // The shim first: its archive must come before libzmq's on the link line, since it
+    // calls into libzmq (see shim/external.cpp).
+    println!("cargo:rerun-if-changed=shim/external.cpp");
+    cc::Build::new()
+        .cpp(true)
+        .file("shim/external.cpp")
+        .compile("zeronode_zmq_shim");
+
     zeromq_src::Build::new()
         .with_libsodium(Some(zeromq_src::LibLocation::new(lib, include)))
         .build();

@@ -53,8 +53,8 @@ impl Msg {
     }
 
     /// A new message holding `frame`'s bytes: in a pooled buffer that libzmq gives back when
-    /// done with it (see [`crate::pool`]), or, for a small or a very large frame, in a buffer
-    /// libzmq allocates.
+    /// done with it, its header in the same buffer (see [`crate::pool`]), or, for a small or a
+    /// very large frame, in a buffer libzmq allocates.
     ///
     /// `ENOMEM` if libzmq cannot allocate the message (never an empty message in its place).
     pub(crate) fn from_frame<F: crate::socket::Frame + ?Sized>(
@@ -65,15 +65,17 @@ impl Msg {
         if len >= Recent::MIN_LEN {
             if let Some(class) = pool::class_of(len) {
                 let mut buffer = spares.take(class);
-                frame.write_to(&mut buffer.as_mut_slice(class)[..len]);
-                let data = buffer.into_raw();
+                frame.write_to(&mut buffer.frame_mut(class)[..len]);
+                let (header, data) = buffer.into_raw();
                 let mut raw = MaybeUninit::<zmq_msg_t>::uninit();
-                // SAFETY: `data` points to `len` initialised bytes of a buffer of `class`,
-                // which libzmq owns from now on and hands back through `give_back` with the
-                // class as hint.
+                // SAFETY: `data` points to `len` initialised bytes of a buffer of `class`
+                // whose first `pool::HEADER` bytes (at `header`, aligned to 16) hold libzmq's
+                // message header; libzmq owns the buffer from now on and hands it back
+                // through `give_back` with the class as hint.
                 let rc = unsafe {
-                    zmq_sys::zmq_msg_init_data(
+                    zmq_sys::zeronode_msg_init_external(
                         raw.as_mut_ptr(),
+                        header,
                         data,
                         len,
                         Some(pool::give_back),
@@ -84,7 +86,8 @@ impl Msg {
                     // SAFETY: initialised by the successful call.
                     return Ok(Msg(unsafe { raw.assume_init() }));
                 }
-                // libzmq could not allocate its header: the buffer is still ours.
+                // Refused (only for a null pointer, which ours never are): the buffer is
+                // still ours.
                 // SAFETY: the buffer of `class` just handed over and refused.
                 unsafe { pool::give_back(data, pool::hint(class)) };
             }
@@ -460,6 +463,36 @@ mod tests {
         fn take_any(&mut self, bytes: &[u8]) -> Option<Msg> {
             self.take(bytes, &Arena::default())
         }
+    }
+
+    #[test]
+    fn a_pooled_frame_holds_libzmqs_header_and_comes_back_when_every_copy_is_closed() {
+        // 5000 B: a class (8 KiB) that no other test of this crate sends, so the shared
+        // list is ours.
+        let frame = Bytes::from(vec![9u8; 5000]);
+        let class = pool::class_of(frame.len()).expect("pooled");
+        let mut spares = pool::Spares::default();
+        let mut msg = Msg::from_frame(&frame, &mut spares).expect("a message");
+        assert_eq!(msg.as_ref(), &frame[..]);
+        let at = msg.as_ref().as_ptr();
+        let copy = msg.share().expect("a shared copy");
+        assert_eq!(copy.as_ref().as_ptr(), at, "the copy shares the buffer");
+
+        // Closing one copy gives nothing back: the buffer a new socket gets is another.
+        drop(msg);
+        let mut second = pool::Spares::default();
+        let (_, other) = second.take(class).into_raw();
+        assert_ne!(other.cast::<u8>().cast_const(), at);
+        // SAFETY: the frame of a buffer of `class`, not used again.
+        unsafe { pool::give_back(other, pool::hint(class)) };
+
+        // Closing the last one gives the buffer back, and it is taken again.
+        drop(copy);
+        let mut third = pool::Spares::default();
+        let (_, again) = third.take(class).into_raw();
+        assert_eq!(again.cast::<u8>().cast_const(), at, "recycled");
+        // SAFETY: as above.
+        unsafe { pool::give_back(again, pool::hint(class)) };
     }
 
     impl Msg {

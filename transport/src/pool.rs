@@ -5,11 +5,16 @@
 //! socket the two threads then contend for glibc's arena lock (measured with `perf stat`:
 //! 0.15 `futex` calls per request on the protocol echo server and on its client, 100 in
 //! flight, 500-1000 B; each is a system call, and often a sleep). Here a frame's bytes go
-//! into a buffer of a size class (64 B to 64 KiB) handed to libzmq with `zmq_msg_init_data`;
-//! when libzmq is done with it, its free callback puts the buffer back on the class's list
-//! instead of freeing it, and senders take buffers from there again. libzmq still allocates
-//! a small header per message, which glibc's per-thread caches and lock-free fast bins
-//! absorb.
+//! into a buffer of a size class (64 B to 64 KiB) handed to libzmq; when libzmq is done with
+//! it, its free callback puts the buffer back on the class's list instead of freeing it, and
+//! senders take buffers from there again.
+//!
+//! Each buffer starts with room for libzmq's message header ([`HEADER`] bytes), which libzmq
+//! would otherwise `malloc` per message with `zmq_msg_init_data` and free on its I/O thread:
+//! that cross-thread pair went through glibc's shared fast bins and took 10% of a busy
+//! client's time (perf, transport client, 100 B, 1000 in flight). The message is made with
+//! `zeronode_msg_init_external` (our libzmq's one exported addition, see
+//! `third_party/zmq-sys`), so sending a pooled frame allocates nothing.
 //!
 //! The lists are process-wide (libzmq's callback carries only the size class). Each keeps
 //! at most [`KEEP`] buffers; beyond that a returned buffer is freed. A socket takes a batch
@@ -28,8 +33,13 @@ use parking_lot::Mutex;
 const MIN_SHIFT: u32 = 6;
 /// Number of classes: 64 B, 128 B, ..., 64 KiB.
 const CLASSES: usize = 11;
+/// Bytes at the start of every buffer kept for libzmq's message header: its `content_t`
+/// ([`zmq_sys::ZERONODE_MSG_CONTENT_SIZE`] bytes), rounded up to keep the frame's bytes
+/// 64-byte aligned.
+pub(crate) const HEADER: usize = 64;
+const _: () = assert!(zmq_sys::ZERONODE_MSG_CONTENT_SIZE <= HEADER);
 /// Frames above this are not pooled (copied into a message libzmq allocates, as before).
-pub(crate) const MAX_POOLED: usize = 1 << (MIN_SHIFT as usize + CLASSES - 1);
+pub(crate) const MAX_POOLED: usize = (1 << (MIN_SHIFT as usize + CLASSES - 1)) - HEADER;
 /// Buffers kept per class on the shared lists.
 pub(crate) const KEEP: usize = 1024;
 /// Bytes of buffers a socket takes from a shared list at once (and so holds at most, per
@@ -47,12 +57,13 @@ unsafe impl Send for Buffer {}
 /// Buffers given back by libzmq, per class.
 static RETURNED: [Mutex<Vec<Buffer>>; CLASSES] = [const { Mutex::new(Vec::new()) }; CLASSES];
 
-/// The class whose buffers hold `len` bytes, if `len` is pooled.
+/// The class whose buffers hold a frame of `len` bytes after the header, if `len` is pooled.
 pub(crate) fn class_of(len: usize) -> Option<usize> {
     if len > MAX_POOLED {
         return None;
     }
-    let bits = usize::BITS - len.max(1).saturating_sub(1).leading_zeros();
+    let size = len + HEADER;
+    let bits = usize::BITS - size.saturating_sub(1).leading_zeros();
     Some(bits.saturating_sub(MIN_SHIFT) as usize)
 }
 
@@ -86,16 +97,23 @@ impl Buffer {
         unsafe { dealloc(self.0.as_ptr(), layout(class)) }
     }
 
-    /// The buffer's bytes, `capacity(class)` of them.
-    pub(crate) fn as_mut_slice(&mut self, class: usize) -> &mut [u8] {
-        // SAFETY: the allocation is `capacity(class)` bytes, initialised (zeroed when
-        // allocated, written since), and exclusively ours.
-        unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), capacity(class)) }
+    /// The buffer's bytes after the header, `capacity(class) - HEADER` of them: where the
+    /// frame goes.
+    pub(crate) fn frame_mut(&mut self, class: usize) -> &mut [u8] {
+        // SAFETY: the allocation is `capacity(class)` bytes (at least 64, so more than
+        // HEADER), initialised (zeroed when allocated, written since), and exclusively ours.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.0.as_ptr().add(HEADER), capacity(class) - HEADER)
+        }
     }
 
-    /// Hands the buffer to libzmq for a message: `free_fn` with `hint(class)` gives it back.
-    pub(crate) fn into_raw(self) -> *mut c_void {
-        self.0.as_ptr().cast()
+    /// Hands the buffer to libzmq for a message: the header's address (for libzmq's
+    /// `content_t`) and the frame's. `give_back` with the frame's address and
+    /// `hint(class)` gives it back.
+    pub(crate) fn into_raw(self) -> (*mut c_void, *mut c_void) {
+        let start = self.0.as_ptr();
+        // SAFETY: HEADER is within the allocation (see `frame_mut`).
+        (start.cast(), unsafe { start.add(HEADER) }.cast())
     }
 }
 
@@ -108,17 +126,19 @@ pub(crate) fn hint(class: usize) -> *mut c_void {
 /// message, usually libzmq's I/O thread): the buffer goes back on its class's list.
 ///
 /// # Safety
-/// `data` must come from [`Buffer::into_raw`] of a buffer of the class in `hint`, and not be
-/// used again by the caller.
+/// `data` must be the frame's address from [`Buffer::into_raw`] of a buffer of the class in
+/// `hint`, and the buffer not be used again by the caller.
 pub(crate) unsafe extern "C" fn give_back(data: *mut c_void, hint: *mut c_void) {
     let class = hint as usize;
-    let Some(ptr) = NonNull::new(data.cast::<u8>()) else {
-        return;
-    };
-    if class >= CLASSES {
-        // Not ours; cannot happen (we only pass class hints). Leak rather than guess.
+    if data.is_null() || class >= CLASSES {
+        // Not ours; cannot happen (we only pass frames of pooled buffers and class hints).
+        // Leak rather than guess.
         return;
     }
+    // SAFETY: the frame starts HEADER bytes into its buffer (the caller's contract).
+    let Some(ptr) = NonNull::new(unsafe { data.cast::<u8>().sub(HEADER) }) else {
+        return;
+    };
     let buffer = Buffer(ptr);
     let mut list = RETURNED[class].lock();
     if list.len() < KEEP {
@@ -170,19 +190,21 @@ mod tests {
 
     #[test]
     fn classes_fit_their_lengths_and_stop_at_the_largest() {
+        // The header comes first: 64 B buffers hold empty frames only.
         assert_eq!(class_of(0), Some(0));
-        assert_eq!(class_of(1), Some(0));
-        assert_eq!(class_of(64), Some(0));
-        assert_eq!(class_of(65), Some(1));
-        assert_eq!(class_of(1000), Some(4));
+        assert_eq!(class_of(1), Some(1));
+        assert_eq!(class_of(64), Some(1));
+        assert_eq!(class_of(65), Some(2));
+        assert_eq!(class_of(960), Some(4));
+        assert_eq!(class_of(961), Some(5));
         assert_eq!(capacity(4), 1024);
         assert_eq!(class_of(MAX_POOLED), Some(CLASSES - 1));
         assert_eq!(class_of(MAX_POOLED + 1), None);
         for len in [1, 63, 64, 65, 100, 1000, 1024, 1025, 4096, MAX_POOLED] {
             let class = class_of(len).expect("pooled");
-            assert!(capacity(class) >= len, "{len} fits class {class}");
+            assert!(capacity(class) >= len + HEADER, "{len} fits class {class}");
             assert!(
-                class == 0 || capacity(class - 1) < len,
+                class == 0 || capacity(class - 1) < len + HEADER,
                 "{len}: smallest class"
             );
         }
@@ -197,7 +219,7 @@ mod tests {
         let buffers: Vec<Buffer> = (0..per_batch + 3).map(|_| first.take(class)).collect();
         for buffer in buffers {
             // SAFETY: buffers of `class`, not used again here.
-            unsafe { give_back(buffer.into_raw(), hint(class)) };
+            unsafe { give_back(buffer.into_raw().1, hint(class)) };
         }
         let mut second = Spares::default();
         let taken = second.take(class);
@@ -216,10 +238,10 @@ mod tests {
         let class = CLASSES - 2;
         let mut spares = Spares::default();
         let mut buffer = spares.take(class);
-        buffer.as_mut_slice(class)[..3].copy_from_slice(b"abc");
+        buffer.frame_mut(class)[..3].copy_from_slice(b"abc");
         let address = buffer.0;
         // SAFETY: a buffer of `class`, not used again here.
-        unsafe { give_back(buffer.into_raw(), hint(class)) };
+        unsafe { give_back(buffer.into_raw().1, hint(class)) };
         let again = spares.take(class);
         assert_eq!(again.0, address, "recycled, not allocated");
         again.free(class);

@@ -12,6 +12,10 @@ pub use windows::RawFd;
 
 pub mod errno;
 
+// zeronode's addition (see shim/external.cpp).
+mod zeronode;
+pub use crate::zeronode::{zeronode_msg_init_external, ZERONODE_MSG_CONTENT_SIZE};
+
 pub use crate::ffi::{
     // These are the non-deprecated constants defined in zmq.h. Note that this
     // list exceeds what is defined by the current minimum required version of
