@@ -38,6 +38,9 @@ fn main() {
         .cpp(true)
         .file("shim/external.cpp")
         .compile("zeronode_zmq_shim");
+    // Reaches dependents' build scripts as DEP_ZMQ_MSG_INIT_EXTERNAL (`links = "zmq"`): the
+    // transport uses the shim only when this libzmq has it.
+    println!("cargo:msg_init_external=1");
 
     zeromq_src::Build::new()
         .with_libsodium(Some(zeromq_src::LibLocation::new(lib, include)))

@@ -72,10 +72,24 @@ impl Msg {
                 // whose first `pool::HEADER` bytes (at `header`, aligned to 16) hold libzmq's
                 // message header; libzmq owns the buffer from now on and hands it back
                 // through `give_back` with the class as hint.
+                #[cfg(zmq_msg_init_external)]
                 let rc = unsafe {
                     zmq_sys::zeronode_msg_init_external(
                         raw.as_mut_ptr(),
                         header,
+                        data,
+                        len,
+                        Some(pool::give_back),
+                        pool::hint(class),
+                    )
+                };
+                // Without the shim (see build.rs), libzmq allocates the header itself.
+                // SAFETY: as above; the header room is left unused.
+                #[cfg(not(zmq_msg_init_external))]
+                let rc = unsafe {
+                    let _ = header;
+                    zmq_sys::zmq_msg_init_data(
+                        raw.as_mut_ptr(),
                         data,
                         len,
                         Some(pool::give_back),

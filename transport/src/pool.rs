@@ -14,7 +14,9 @@
 //! that cross-thread pair went through glibc's shared fast bins and took 10% of a busy
 //! client's time (perf, transport client, 100 B, 1000 in flight). The message is made with
 //! `zeronode_msg_init_external` (our libzmq's one exported addition, see
-//! `third_party/zmq-sys`), so sending a pooled frame allocates nothing.
+//! `third_party/zmq-sys`), so sending a pooled frame allocates nothing. Built against a
+//! libzmq without it (the published zmq-sys: see `build.rs`), libzmq allocates the header as
+//! `zmq_msg_init_data` does, and the header room goes unused.
 //!
 //! The lists are process-wide (libzmq's callback carries only the size class). Each keeps
 //! at most [`KEEP`] buffers; beyond that a returned buffer is freed. A socket takes a batch
@@ -37,6 +39,7 @@ const CLASSES: usize = 11;
 /// ([`zmq_sys::ZERONODE_MSG_CONTENT_SIZE`] bytes), rounded up to keep the frame's bytes
 /// 64-byte aligned.
 pub(crate) const HEADER: usize = 64;
+#[cfg(zmq_msg_init_external)]
 const _: () = assert!(zmq_sys::ZERONODE_MSG_CONTENT_SIZE <= HEADER);
 /// Frames above this are not pooled (copied into a message libzmq allocates, as before).
 pub(crate) const MAX_POOLED: usize = (1 << (MIN_SHIFT as usize + CLASSES - 1)) - HEADER;
