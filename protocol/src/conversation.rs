@@ -481,14 +481,28 @@ impl<L: Link> Conversation<L> {
                 received = self.link.recv_into(&mut frames) => match received {
                     Ok((peer, key)) => {
                         self.refresh_handlers(&mut handlers, &mut handlers_seen);
-                        if let Some(work) = self.on_message(&handlers, peer, key, &frames, closing) {
+                        let mut answered = false;
+                        if let Some(work) = self.on_message(&handlers, peer, key, &frames, closing, &mut answered) {
                             start(&mut running, work);
+                        }
+                        // An answer woke its caller, which usually sends its next request
+                        // at once: let it (and whoever else is ready) run before looking for
+                        // more. Its send then comes before the look that finds the socket
+                        // empty, so this driver parks straight after it, instead of parking,
+                        // being woken by that send (the transport's rule for a send after a
+                        // receiver parked) and looking again: one `poll(2)` in libzmq fewer
+                        // per round trip with one request in flight; with many, the callers'
+                        // next requests go out before the rest of the batch is read (A/B,
+                        // protocol 500-1000 B window 100: +4-6%). Once per batch, not per
+                        // answer: per answer measured 28% slower.
+                        if answered {
+                            run_others_first().await;
                         }
                         // Take what else is already waiting: one wake-up, many messages.
                         for _ in 0..BATCH {
                             match self.link.try_recv_into(&mut frames) {
                                 Ok(Some((peer, key))) => {
-                                    if let Some(work) = self.on_message(&handlers, peer, key, &frames, closing) {
+                                    if let Some(work) = self.on_message(&handlers, peer, key, &frames, closing, &mut false) {
                                         start(&mut running, work);
                                     }
                                 }
@@ -552,7 +566,8 @@ impl<L: Link> Conversation<L> {
         }
     }
 
-    /// Handles one received message; returns handler work to run concurrently.
+    /// Handles one received message; returns handler work to run concurrently. Sets
+    /// `answered` when the message answered one of our requests (and so woke its caller).
     fn on_message(
         self: &Arc<Self>,
         handlers: &Handlers,
@@ -560,6 +575,7 @@ impl<L: Link> Conversation<L> {
         key: Option<Key>,
         frames: &[Bytes],
         closing: bool,
+        answered: &mut bool,
     ) -> Option<futures::future::BoxFuture<'static, ()>> {
         let envelope = match Envelope::decode(frames, self.max_payload) {
             Ok(envelope) => envelope,
@@ -575,6 +591,7 @@ impl<L: Link> Conversation<L> {
         match envelope.kind() {
             Kind::Reply | Kind::Error => {
                 self.on_answer(peer, envelope);
+                *answered = true;
                 None
             }
             Kind::Tick => {
@@ -773,6 +790,24 @@ fn rand_start() -> u64 {
     );
     // Keep far from wrapping: 2^62 ids remain in any case.
     hasher.finish() >> 2
+}
+
+/// Lets every other task that is ready run before the caller goes on: the task wakes itself
+/// and returns `Pending` once. Unlike `tokio::task::yield_now`, which defers the task until
+/// the runtime has polled its I/O driver (an `epoll_wait` per call), this only puts the task
+/// at the back of the run queue.
+async fn run_others_first() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]
