@@ -802,12 +802,7 @@ fn recv_frames(
         let mut id = [0u8; 256];
         let size = match crate::msg::recv_bytes(&mut live.socket, &mut id) {
             Ok(size) => size.min(id.len()),
-            Err(e) => {
-                if e == zmq::Error::EAGAIN {
-                    live.recent.clear();
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(receive_failed(&mut live.recent, e)),
         };
         let id = &id[..size];
         if last_peer[..] != *id {
@@ -820,12 +815,7 @@ fn recv_frames(
         let mut message = Msg::new();
         let size = match message.recv(&mut live.socket) {
             Ok(size) => size,
-            Err(e) => {
-                if e == zmq::Error::EAGAIN {
-                    live.recent.clear();
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(receive_failed(&mut live.recent, e)),
         };
         if with_key && key.is_none() {
             key = message
@@ -849,6 +839,15 @@ fn recv_frames(
             return Ok(key);
         }
     }
+}
+
+/// A receive's error, after letting the kept frames go if the socket has nothing more to
+/// read (EAGAIN: see [`recv_frames`]).
+fn receive_failed(recent: &mut Recent, e: zmq::Error) -> zmq::Error {
+    if e == zmq::Error::EAGAIN {
+        recent.clear();
+    }
+    e
 }
 
 /// One outbound frame: copied once, straight into libzmq's buffer, when it is sent.
