@@ -110,6 +110,37 @@ impl Buffer {
         }
     }
 
+    /// Asks the CPU to fetch the buffer's first lines (libzmq's header and the start of the
+    /// frame) for writing, ahead of the send that will write them.
+    ///
+    /// A buffer comes back from libzmq's I/O thread, which wrote its header last (the
+    /// reference count) and read its frame, so those lines sit in the other core's cache:
+    /// the send that writes them stalls on the transfer (perf, transport client at 100 B,
+    /// 1000 in flight: 14% of its main thread's time at the first load after the header is
+    /// written). Prefetching the next spare when taking one overlaps that transfer with the
+    /// rest of the send: +5% round trips/s there (4 alternating runs each way), no change at
+    /// 100 in flight. `prefetchw` is a hint (a no-op where unsupported); it never faults.
+    fn prefetch_for_write(&self, class: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            const LINE: usize = 64;
+            let start = self.0.as_ptr();
+            for offset in (0..capacity(class).min(4 * LINE)).step_by(LINE) {
+                // SAFETY: a prefetch reads and writes nothing and cannot fault; the address
+                // is inside the buffer anyway.
+                unsafe {
+                    std::arch::asm!(
+                        "prefetchw [{0}]",
+                        in(reg) start.wrapping_add(offset),
+                        options(nostack, preserves_flags, readonly)
+                    )
+                };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = class;
+    }
+
     /// Hands the buffer to libzmq for a message: the header's address (for libzmq's
     /// `content_t`) and the frame's. `give_back` with the frame's address and
     /// `hint(class)` gives it back.
@@ -165,6 +196,9 @@ impl Spares {
     pub(crate) fn take(&mut self, class: usize) -> Buffer {
         let list = &mut self.lists[class];
         if let Some(buffer) = list.pop() {
+            if let Some(next) = list.last() {
+                next.prefetch_for_write(class);
+            }
             return buffer;
         }
         {
