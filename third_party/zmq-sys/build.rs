@@ -30,13 +30,11 @@ fn main() {
     let mut flags = String::from("-w");
     // zeromq-src writes an empty `platform.hpp` (the header CMake would generate from probes
     // of the system) and defines only a few macros itself, so on Linux libzmq lost what every
-    // distribution's build of it has: eventfd signalling (it fell back to a socketpair, whose
-    // every write allocates a socket buffer), the TCP keepalive options (ZMQ_TCP_KEEPALIVE and
-    // friends were accepted and ignored), close-on-exec descriptors, accept4, named I/O
-    // threads. These are the answers CMake's probes give on any Linux with glibc or musl.
-    // Not eventfd: measured slower for the transport (README.md).
+    // distribution's build of it has: the TCP keepalive options (ZMQ_TCP_KEEPALIVE and friends
+    // were accepted and ignored), close-on-exec descriptors, accept4, named I/O threads. These
+    // are the answers CMake's probes give on any Linux with glibc or musl. Not eventfd
+    // signalling: measured slower for the transport (README.md).
     if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
-        println!("cargo:rerun-if-env-changed=CARGO_CFG_TARGET_OS");
         for define in LINUX_PLATFORM {
             flags.push_str(" -D");
             flags.push_str(define);
