@@ -118,8 +118,8 @@ impl Buffer {
     /// the send that writes them stalls on the transfer (perf, transport client at 100 B,
     /// 1000 in flight: 14% of its main thread's time at the first load after the header is
     /// written). Prefetching the next spare when taking one overlaps that transfer with the
-    /// rest of the send: +5% round trips/s there (4 alternating runs each way), no change at
-    /// 100 in flight. `prefetchw` is a hint (a no-op where unsupported); it never faults.
+    /// rest of the send: +3-5% round trips/s there (alternating runs), no change at 100 in
+    /// flight. `prefetchw` is a hint (a no-op where unsupported); it never faults.
     fn prefetch_for_write(&self, class: usize) {
         #[cfg(target_arch = "x86_64")]
         {
