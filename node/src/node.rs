@@ -481,7 +481,10 @@ impl Node {
             let server = dispatch_server.clone();
             async move {
                 let Some(inner) = weak.upgrade() else {
-                    return Err(RemoteError::new(RemoteError::SHUTTING_DOWN, "node closed"));
+                    return Err(RemoteError::system_error(
+                        RemoteError::SHUTTING_DOWN,
+                        "node closed",
+                    ));
                 };
                 on_downstream_request(inner, server, incoming).await
             }
@@ -1236,14 +1239,14 @@ impl Inner {
         incoming: Incoming,
     ) -> std::result::Result<Answer, RemoteError> {
         if self.closing.load(Ordering::Acquire) {
-            return Err(RemoteError::new(
+            return Err(RemoteError::system_error(
                 RemoteError::SHUTTING_DOWN,
                 "the node is closing and takes no new requests",
             ));
         }
         let stack = self.handlers.lock().request_stack(incoming.event());
         let Some(stack) = stack else {
-            return Err(RemoteError::new(
+            return Err(RemoteError::system_error(
                 RemoteError::NO_HANDLER,
                 format!("no handler for {:?}", incoming.event()),
             ));
@@ -1387,7 +1390,7 @@ impl Inner {
                     return Err(RemoteError::new(code::TIMEOUT, "no answer in time"))
                 }
                 Err(protocol::Error::NoHandler { event }) => {
-                    return Err(RemoteError::new(
+                    return Err(RemoteError::system_error(
                         RemoteError::NO_HANDLER,
                         format!("no handler for {event:?}"),
                     ))
@@ -1597,7 +1600,7 @@ fn hop_error(error: protocol::Error) -> RemoteError {
         protocol::Error::Remote(remote) => remote,
         protocol::Error::Timeout { .. } => RemoteError::new(code::TIMEOUT, "no answer in time"),
         protocol::Error::NoHandler { event } => {
-            RemoteError::new(RemoteError::NO_HANDLER, format!("no handler for {event:?}"))
+            RemoteError::system_error(RemoteError::NO_HANDLER, format!("no handler for {event:?}"))
         }
         other => RemoteError::handler(other.to_string()),
     }
@@ -1644,7 +1647,7 @@ async fn on_downstream_request(
     if incoming.event() == HANDSHAKE {
         // A closing node takes no new peers (they would join and be dropped at once).
         if inner.closing.load(Ordering::Acquire) {
-            return Err(RemoteError::new(
+            return Err(RemoteError::system_error(
                 RemoteError::SHUTTING_DOWN,
                 "the node is closing",
             ));

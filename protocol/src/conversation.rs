@@ -6,13 +6,12 @@
 //! the driver to leave their outcome in the pending table (no channel per request).
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::stream::FuturesUnordered;
-use futures::{FutureExt, StreamExt};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -20,7 +19,9 @@ use transport::{Key, PeerId};
 
 use crate::envelope::{check_event, encode_value, Encoded, Envelope, Kind};
 use crate::error::{Error, RemoteError, Result};
-use crate::handler::{Answer, Handlers, Incoming, RequestHandler, TickHandler};
+use crate::handler::{
+    Abort, Answer, Answering, Handlers, Incoming, RequestHandler, Responder, TickHandler,
+};
 use crate::link::Link;
 use crate::table::Table;
 
@@ -124,6 +125,13 @@ pub(crate) struct Conversation<L: Link> {
     closing: AtomicBool,
     /// Set by `abort`: stop at once, dropping handlers in progress.
     aborting: AtomicBool,
+    /// Wakes the work in progress (request handlers' tasks) when aborting.
+    aborted: Abort,
+    /// Live [`Responder`]s: requests taken by a handler and not answered yet. A graceful
+    /// close waits for zero.
+    responders: AtomicUsize,
+    /// Signalled when `responders` drops to zero.
+    idle: Notify,
     /// Wakes the driver to start closing.
     close_requested: Notify,
     /// Signalled by the driver when it has finished.
@@ -153,6 +161,9 @@ impl<L: Link> Conversation<L> {
             timer_reset: Notify::new(),
             closing: AtomicBool::new(false),
             aborting: AtomicBool::new(false),
+            aborted: Abort::default(),
+            responders: AtomicUsize::new(0),
+            idle: Notify::new(),
             close_requested: Notify::new(),
             finished: Notify::new(),
             finished_flag: AtomicBool::new(false),
@@ -440,6 +451,7 @@ impl<L: Link> Conversation<L> {
     async fn shut_down(&self, abort: bool) {
         if abort {
             self.aborting.store(true, Ordering::Release);
+            self.aborted.set();
         }
         self.closing.store(true, Ordering::Release);
         self.close_requested.notify_one();
@@ -452,9 +464,11 @@ impl<L: Link> Conversation<L> {
         }
     }
 
-    /// The driver: the only task that receives from the socket.
+    /// The driver: the only task that receives from the socket. It decodes, completes
+    /// waiting requests and hands each request and tick to its handler, which returns at
+    /// once (handler work runs as tasks of its own, see `handler.rs`): nothing a handler does
+    /// holds up the socket.
     async fn drive(self: Arc<Self>) {
-        let mut running = FuturesUnordered::new();
         let mut closing = false;
         // Every message is received into this one buffer (no allocation per message).
         let mut frames = Vec::with_capacity(4);
@@ -476,15 +490,21 @@ impl<L: Link> Conversation<L> {
                 }
                 pending.armed.is_some()
             };
+            // Registered before the count is read: a release in between is not missed.
+            let idle = self.idle.notified();
+            if closing
+                && (self.responders.load(Ordering::Acquire) == 0
+                    || self.aborting.load(Ordering::Acquire))
+            {
+                break;
+            }
             tokio::select! {
                 biased;
                 received = self.link.recv_into(&mut frames) => match received {
                     Ok((peer, key)) => {
                         self.refresh_handlers(&mut handlers, &mut handlers_seen);
                         let mut answered = false;
-                        if let Some(work) = self.on_message(&handlers, peer, key, &frames, closing, &mut answered) {
-                            start(&mut running, work);
-                        }
+                        let mut dispatched = self.on_message(&handlers, peer, key, &frames, closing, &mut answered);
                         // An answer woke its caller, which usually sends its next request
                         // at once: let it (and whoever else is ready) run before looking for
                         // more. Its send then comes before the look that finds the socket
@@ -502,15 +522,20 @@ impl<L: Link> Conversation<L> {
                         for _ in 0..BATCH {
                             match self.link.try_recv_into(&mut frames) {
                                 Ok(Some((peer, key))) => {
-                                    if let Some(work) = self.on_message(&handlers, peer, key, &frames, closing, &mut false) {
-                                        start(&mut running, work);
-                                    }
+                                    dispatched |= self.on_message(&handlers, peer, key, &frames, closing, &mut false);
                                 }
                                 _ => break,
                             }
                         }
                         // Nothing kept alive by the buffer while the driver waits.
                         frames.clear();
+                        // Handler tasks started by this batch run before the driver looks
+                        // at the socket again: their answers go out while it is awake (the
+                        // same reasoning as for `answered` above: a send after the driver
+                        // parked would wake it for a look that finds nothing).
+                        if dispatched {
+                            run_others_first().await;
+                        }
                     }
                     Err(transport::Error::Closed) => break,
                     Err(e) => {
@@ -518,23 +543,25 @@ impl<L: Link> Conversation<L> {
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                 },
-                Some(()) = running.next(), if !running.is_empty() => {}
                 () = &mut timer, if armed => {
                     self.pending.lock().armed = None;
                     self.expire();
                 }
                 () = self.timer_reset.notified() => {}
                 () = self.close_requested.notified() => closing = true,
-            }
-            if closing && (running.is_empty() || self.aborting.load(Ordering::Acquire)) {
-                break;
+                () = idle, if closing => {}
             }
         }
-        if self.aborting.load(Ordering::Acquire) {
-            drop(running);
-        } else {
-            // Let the handlers still running finish (only reached when the socket died).
-            while running.next().await.is_some() {}
+        if !self.aborting.load(Ordering::Acquire) {
+            // Let the answers still owed go out (only reached when the socket died: a
+            // graceful close leaves the loop at zero).
+            loop {
+                let idle = self.idle.notified();
+                if self.responders.load(Ordering::Acquire) == 0 {
+                    break;
+                }
+                idle.await;
+            }
         }
         self.closing.store(true, Ordering::Release);
         self.fail_all(|| Error::Closed);
@@ -566,8 +593,9 @@ impl<L: Link> Conversation<L> {
         }
     }
 
-    /// Handles one received message; returns handler work to run concurrently. Sets
-    /// `answered` when the message answered one of our requests (and so woke its caller).
+    /// Handles one received message: an answer completes its request (and sets
+    /// `answered`), a request or tick goes to its handler, which returns at once. Returns
+    /// whether a handler was called (it may have started a task).
     fn on_message(
         self: &Arc<Self>,
         handlers: &Handlers,
@@ -576,7 +604,7 @@ impl<L: Link> Conversation<L> {
         frames: &[Bytes],
         closing: bool,
         answered: &mut bool,
-    ) -> Option<futures::future::BoxFuture<'static, ()>> {
+    ) -> bool {
         let envelope = match Envelope::decode(frames, self.max_payload) {
             Ok(envelope) => envelope,
             Err(e) => {
@@ -584,7 +612,7 @@ impl<L: Link> Conversation<L> {
                     .invalid_envelopes
                     .fetch_add(1, Ordering::Relaxed);
                 self.reject(&peer, Error::InvalidEnvelope(e));
-                return None;
+                return false;
             }
         };
         tracing::trace!(%peer, kind = ?envelope.kind(), id = envelope.id(), event = envelope.event(), "received");
@@ -592,89 +620,58 @@ impl<L: Link> Conversation<L> {
             Kind::Reply | Kind::Error => {
                 self.on_answer(peer, envelope);
                 *answered = true;
-                None
+                false
             }
             Kind::Tick => {
                 let handler = handlers.tick(envelope.event_bytes());
                 let Some(handler) = handler else {
                     tracing::debug!(event = envelope.event(), "tick with no handler dropped");
                     self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
-                    return None;
+                    return false;
                 };
-                count_by_driver(&self.counters.ticks_handled);
-                let this = Arc::clone(self);
-                let work =
-                    AssertUnwindSafe(handler(Incoming::new(peer, key, envelope))).catch_unwind();
-                Some(Box::pin(async move {
-                    if work.await.is_err() {
-                        this.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!("tick handler panicked");
-                    }
-                }))
+                self.counters.ticks_handled.fetch_add(1, Ordering::Relaxed);
+                let incoming = Incoming::new(peer, key, envelope);
+                if std::panic::catch_unwind(AssertUnwindSafe(|| handler(incoming))).is_err() {
+                    self.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!("tick handler panicked");
+                }
+                true
             }
             Kind::Request => {
                 let id = envelope.id();
                 if closing {
-                    let refusal = RemoteError::new(
+                    let refusal = RemoteError::system_error(
                         RemoteError::SHUTTING_DOWN,
                         "the server is closing and takes no new requests",
                     );
                     self.answer(&peer, id, Err(refusal));
-                    return None;
+                    return false;
                 }
                 let handler = handlers.request(envelope.event_bytes());
                 let Some(handler) = handler else {
                     self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
-                    let missing = RemoteError::new(
+                    let missing = RemoteError::system_error(
                         RemoteError::NO_HANDLER,
                         format!("no handler for {:?}", envelope.event()),
                     );
                     self.answer(&peer, id, Err(missing));
-                    return None;
+                    return false;
                 };
-                let mut work = handler(Incoming::new(peer.clone(), key, envelope));
-                // Most handlers answer at once: poll once here and answer inline, which saves
-                // them a second allocation (the future below) and a trip through the driver's
-                // set. Polled with a no-op waker: a handler that is not done joins the set,
-                // which polls it again with the driver's waker before the driver sleeps.
-                let first =
-                    std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().now_or_never()));
-                match first {
-                    Ok(Some(result)) => {
-                        self.answered(&peer, id, result);
-                        None
-                    }
-                    Ok(None) => {
-                        let this = Arc::clone(self);
-                        Some(Box::pin(async move {
-                            let result = match AssertUnwindSafe(work).catch_unwind().await {
-                                Ok(result) => result,
-                                Err(_) => this.handler_panicked(id),
-                            };
-                            this.answered(&peer, id, result);
-                        }))
-                    }
-                    Err(_) => {
-                        let result = self.handler_panicked(id);
-                        self.answered(&peer, id, result);
-                        None
-                    }
+                self.responders.fetch_add(1, Ordering::AcqRel);
+                let to: Arc<dyn Answering> = Arc::clone(self) as Arc<dyn Answering>;
+                let responder = Responder::new(to, peer.clone(), id);
+                let incoming = Incoming::new(peer, key, envelope);
+                // A handler that panics drops its responder while unwinding, which answers
+                // the request with an error: the driver goes on.
+                if std::panic::catch_unwind(AssertUnwindSafe(|| handler(incoming, responder)))
+                    .is_err()
+                {
+                    self.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(id, "request handler panicked");
                 }
+                true
             }
         }
-    }
-
-    /// Counts a handler that panicked and makes its answer.
-    fn handler_panicked(&self, id: u64) -> Result<Answer, RemoteError> {
-        self.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(id, "request handler panicked");
-        Err(RemoteError::handler("the handler panicked"))
-    }
-
-    /// A handler finished request `id`: count it and answer.
-    fn answered(&self, peer: &PeerId, id: u64, result: Result<Answer, RemoteError>) {
-        count_by_driver(&self.counters.requests_handled);
-        self.answer(peer, id, result);
     }
 
     /// Sends the answer to request `id`. Answers carry no event name: the requester matches
@@ -729,11 +726,27 @@ impl<L: Link> Conversation<L> {
     }
 }
 
-/// Counts one more on a counter only the driver task writes (handler work runs on it too):
-/// a load and a store, where `fetch_add` is an atomic read-modify-write per message that a
-/// single writer does not need. Readers still see a whole value.
-fn count_by_driver(counter: &AtomicU64) {
-    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+impl<L: Link> Answering for Conversation<L> {
+    fn answer(&self, peer: &PeerId, id: u64, result: Result<Answer, RemoteError>) {
+        self.counters
+            .requests_handled
+            .fetch_add(1, Ordering::Relaxed);
+        Conversation::answer(self, peer, id, result);
+    }
+
+    fn released(&self) {
+        if self.responders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    fn panicked(&self) {
+        self.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn abort(&self) -> &Abort {
+        &self.aborted
+    }
 }
 
 /// Removes a request's entry (pending or ended) when its caller stops waiting before the
@@ -753,24 +766,10 @@ impl Drop for Forget<'_> {
     }
 }
 
-/// Runs handler work as far as it goes right now; only work that has to wait (a slow
-/// handler, a full send queue) joins the set polled by the driver. Most handlers answer at
-/// once, and this saves them a trip through the set and the driver's loop.
-fn start(
-    running: &mut FuturesUnordered<futures::future::BoxFuture<'static, ()>>,
-    mut work: futures::future::BoxFuture<'static, ()>,
-) {
-    // Polled once with a no-op waker: if it is not done, the set polls it again with the
-    // driver's waker before the driver sleeps, so no wake-up is lost.
-    if work.as_mut().now_or_never().is_none() {
-        running.push(work);
-    }
-}
-
 /// Turns an error reply into the caller's error.
 fn remote_error(envelope: &Envelope, event: &str) -> Error {
     match envelope.decode_payload::<RemoteError>() {
-        Ok(error) if error.code == RemoteError::NO_HANDLER => Error::NoHandler {
+        Ok(error) if error.is_system(RemoteError::NO_HANDLER) => Error::NoHandler {
             event: event.to_owned(),
         },
         Ok(error) => Error::Remote(error),

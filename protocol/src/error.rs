@@ -93,13 +93,27 @@ pub enum ErrorCode {
 /// An error reply: what a remote handler reported, carried back to the caller.
 ///
 /// `code` is the handler's own code (a string, as in the JavaScript zeronode) or one of the
-/// codes the protocol itself uses: [`RemoteError::NO_HANDLER`], [`RemoteError::HANDLER_FAILED`].
+/// codes the framework itself uses ([`RemoteError::NO_HANDLER`], [`RemoteError::SHUTTING_DOWN`],
+/// the node layer's routing and admission codes). Which of the two it is travels as data,
+/// not as a reading of the code: [`system`](Self::system) is set only on the errors the
+/// framework makes ([`RemoteError::system_error`]), so a handler may use any code, `NO_HANDLER`
+/// or `TIMEOUT` included, and its caller still sees the handler's own error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteError {
     /// A machine-readable code.
     pub code: String,
     /// A human-readable message.
     pub message: String,
+    /// Set when the framework (this crate or the node layer), not a user's handler, made the
+    /// error: the code then has the meaning the framework documents for it. Absent on the
+    /// wire when false (so a handler's error reply is `{code, message}` as before).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub system: bool,
+}
+
+/// For `skip_serializing_if`.
+fn is_false(flag: &bool) -> bool {
+    !*flag
 }
 
 impl RemoteError {
@@ -115,7 +129,22 @@ impl RemoteError {
         RemoteError {
             code: code.into(),
             message: message.into(),
+            system: false,
         }
+    }
+
+    /// An error the framework makes (not a handler): [`system`](Self::system) set.
+    pub fn system_error(code: impl Into<String>, message: impl Into<String>) -> RemoteError {
+        RemoteError {
+            system: true,
+            ..RemoteError::new(code, message)
+        }
+    }
+
+    /// Whether the framework made this error with `code` (and not a handler that happened to
+    /// use the same code).
+    pub fn is_system(&self, code: &str) -> bool {
+        self.system && self.code == code
     }
 
     /// A handler failure with the default code.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use serde::de::DeserializeOwned;
 use transport::{Key, PeerId};
 
@@ -93,36 +94,180 @@ impl From<Bytes> for Answer {
     }
 }
 
-/// The future a request handler returns.
+/// The future an async request handler returns ([`request_fn`]).
 pub type RequestFuture = BoxFuture<'static, Result<Answer, RemoteError>>;
-/// The future a tick handler returns.
+/// The future an async tick handler returns ([`tick_fn`]).
 pub type TickFuture = BoxFuture<'static, ()>;
 
-/// A request handler.
-pub type RequestHandler = Arc<dyn Fn(Incoming) -> RequestFuture + Send + Sync>;
-/// A tick handler.
-pub type TickHandler = Arc<dyn Fn(Incoming) -> TickFuture + Send + Sync>;
+/// A request handler. The socket's driver calls it for each request and it must return at
+/// once: it answers through the [`Responder`], now (a refusal, a cheap system answer) or
+/// later, from a task of its own. [`request_fn`] makes one that runs an async function as a
+/// task per request, so handler work never runs on the driver.
+pub type RequestHandler = Arc<dyn Fn(Incoming, Responder) + Send + Sync>;
+/// A tick handler: called by the socket's driver, must return at once (see
+/// [`RequestHandler`]); [`tick_fn`] runs an async function as a task per tick.
+pub type TickHandler = Arc<dyn Fn(Incoming) + Send + Sync>;
 
-/// Wraps an async function as a [`RequestHandler`].
+/// Where a request's answer goes: to the peer that sent it, by its id. Answering consumes
+/// it; a responder dropped without an answer (a handler that panicked, work that was
+/// cancelled) answers `HANDLER_ERROR` itself, so a request always ends with an answer.
+///
+/// A live responder counts as work in progress: a graceful close waits for it.
+pub struct Responder {
+    to: Arc<dyn Answering>,
+    peer: PeerId,
+    id: u64,
+    answered: bool,
+}
+
+/// The conversation side of a [`Responder`] (a trait object: the conversation is generic
+/// over its socket, the responder is not).
+pub(crate) trait Answering: Send + Sync {
+    /// Sends the answer to request `id` of `peer` (never waiting on a full queue).
+    fn answer(&self, peer: &PeerId, id: u64, result: Result<Answer, RemoteError>);
+    /// One responder fewer.
+    fn released(&self);
+    /// Counts a handler that panicked.
+    fn panicked(&self);
+    /// The conversation's abort signal.
+    fn abort(&self) -> &Abort;
+}
+
+/// Set once when a conversation is aborted (closed without waiting for answers), with a
+/// wake-up for the work that waits on it.
+#[derive(Default)]
+pub(crate) struct Abort {
+    flag: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Abort {
+    /// Sets the flag and wakes every waiter.
+    pub(crate) fn set(&self) {
+        self.flag.store(true, std::sync::atomic::Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Whether it is set.
+    pub(crate) fn is_set(&self) -> bool {
+        self.flag.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Resolves once it is set.
+    pub(crate) async fn wait(&self) {
+        let notified = self.notify.notified();
+        if !self.is_set() {
+            notified.await;
+        }
+    }
+}
+
+impl Responder {
+    /// Made by the conversation, which counted it as work in progress.
+    pub(crate) fn new(to: Arc<dyn Answering>, peer: PeerId, id: u64) -> Responder {
+        Responder {
+            to,
+            peer,
+            id,
+            answered: false,
+        }
+    }
+
+    /// The id of the request this answers.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The routing id of the peer the answer goes to.
+    pub fn peer(&self) -> &PeerId {
+        &self.peer
+    }
+
+    /// Answers the request: a reply, or an error reply.
+    pub fn answer(mut self, result: Result<Answer, RemoteError>) {
+        self.answered = true;
+        self.to.answer(&self.peer, self.id, result);
+    }
+
+    /// Whether the socket is being aborted (closed without waiting for answers): work still
+    /// running may stop, its answer would go nowhere.
+    pub fn is_aborting(&self) -> bool {
+        self.to.abort().is_set()
+    }
+
+    /// Resolves when the socket is aborted (see [`is_aborting`](Self::is_aborting)).
+    pub async fn aborted(&self) {
+        self.to.abort().wait().await
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.to.answer(
+                &self.peer,
+                self.id,
+                Err(RemoteError::handler(
+                    "the handler ended without answering (it panicked or was cancelled)",
+                )),
+            );
+        }
+        self.to.released();
+    }
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder")
+            .field("peer", &self.peer)
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+/// Wraps an async function as a [`RequestHandler`] that runs each request as a task of its
+/// own on the runtime (in parallel on a multi-thread runtime; never on the socket's driver).
+/// A handler that panics is answered with `HANDLER_ERROR`; an aborted socket stops it.
 pub fn request_fn<F, Fut, A>(f: F) -> RequestHandler
 where
     F: Fn(Incoming) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<A, RemoteError>> + Send + 'static,
     A: Into<Answer>,
 {
-    Arc::new(move |incoming| {
-        let fut = f(incoming);
-        Box::pin(async move { fut.await.map(Into::into) })
+    Arc::new(move |incoming, responder: Responder| {
+        let work = f(incoming);
+        tokio::spawn(async move {
+            let work = std::panic::AssertUnwindSafe(work).catch_unwind();
+            tokio::select! {
+                biased;
+                result = work => match result {
+                    Ok(result) => responder.answer(result.map(Into::into)),
+                    Err(_) => {
+                        tracing::error!(id = responder.id(), "request handler panicked");
+                        responder.to.panicked();
+                        responder.answer(Err(RemoteError::handler("the handler panicked")));
+                    }
+                },
+                () = responder.aborted() => {}
+            }
+        });
     })
 }
 
-/// Wraps an async function as a [`TickHandler`].
+/// Wraps an async function as a [`TickHandler`] that runs each tick as a task of its own.
 pub fn tick_fn<F, Fut>(f: F) -> TickHandler
 where
     F: Fn(Incoming) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    Arc::new(move |incoming| Box::pin(f(incoming)))
+    Arc::new(move |incoming| {
+        let work = std::panic::AssertUnwindSafe(f(incoming)).catch_unwind();
+        tokio::spawn(async move {
+            if work.await.is_err() {
+                tracing::error!("tick handler panicked");
+            }
+        });
+    })
 }
 
 /// FNV-1a over an event name: a lookup per message, and names are short, where SipHash's

@@ -62,7 +62,8 @@ pub use envelope::{
 };
 pub use error::{DecodeError, Error, ErrorCode, RemoteError, Result};
 pub use handler::{
-    request_fn, tick_fn, Answer, Incoming, RequestFuture, RequestHandler, TickFuture, TickHandler,
+    request_fn, tick_fn, Answer, Incoming, RequestFuture, RequestHandler, Responder, TickFuture,
+    TickHandler,
 };
 pub use server::Server;
 pub use transport::PeerId;
