@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use node::{BoxError, HandlerError, LeaveReason, Node, NodeEvent, Request, Response};
 use regex::Regex;
-use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -85,7 +84,7 @@ async fn serve(
     node: &Node,
     args: &NodeArgs,
     security: &Security,
-    events: broadcast::Receiver<NodeEvent>,
+    events: node::EventStream,
     counters: &Arc<Counters>,
     signals: &mut Signals,
 ) -> Result<(), Error> {
@@ -237,10 +236,10 @@ fn delay_of(data: &serde_json::Value) -> Result<Duration, HandlerError> {
 }
 
 /// Prints one line per peer joining, changing its options or leaving, until the node stops.
-async fn log_events(mut events: broadcast::Receiver<NodeEvent>) {
+async fn log_events(mut events: node::EventStream) {
     loop {
         match events.recv().await {
-            Ok(NodeEvent::PeerJoined {
+            Some(NodeEvent::PeerJoined {
                 id,
                 direction,
                 options,
@@ -249,11 +248,11 @@ async fn log_events(mut events: broadcast::Receiver<NodeEvent>) {
                 direction_name(direction),
                 format_options(&options)
             )),
-            Ok(NodeEvent::PeerOptionsChanged { id, options }) => say(format_args!(
+            Some(NodeEvent::PeerOptionsChanged { id, options }) => say(format_args!(
                 "peer options {id} {}",
                 format_options(&options)
             )),
-            Ok(NodeEvent::PeerLeft {
+            Some(NodeEvent::PeerLeft {
                 id,
                 direction,
                 reason,
@@ -262,19 +261,19 @@ async fn log_events(mut events: broadcast::Receiver<NodeEvent>) {
                 direction_name(direction),
                 reason_name(reason)
             )),
-            Ok(NodeEvent::ConnectionRefused { endpoint, reason }) => {
+            Some(NodeEvent::ConnectionRefused { endpoint, reason }) => {
                 say(format_args!("connection refused on {endpoint}: {reason}"))
             }
-            Ok(NodeEvent::Error { source, message }) => {
+            Some(NodeEvent::Error { source, message }) => {
                 tracing::warn!(?source, "{message}");
             }
-            Ok(NodeEvent::Stopped) | Err(broadcast::error::RecvError::Closed) => break,
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
+            Some(NodeEvent::Stopped) | None => break,
+            Some(NodeEvent::Lagged { missed }) => {
                 say(format_args!(
                     "({missed} node events not shown: output too slow)"
                 ));
             }
-            Ok(other) => tracing::debug!(?other, "node event"),
+            Some(other) => tracing::debug!(?other, "node event"),
         }
     }
 }

@@ -26,7 +26,6 @@ use std::future::Future;
 use std::time::Duration;
 
 use node::{Node, NodeEvent};
-use tokio::sync::broadcast;
 
 /// What the programs' `main` returns: any error ends the program with a non-zero status.
 pub type Result<T = (), E = node::BoxError> = std::result::Result<T, E>;
@@ -63,23 +62,21 @@ pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> Result<T> {
 /// Waits (at most [`PATIENCE`]) for the first event that `pick` accepts, and returns what
 /// `pick` made of it.
 pub async fn wait_for<T>(
-    events: &mut broadcast::Receiver<NodeEvent>,
+    events: &mut node::EventStream,
     what: &str,
     mut pick: impl FnMut(&NodeEvent) -> Option<T>,
 ) -> Result<T> {
     within(what, async {
         loop {
             match events.recv().await {
-                Ok(event) => {
+                // Missed events (`Lagged`) are not the one we wait for, or it will come
+                // again.
+                Some(event) => {
                     if let Some(found) = pick(&event) {
                         return Ok(found);
                     }
                 }
-                // Missed events are not the one we wait for, or it will come again.
-                Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => {
-                    return Err(format!("event stream closed while waiting: {what}").into())
-                }
+                None => return Err(format!("event stream closed while waiting: {what}").into()),
             }
         }
     })

@@ -8,7 +8,11 @@ use crate::options::{Options, Value};
 use crate::peer::{NodeId, Strategy};
 
 /// Tunables of a node. The defaults suit a LAN or one machine.
+///
+/// `#[non_exhaustive]`: start from `Config::default()` and set fields, or use the
+/// [`NodeBuilder`]'s methods.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Config {
     /// Timeout of a request when the call gives none.
     pub request_timeout: Duration,
@@ -40,6 +44,113 @@ pub struct Config {
     /// knows our public key). Changed at run time with
     /// [`Node::allow_key`](crate::Node::allow_key) and friends.
     pub allowed_keys: Option<Vec<Key>>,
+    /// How many request and tick handlers may run at once, node-wide (every connection,
+    /// both directions). Handlers run as tasks of their own (in parallel on a multi-thread
+    /// runtime); this bounds the work and the memory a flood of messages can take.
+    pub max_concurrent_handlers: usize,
+    /// What happens to a message that arrives while `max_concurrent_handlers` are running.
+    pub when_busy: BusyPolicy,
+    /// What an upstream connection does after its peer left.
+    pub reconnect: Reconnect,
+}
+
+/// What a node does with a request or tick that arrives while its handlers are at
+/// [`Config::max_concurrent_handlers`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BusyPolicy {
+    /// Queue it until a handler finishes, up to `max_queued` messages waiting (node-wide);
+    /// beyond that, refuse as [`BusyPolicy::Refuse`] does. A queued request still ends by
+    /// its caller's deadline.
+    Wait {
+        /// The most messages waiting for a handler slot at once.
+        max_queued: usize,
+    },
+    /// Refuse at once: a request is answered with the `BUSY` error
+    /// ([`Error::Busy`](crate::Error::Busy) for its caller), a tick is dropped and counted
+    /// ([`NodeStats::ticks_dropped`](crate::NodeStats::ticks_dropped)).
+    Refuse,
+}
+
+/// When an upstream connection handshakes again after its peer left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReconnectPolicy {
+    /// Whatever the reason, also after the peer said goodbye (it may come back on the same
+    /// address).
+    Always,
+    /// After a failure (the connection dropped, heartbeats stopped, the peer asked us to
+    /// rejoin), not after the peer closed gracefully: the connection is then given up.
+    OnFailure,
+    /// Never: once the peer leaves, the connection is given up
+    /// ([`Node::connect`](crate::Node::connect) again to rejoin).
+    Never,
+}
+
+/// How an upstream connection comes back: the policy, and the backoff between attempts
+/// (libzmq's reconnection of the socket, and this node's handshakes), which doubles from
+/// `initial` up to `max` and is spread by up to `jitter` of itself (so that the clients of
+/// a restarted server do not all come back in the same instant).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Reconnect {
+    /// When to reconnect.
+    pub policy: ReconnectPolicy,
+    /// The first wait.
+    pub initial: Duration,
+    /// The longest wait.
+    pub max: Duration,
+    /// The fraction of each wait added at random (0.0 to 1.0).
+    pub jitter: f64,
+}
+
+impl Reconnect {
+    /// A reconnection with `policy` and the default backoff.
+    pub fn new(policy: ReconnectPolicy) -> Reconnect {
+        Reconnect {
+            policy,
+            ..Reconnect::default()
+        }
+    }
+
+    /// Sets the backoff: the first and the longest wait.
+    pub fn backoff(mut self, initial: Duration, max: Duration) -> Reconnect {
+        self.initial = initial;
+        self.max = max.max(initial);
+        self
+    }
+
+    /// Sets the jitter (clamped to 0.0..=1.0).
+    pub fn jitter(mut self, jitter: f64) -> Reconnect {
+        self.jitter = if jitter.is_nan() {
+            0.0
+        } else {
+            jitter.clamp(0.0, 1.0)
+        };
+        self
+    }
+
+    /// The wait before attempt `attempt` (0 for the first retry), given `random` drawn
+    /// uniformly from 0.0..1.0: `initial * 2^attempt`, at most `max`, plus up to `jitter`
+    /// of it. Pure, so that it is tested without a clock.
+    pub fn delay(&self, attempt: u32, random: f64) -> Duration {
+        let base = self
+            .initial
+            .saturating_mul(1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX))
+            .min(self.max);
+        base + base.mul_f64(self.jitter * random.clamp(0.0, 1.0))
+    }
+}
+
+impl Default for Reconnect {
+    fn default() -> Reconnect {
+        Reconnect {
+            policy: ReconnectPolicy::Always,
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(2),
+            jitter: 0.2,
+        }
+    }
 }
 
 impl Default for Config {
@@ -58,11 +169,15 @@ impl Default for Config {
             hop_limit: crate::forward::DEFAULT_HOP_LIMIT,
             curve: None,
             allowed_keys: None,
+            max_concurrent_handlers: 1024,
+            when_busy: BusyPolicy::Wait { max_queued: 8192 },
+            reconnect: Reconnect::default(),
         }
     }
 }
 
-/// Builds a [`Node`](crate::Node).
+/// Builds a [`Node`](crate::Node). Settings may come in any order: a whole
+/// [`Config`] given with [`config`](Self::config) is the base the other settings apply over.
 ///
 /// ```
 /// # #[tokio::main] async fn main() -> node::Result<()> {
@@ -82,15 +197,48 @@ impl Default for Config {
 /// node.close().await;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct NodeBuilder {
     pub(crate) id: Option<NodeId>,
     pub(crate) options: Options,
     pub(crate) bind: Option<String>,
-    pub(crate) config: Config,
+    /// The base configuration ([`config`](Self::config)), under what the other methods set.
+    base: Config,
+    /// Every setting made with a method, applied over `base` in order when the node is
+    /// built: so `config(..)` never drops what was set before or after it.
+    settings: Vec<Setting>,
+}
+
+/// One setting of the builder.
+type Setting = std::sync::Arc<dyn Fn(&mut Config) + Send + Sync>;
+
+impl std::fmt::Debug for NodeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeBuilder")
+            .field("id", &self.id)
+            .field("options", &self.options)
+            .field("bind", &self.bind)
+            .field("config", &self.resolved_config())
+            .finish()
+    }
 }
 
 impl NodeBuilder {
+    /// Records a setting.
+    fn set(mut self, setting: impl Fn(&mut Config) + Send + Sync + 'static) -> Self {
+        self.settings.push(std::sync::Arc::new(setting));
+        self
+    }
+
+    /// The configuration the node will have: the base with every setting applied.
+    pub fn resolved_config(&self) -> Config {
+        let mut config = self.base.clone();
+        for setting in &self.settings {
+            setting(&mut config);
+        }
+        config
+    }
+
     /// Sets the node id (default: a generated readable one).
     pub fn id(mut self, id: impl Into<NodeId>) -> Self {
         self.id = Some(id.into());
@@ -115,72 +263,83 @@ impl NodeBuilder {
         self
     }
 
-    /// Sets the whole configuration.
+    /// Sets the base configuration: every other setting of this builder, made before or
+    /// after (a key pair from [`curve`](Self::curve), a timeout), still applies over it.
     pub fn config(mut self, config: Config) -> Self {
-        self.config = config;
+        self.base = config;
         self
     }
 
     /// Sets the default request timeout.
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.config.request_timeout = timeout;
-        self
+    pub fn request_timeout(self, timeout: Duration) -> Self {
+        self.set(move |config| {
+            config.request_timeout = timeout;
+        })
     }
 
     /// Sets the heartbeat interval (and the dead-peer timeout to two and a half of them).
-    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.config.heartbeat_interval = interval;
-        self.config.dead_peer_timeout = interval * 5 / 2;
-        self
+    pub fn heartbeat_interval(self, interval: Duration) -> Self {
+        self.set(move |config| {
+            config.heartbeat_interval = interval;
+            config.dead_peer_timeout = interval * 5 / 2;
+        })
     }
 
     /// Sets the dead-peer timeout.
-    pub fn dead_peer_timeout(mut self, timeout: Duration) -> Self {
-        self.config.dead_peer_timeout = timeout;
-        self
+    pub fn dead_peer_timeout(self, timeout: Duration) -> Self {
+        self.set(move |config| {
+            config.dead_peer_timeout = timeout;
+        })
     }
 
     /// Sets how long `connect` waits for the handshake.
-    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
-        self.config.handshake_timeout = timeout;
-        self
+    pub fn handshake_timeout(self, timeout: Duration) -> Self {
+        self.set(move |config| {
+            config.handshake_timeout = timeout;
+        })
     }
 
     /// Sets the high-water marks.
-    pub fn hwm(mut self, messages: i32) -> Self {
-        self.config.hwm = messages;
-        self
+    pub fn hwm(self, messages: i32) -> Self {
+        self.set(move |config| {
+            config.hwm = messages;
+        })
     }
 
     /// Sets the largest payload accepted.
-    pub fn max_payload(mut self, bytes: usize) -> Self {
-        self.config.max_payload = bytes;
-        self
+    pub fn max_payload(self, bytes: usize) -> Self {
+        self.set(move |config| {
+            config.max_payload = bytes;
+        })
     }
 
     /// Sets how `*_any` picks a peer.
-    pub fn strategy(mut self, strategy: Strategy) -> Self {
-        self.config.strategy = strategy;
-        self
+    pub fn strategy(self, strategy: Strategy) -> Self {
+        self.set(move |config| {
+            config.strategy = strategy;
+        })
     }
 
     /// Sets how long `close` waits for in-flight requests.
-    pub fn close_grace(mut self, grace: Duration) -> Self {
-        self.config.close_grace = grace;
-        self
+    pub fn close_grace(self, grace: Duration) -> Self {
+        self.set(move |config| {
+            config.close_grace = grace;
+        })
     }
 
     /// Makes this node a router: it forwards `*_any`, `tick_all` and messages to ids its
     /// peers cannot reach directly (see the crate docs).
-    pub fn router(mut self, router: bool) -> Self {
-        self.config.router = router;
-        self
+    pub fn router(self, router: bool) -> Self {
+        self.set(move |config| {
+            config.router = router;
+        })
     }
 
     /// Sets how many router hops a forwarded message may take.
-    pub fn hop_limit(mut self, hops: u8) -> Self {
-        self.config.hop_limit = hops;
-        self
+    pub fn hop_limit(self, hops: u8) -> Self {
+        self.set(move |config| {
+            config.hop_limit = hops;
+        })
     }
 
     /// Secures the node with CURVE (CurveZMQ): its bound address then accepts only
@@ -211,22 +370,84 @@ impl NodeBuilder {
     /// # client.close().await; server.close().await;
     /// # Ok(()) }
     /// ```
-    pub fn curve(mut self, keys: KeyPair) -> Self {
-        self.config.curve = Some(keys);
-        self
+    pub fn curve(self, keys: KeyPair) -> Self {
+        self.set(move |config| {
+            config.curve = Some(keys.clone());
+        })
     }
 
     /// The client public keys the bound address accepts (needs [`curve`](Self::curve):
     /// binding without a key pair is [`Error::NoKeys`](crate::Error::NoKeys)). Without a
     /// list, any client that knows this node's public key may connect.
-    pub fn allow_keys(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
-        self.config.allowed_keys = Some(keys.into_iter().collect());
-        self
+    pub fn allow_keys(self, keys: impl IntoIterator<Item = Key>) -> Self {
+        let keys: Vec<Key> = keys.into_iter().collect();
+        self.set(move |config| {
+            config.allowed_keys = Some(keys.clone());
+        })
+    }
+
+    /// Sets how many handlers may run at once, node-wide (at least 1).
+    pub fn max_concurrent_handlers(self, handlers: usize) -> Self {
+        self.set(move |config| {
+            config.max_concurrent_handlers = handlers.max(1);
+        })
+    }
+
+    /// Sets what happens to a message that arrives while the handlers are at their limit.
+    pub fn when_busy(self, policy: BusyPolicy) -> Self {
+        self.set(move |config| {
+            config.when_busy = policy;
+        })
+    }
+
+    /// Sets the reconnection policy and backoff of upstream connections.
+    pub fn reconnect(self, reconnect: Reconnect) -> Self {
+        self.set(move |config| {
+            config.reconnect = reconnect;
+        })
     }
 
     /// Builds the node (binding its address if one was given). Must run inside a tokio
     /// runtime.
     pub async fn build(self) -> crate::Result<crate::Node> {
         crate::Node::from_builder(self).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_config_never_drops_what_was_set_around_it() {
+        let keys = KeyPair::generate().expect("a key pair");
+        let built = NodeBuilder::default()
+            .curve(keys.clone())
+            .request_timeout(Duration::from_secs(3))
+            .config(Config {
+                hwm: 7,
+                ..Config::default()
+            })
+            .max_concurrent_handlers(0)
+            .resolved_config();
+        assert_eq!(built.curve.map(|k| k.public), Some(keys.public));
+        assert_eq!(built.request_timeout, Duration::from_secs(3));
+        assert_eq!(built.hwm, 7, "the base applies under the settings");
+        assert_eq!(built.max_concurrent_handlers, 1, "at least one handler");
+    }
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_maximum_with_bounded_jitter() {
+        let reconnect = Reconnect::new(ReconnectPolicy::OnFailure)
+            .backoff(Duration::from_millis(100), Duration::from_secs(1))
+            .jitter(0.5);
+        assert_eq!(reconnect.delay(0, 0.0), Duration::from_millis(100));
+        assert_eq!(reconnect.delay(1, 0.0), Duration::from_millis(200));
+        assert_eq!(reconnect.delay(3, 0.0), Duration::from_millis(800));
+        assert_eq!(reconnect.delay(4, 0.0), Duration::from_secs(1));
+        assert_eq!(reconnect.delay(400, 0.0), Duration::from_secs(1));
+        assert_eq!(reconnect.delay(0, 1.0), Duration::from_millis(150));
+        assert_eq!(reconnect.delay(9, 0.999_999).as_millis(), 1499);
+        assert_eq!(Reconnect::default().jitter(f64::NAN).jitter, 0.0);
     }
 }

@@ -46,6 +46,42 @@ pub enum ErrorCode {
     InvalidEnvelope,
     /// The layers below failed.
     Transport,
+    /// The remote node's handlers were at their limit and it refused the request.
+    Busy,
+    /// The remote node is closing and takes no new requests.
+    ShuttingDown,
+}
+
+impl ErrorCode {
+    /// The code as a stable string (`"NODE_NOT_FOUND"`, `"BUSY"`, ...): what a handler that
+    /// passes an error of its own call on with `?` answers
+    /// ([`HandlerError`](crate::HandlerError)'s `From<Error>`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::NodeNotFound => "NODE_NOT_FOUND",
+            ErrorCode::NoNodesMatchFilter => "NO_NODES_MATCH_FILTER",
+            ErrorCode::RequestTimeout => "REQUEST_TIMEOUT",
+            ErrorCode::HandlerError => "HANDLER_ERROR",
+            ErrorCode::NoHandler => "NO_HANDLER",
+            ErrorCode::PeerLeft => "PEER_LEFT",
+            ErrorCode::NotConnected => "NOT_CONNECTED",
+            ErrorCode::Closed => "CLOSED",
+            ErrorCode::DuplicateId => "DUPLICATE_ID",
+            ErrorCode::VersionMismatch => "VERSION_MISMATCH",
+            ErrorCode::HandshakeFailed => "HANDSHAKE_FAILED",
+            ErrorCode::Refused => "REFUSED",
+            ErrorCode::Security => "SECURITY",
+            ErrorCode::InvalidFilter => "INVALID_FILTER",
+            ErrorCode::RouteLoop => "ROUTE_LOOP",
+            ErrorCode::InvalidEvent => "INVALID_EVENT",
+            ErrorCode::Serialization => "SERIALIZATION",
+            ErrorCode::Address => "ADDRESS",
+            ErrorCode::InvalidEnvelope => "INVALID_ENVELOPE",
+            ErrorCode::Transport => "TRANSPORT",
+            ErrorCode::Busy => "BUSY",
+            ErrorCode::ShuttingDown => "SHUTTING_DOWN",
+        }
+    }
 }
 
 /// Everything that can go wrong in the node layer.
@@ -159,6 +195,24 @@ pub enum Error {
         /// The address.
         address: String,
     },
+    /// The remote node's handlers were at their limit
+    /// ([`Config::max_concurrent_handlers`](crate::Config::max_concurrent_handlers)) and its
+    /// policy refused the request: nothing ran; it may be sent again later.
+    #[error("the remote node is busy: {message}")]
+    Busy {
+        /// What the remote said.
+        message: String,
+    },
+    /// The remote node is closing and took no new request: nothing ran.
+    #[error("the remote node is shutting down")]
+    ShuttingDown,
+    /// `connect` was given up: the node closed, or the connection to that address was
+    /// dropped (`disconnect`) while it was being made.
+    #[error("connecting to {address} was given up")]
+    ConnectAbandoned {
+        /// The address.
+        address: String,
+    },
     /// The layers below failed (transport, envelope, serialization).
     #[error(transparent)]
     Protocol(protocol::Error),
@@ -186,7 +240,11 @@ impl Error {
             Error::InvalidFilter { .. } | Error::PredicateNotSerializable => {
                 ErrorCode::InvalidFilter
             }
-            Error::Bind(_) | Error::NotConnectedTo { .. } => ErrorCode::Address,
+            Error::Bind(_) | Error::NotConnectedTo { .. } | Error::ConnectAbandoned { .. } => {
+                ErrorCode::Address
+            }
+            Error::Busy { .. } => ErrorCode::Busy,
+            Error::ShuttingDown => ErrorCode::ShuttingDown,
             Error::RouteLoop { .. } => ErrorCode::RouteLoop,
             Error::Protocol(e) => match e.code() {
                 protocol::ErrorCode::ReservedEvent | protocol::ErrorCode::InvalidEvent => {
@@ -214,15 +272,34 @@ impl From<protocol::Error> for Error {
     fn from(e: protocol::Error) -> Error {
         match e {
             protocol::Error::Timeout { event, timeout } => Error::Timeout { event, timeout },
-            protocol::Error::Remote(remote) => Error::Handler {
-                code: remote.code,
-                message: remote.message,
-            },
+            protocol::Error::Remote(remote) => Error::from_remote(remote),
             protocol::Error::NoHandler { event } => Error::NoHandler { event },
             protocol::Error::NotConnected => Error::NotConnected,
             protocol::Error::Closed => Error::Closed,
             protocol::Error::Refused { endpoint, reason } => Error::Refused { endpoint, reason },
             other => Error::Protocol(other),
+        }
+    }
+}
+
+impl Error {
+    /// The caller's error for an error reply: a handler's own error (whatever its code) is
+    /// [`Error::Handler`]; the framework's codes have typed variants.
+    pub(crate) fn from_remote(remote: protocol::RemoteError) -> Error {
+        if remote.system {
+            match remote.code.as_str() {
+                crate::runtime::BUSY => {
+                    return Error::Busy {
+                        message: remote.message,
+                    }
+                }
+                protocol::RemoteError::SHUTTING_DOWN => return Error::ShuttingDown,
+                _ => {}
+            }
+        }
+        Error::Handler {
+            code: remote.code,
+            message: remote.message,
         }
     }
 }

@@ -77,4 +77,76 @@ pub enum NodeEvent {
     },
     /// The node closed.
     Stopped,
+    /// This stream fell behind: `missed` events were dropped before it read them (the
+    /// node keeps the last 1,024 for each stream). What follows is current again.
+    Lagged {
+        /// How many events this stream lost.
+        missed: u64,
+    },
+}
+
+/// The events of a node, as a [`Stream`](futures::Stream) ([`Node::events`](crate::Node::events)).
+/// Each stream sees the events from its creation on; one that falls behind gets a
+/// [`NodeEvent::Lagged`] item saying how many it lost, never a silent gap. Ends after
+/// [`NodeEvent::Stopped`] once the node is gone.
+pub struct EventStream {
+    inner: futures::stream::BoxStream<'static, NodeEvent>,
+}
+
+impl EventStream {
+    pub(crate) fn new(receiver: tokio::sync::broadcast::Receiver<NodeEvent>) -> EventStream {
+        use tokio::sync::broadcast::error::RecvError;
+        let inner = futures::stream::unfold(receiver, |mut receiver| async move {
+            match receiver.recv().await {
+                Ok(event) => Some((event, receiver)),
+                Err(RecvError::Lagged(missed)) => Some((NodeEvent::Lagged { missed }, receiver)),
+                Err(RecvError::Closed) => None,
+            }
+        });
+        EventStream {
+            inner: Box::pin(inner),
+        }
+    }
+
+    /// The next event; `None` once the node is gone and every event was read.
+    pub async fn recv(&mut self) -> Option<NodeEvent> {
+        futures::StreamExt::next(self).await
+    }
+}
+
+impl futures::Stream for EventStream {
+    type Item = NodeEvent;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<NodeEvent>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl std::fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventStream").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stream_that_falls_behind_is_told_how_much_it_lost() {
+        let (tx, rx) = tokio::sync::broadcast::channel(4);
+        let mut events = EventStream::new(rx);
+        for _ in 0..10 {
+            tx.send(NodeEvent::Stopped).unwrap();
+        }
+        assert_eq!(events.recv().await, Some(NodeEvent::Lagged { missed: 6 }));
+        for _ in 0..4 {
+            assert_eq!(events.recv().await, Some(NodeEvent::Stopped));
+        }
+        drop(tx);
+        assert_eq!(events.recv().await, None, "ends when the node is gone");
+    }
 }

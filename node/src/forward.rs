@@ -24,9 +24,14 @@ pub(crate) const FORWARD: &str = "_system:forward";
 /// How many router hops a message may take by default.
 pub const DEFAULT_HOP_LIMIT: u8 = 8;
 
-/// Error codes a router answers with (carried in error replies, turned into typed errors by
-/// the caller).
+/// Error codes a router answers with: always as system errors
+/// (`RemoteError::system_error`), so that a handler's error that happens to use one of these
+/// codes is never taken for a router's outcome. The caller turns them into typed errors.
 pub(crate) mod code {
+    /// The node the router delivered to left before answering (it may have run).
+    pub(crate) const PEER_LEFT: &str = "PEER_LEFT";
+    /// The router could not complete the hop for another reason (it may have run).
+    pub(crate) const HOP_FAILED: &str = "HOP_FAILED";
     /// Nothing matched the filter anywhere the message could reach.
     pub(crate) const NO_MATCH: &str = "NO_MATCH";
     /// No router could reach the node id.
@@ -119,6 +124,32 @@ impl Forward {
     pub(crate) fn excludes(&self, id: &NodeId) -> bool {
         &self.origin == id || self.visited.contains(id)
     }
+}
+
+/// Whether a router's error reply proves that the message reached no handler, so another
+/// router may be tried: only the router's own "nothing here" outcomes (no match, not found,
+/// a loop, not a router), which it sends as system errors. Anything else (a handler's error
+/// whatever its code, a timeout, a leaf that left) may have run a handler: trying another
+/// path could run it twice.
+pub(crate) fn retry_elsewhere(error: &protocol::RemoteError) -> bool {
+    error.system
+        && [
+            code::NO_MATCH,
+            code::NOT_FOUND,
+            code::LOOP,
+            code::NOT_A_ROUTER,
+        ]
+        .contains(&error.code.as_str())
+}
+
+/// Whether a failure to send to a router proves the message never left: nothing was
+/// sent (no connection, a full or unroutable queue), as opposed to a connection lost after
+/// sending or a deadline passed while waiting for the answer.
+pub(crate) fn undelivered(error: &protocol::Error) -> bool {
+    matches!(
+        error,
+        protocol::Error::NotConnected | protocol::Error::Transport(_)
+    )
 }
 
 /// The time a hop keeps for itself out of what is left: enough to pass an answer back
@@ -246,6 +277,49 @@ mod tests {
             Duration::from_millis(9950)
         );
         assert_eq!(hop_budget(Duration::from_millis(1)), Duration::ZERO);
+    }
+
+    #[test]
+    fn only_a_routers_own_nothing_here_is_retried_elsewhere() {
+        use protocol::RemoteError;
+        for code in [
+            code::NO_MATCH,
+            code::NOT_FOUND,
+            code::LOOP,
+            code::NOT_A_ROUTER,
+        ] {
+            assert!(
+                retry_elsewhere(&RemoteError::system_error(code, "")),
+                "{code}"
+            );
+            // The same code from a handler is the handler's answer: the handler ran.
+            assert!(!retry_elsewhere(&RemoteError::new(code, "")), "{code}");
+        }
+        for code in [
+            code::TIMEOUT,
+            code::PEER_LEFT,
+            code::HOP_FAILED,
+            "BUSY",
+            "NO_HANDLER",
+        ] {
+            assert!(
+                !retry_elsewhere(&RemoteError::system_error(code, "")),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_send_that_never_left_is_undelivered() {
+        assert!(undelivered(&protocol::Error::NotConnected));
+        assert!(undelivered(&protocol::Error::Transport(
+            transport::Error::QueueFull
+        )));
+        assert!(!undelivered(&protocol::Error::ConnectionLost));
+        assert!(!undelivered(&protocol::Error::Timeout {
+            event: "e".into(),
+            timeout: Duration::from_secs(1),
+        }));
     }
 
     #[test]

@@ -9,7 +9,6 @@
 //! timeout becomes the code `TIMEOUT`; any other error the code `HANDLER_ERROR` with its
 //! message.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -21,20 +20,40 @@ use regex::Regex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tower::util::BoxCloneSyncService;
-use tower::{BoxError, Layer, Service, ServiceExt};
+use tower::{BoxError, Layer, Service};
 
 use crate::peer::NodeId;
 
-/// A request or tick as a handler sees it.
+/// A request or tick as a handler (and every middleware in front of it) sees it.
 #[derive(Debug, Clone)]
 pub struct Request {
     from: NodeId,
     incoming: Incoming,
+    tick: bool,
 }
 
 impl Request {
     pub(crate) fn new(from: NodeId, incoming: Incoming) -> Request {
-        Request { from, incoming }
+        Request {
+            from,
+            incoming,
+            tick: false,
+        }
+    }
+
+    /// A tick (no answer expected): what tick handlers and middleware see.
+    pub(crate) fn new_tick(from: NodeId, incoming: Incoming) -> Request {
+        Request {
+            from,
+            incoming,
+            tick: true,
+        }
+    }
+
+    /// Whether this is a tick (fire and forget: whatever the stack answers is dropped) rather
+    /// than a request. Middleware sees both ([`Node::layer`](crate::Node::layer)).
+    pub fn is_tick(&self) -> bool {
+        self.tick
     }
 
     /// The id of the node that sent it (bound to its connection by the handshake: it cannot
@@ -150,16 +169,49 @@ impl fmt::Display for HandlerError {
 
 impl std::error::Error for HandlerError {}
 
+impl From<crate::Error> for HandlerError {
+    /// Lets a handler pass the failure of a call it made on with `?`: a handler error from
+    /// the node it called keeps its code and message (so it reaches our caller unchanged);
+    /// any other error becomes its stable code ([`ErrorCode::as_str`](crate::ErrorCode::as_str))
+    /// and its text.
+    fn from(error: crate::Error) -> HandlerError {
+        match error {
+            crate::Error::Handler { code, message } => HandlerError { code, message },
+            other => HandlerError::new(other.code().as_str(), other.to_string()),
+        }
+    }
+}
+
 /// Turns whatever a service failed with into the error reply sent back.
 pub(crate) fn to_remote(error: BoxError) -> RemoteError {
     if let Some(e) = error.downcast_ref::<HandlerError>() {
         return RemoteError::new(e.code.clone(), e.message.clone());
+    }
+    if let Some(NoHandler(event)) = error.downcast_ref::<NoHandler>() {
+        return RemoteError::system_error(
+            RemoteError::NO_HANDLER,
+            format!("no handler for {event:?}"),
+        );
     }
     if error.is::<tower::timeout::error::Elapsed>() {
         return RemoteError::new(HandlerError::TIMEOUT, "the handler took too long");
     }
     RemoteError::new(HandlerError::HANDLER_ERROR, error.to_string())
 }
+
+/// What the end of a middleware stack fails with when no handler matches the event (it was
+/// removed while the request went through the middleware): answered as the framework's
+/// `NO_HANDLER`, not as a handler's error.
+#[derive(Debug)]
+pub(crate) struct NoHandler(pub(crate) String);
+
+impl fmt::Display for NoHandler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no handler for {:?}", self.0)
+    }
+}
+
+impl std::error::Error for NoHandler {}
 
 /// The boxed form every request handler and middleware stack takes.
 pub type HandlerService = BoxCloneSyncService<Request, Response, BoxError>;
@@ -182,7 +234,7 @@ impl Pattern {
         }
     }
 
-    fn same(&self, other: &Pattern) -> bool {
+    pub(crate) fn same(&self, other: &Pattern) -> bool {
         match (self, other) {
             (Pattern::Exact(a), Pattern::Exact(b)) => a == b,
             (Pattern::Regex(a), Pattern::Regex(b)) => a.as_str() == b.as_str(),
@@ -219,7 +271,7 @@ impl From<&Regex> for Pattern {
 pub(crate) type TickHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// A middleware, boxed: wraps one service in another.
-type BoxLayer = Arc<dyn Fn(HandlerService) -> HandlerService + Send + Sync>;
+pub(crate) type BoxLayer = Arc<dyn Fn(HandlerService) -> HandlerService + Send + Sync>;
 
 /// Wraps an async function as a handler service.
 pub(crate) fn service_from_fn<F, Fut, R>(f: F) -> HandlerService
@@ -257,200 +309,21 @@ where
     Arc::new(move |inner| BoxCloneSyncService::new(layer.layer(inner)))
 }
 
-/// Every handler and middleware of a node, with the composed stack per event cached (so a
-/// stateful layer such as `ConcurrencyLimit` is built once, not per request).
-#[derive(Default)]
-pub(crate) struct Handlers {
-    requests: Vec<(Pattern, HandlerService)>,
-    ticks: Vec<(Pattern, TickHandler)>,
-    layers: Vec<(Option<Pattern>, BoxLayer)>,
-    composed: HashMap<String, Option<HandlerService>>,
-}
-
-/// Bound on the cache of composed stacks (event names are few in practice; this only guards
-/// against a peer that sends endless distinct names).
-const COMPOSED_CACHE: usize = 4096;
-
-impl Handlers {
-    pub(crate) fn add_request(&mut self, pattern: Pattern, service: HandlerService) {
-        self.requests.push((pattern, service));
-        self.composed.clear();
-    }
-
-    pub(crate) fn remove_request(&mut self, pattern: &Pattern) -> bool {
-        let before = self.requests.len();
-        self.requests.retain(|(p, _)| !p.same(pattern));
-        self.composed.clear();
-        before != self.requests.len()
-    }
-
-    pub(crate) fn add_tick(&mut self, pattern: Pattern, handler: TickHandler) {
-        self.ticks.push((pattern, handler));
-    }
-
-    pub(crate) fn remove_tick(&mut self, pattern: &Pattern) -> bool {
-        let before = self.ticks.len();
-        self.ticks.retain(|(p, _)| !p.same(pattern));
-        before != self.ticks.len()
-    }
-
-    pub(crate) fn add_layer(&mut self, pattern: Option<Pattern>, layer: BoxLayer) {
-        self.layers.push((pattern, layer));
-        self.composed.clear();
-    }
-
-    /// The stack that answers `event`: the first matching handler (exact names before
-    /// patterns, then in registration order), wrapped in every matching middleware, the
-    /// first registered outermost. `None` when no handler matches.
-    pub(crate) fn request_stack(&mut self, event: &str) -> Option<HandlerService> {
-        if let Some(cached) = self.composed.get(event) {
-            return cached.clone();
-        }
-        let handler = self
-            .requests
-            .iter()
-            .find(|(p, _)| matches!(p, Pattern::Exact(name) if name == event))
-            .or_else(|| self.requests.iter().find(|(p, _)| p.matches(event)))
-            .map(|(_, s)| s.clone());
-        let stack = handler.map(|mut service| {
-            for (pattern, layer) in self.layers.iter().rev() {
-                if pattern.as_ref().is_none_or(|p| p.matches(event)) {
-                    service = layer(service);
-                }
-            }
-            service
-        });
-        if self.composed.len() >= COMPOSED_CACHE {
-            self.composed.clear();
-        }
-        self.composed.insert(event.to_owned(), stack.clone());
-        stack
-    }
-
-    /// Every tick handler matching `event`.
-    pub(crate) fn tick_handlers(&self, event: &str) -> Vec<TickHandler> {
-        self.ticks
-            .iter()
-            .filter(|(p, _)| p.matches(event))
-            .map(|(_, h)| Arc::clone(h))
-            .collect()
-    }
-}
-
-/// Runs a request through its stack and turns the outcome into the reply.
-pub(crate) async fn call(stack: HandlerService, request: Request) -> Result<Bytes, RemoteError> {
-    match stack.oneshot(request).await {
-        Ok(response) => Ok(response.payload),
-        Err(error) => Err(to_remote(error)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
-    use tower::layer::layer_fn;
 
-    fn request(event: &str) -> Request {
-        let envelope = protocol::Envelope::new(
-            protocol::Kind::Request,
-            1,
-            event,
-            Bytes::new(),
-            Bytes::new(),
-        );
-        let frames = envelope.encode();
-        let decoded = protocol::Envelope::decode(&frames, usize::MAX).unwrap();
-        Request::new(NodeId::from("peer"), incoming_for_test(decoded))
-    }
-
-    fn incoming_for_test(envelope: protocol::Envelope) -> Incoming {
-        protocol::Incoming::from_envelope(protocol::PeerId::default(), envelope)
-    }
-
-    fn answering(text: &'static str) -> HandlerService {
-        service_from_fn(move |_req| async move { Ok::<_, HandlerError>(text) })
-    }
-
-    async fn answer(handlers: &mut Handlers, event: &str) -> Option<String> {
-        let stack = handlers.request_stack(event)?;
-        let bytes = call(stack, request(event)).await.ok()?;
-        decode_value::<String>(&bytes).ok()
-    }
-
-    #[tokio::test]
-    async fn exact_names_win_over_patterns_then_registration_order() {
-        let mut handlers = Handlers::default();
-        handlers.add_request(
-            Pattern::from(Regex::new("^user:").unwrap()),
-            answering("pattern"),
-        );
-        handlers.add_request(Pattern::from("user:get"), answering("exact"));
-        handlers.add_request(
-            Pattern::from(Regex::new("get$").unwrap()),
-            answering("late"),
-        );
-        assert_eq!(
-            answer(&mut handlers, "user:get").await.as_deref(),
-            Some("exact")
-        );
-        assert_eq!(
-            answer(&mut handlers, "user:put").await.as_deref(),
-            Some("pattern")
-        );
-        assert_eq!(
-            answer(&mut handlers, "admin:get").await.as_deref(),
-            Some("late")
-        );
-        assert_eq!(answer(&mut handlers, "nothing").await, None);
-        assert!(handlers.remove_request(&Pattern::from("user:get")));
-        assert_eq!(
-            answer(&mut handlers, "user:get").await.as_deref(),
-            Some("pattern")
-        );
-    }
-
-    #[tokio::test]
-    async fn middleware_runs_first_registered_outermost_and_only_where_it_matches() {
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut handlers = Handlers::default();
-        handlers.add_request(Pattern::from(Regex::new(".*").unwrap()), answering("ok"));
-        for (name, pattern) in [
-            ("a", None),
-            ("b", Some(Pattern::from("only-this"))),
-            ("c", None),
-        ] {
-            let order = Arc::clone(&order);
-            handlers.add_layer(
-                pattern,
-                boxed_layer(layer_fn(move |inner: HandlerService| {
-                    let order = Arc::clone(&order);
-                    BoxCloneSyncService::new(tower::service_fn(move |req: Request| {
-                        order.lock().unwrap().push(name);
-                        inner.clone().oneshot(req)
-                    }))
-                })),
-            );
-        }
-        answer(&mut handlers, "only-this").await.unwrap();
-        assert_eq!(*order.lock().unwrap(), ["a", "b", "c"]);
-        order.lock().unwrap().clear();
-        answer(&mut handlers, "other").await.unwrap();
-        assert_eq!(*order.lock().unwrap(), ["a", "c"]);
-    }
-
-    #[tokio::test]
-    async fn errors_become_error_replies_with_codes() {
-        let failing =
-            service_from_fn(
-                |_req| async move { Err::<(), _>(HandlerError::new("E_BUSY", "busy")) },
-            );
-        let remote = call(failing, request("x")).await.unwrap_err();
+    #[test]
+    fn errors_become_error_replies_with_codes() {
+        let remote = to_remote(Box::new(HandlerError::new("E_BUSY", "busy")));
         assert_eq!(remote.code, "E_BUSY");
         assert_eq!(remote.message, "busy");
+        assert!(!remote.system, "a handler's error is not the framework's");
 
         let other: BoxError = "plain failure".into();
         assert_eq!(to_remote(other).code, HandlerError::HANDLER_ERROR);
+        let missing = to_remote(Box::new(NoHandler("gone".into())));
+        assert!(missing.is_system(RemoteError::NO_HANDLER));
     }
 
     #[test]

@@ -22,38 +22,60 @@
 //! crates do).
 //!
 //! ## Layout
-//! - `node.rs`: [`Node`], the handshake, dispatch, supervision of upstream connections and
-//!   the heartbeat loop;
+//! - `node.rs`: the [`Node`] handle and its API; `send.rs`: sending requests and ticks;
+//! - `inner.rs`: the state the handle and the node's tasks share (registry and routes under
+//!   one lock), peers leaving, closing;
+//! - `handshake.rs`: what nodes tell each other when they join and the pure decision to
+//!   admit a peer (`admit`), used by both sides;
+//! - `dispatch.rs`: what runs on a socket's driver for each message (decides, never waits);
+//! - `runtime.rs`: handler work as tasks of their own, with the node-wide limit and the
+//!   busy policy;
+//! - `upstream.rs`: one supervisor task per connection this node made: joining, rejoining
+//!   by the reconnect policy; `heartbeat.rs`: the heartbeat task;
+//! - `routing.rs`: router nodes at run time; `forward.rs`: the forwarded message and the
+//!   pure decisions about it (admission, next hop, retry elsewhere or not);
+//! - `handler.rs`: requests, responses, handler errors; `middleware.rs`: the handler table
+//!   and the tower layers in front of it;
 //! - `peer.rs`: the peer registry and the `*_any` strategies (pure, tested with simulated
-//!   time);
-//! - `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
-//! - `forward.rs`: router nodes: the forwarded message and the decisions about it (pure);
-//! - `handler.rs`: requests, responses, handler errors, middleware;
-//! - `config.rs`, `events.rs`, `error.rs`.
+//!   time); `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
+//! - `link.rs`, `config.rs`, `events.rs`, `error.rs`.
 
 #![forbid(unsafe_code)]
 
 mod config;
+mod dispatch;
 mod error;
 mod events;
 pub mod filter;
 mod forward;
 mod handler;
+mod handshake;
+mod heartbeat;
+mod inner;
+mod link;
+mod middleware;
 mod node;
 pub mod options;
 mod peer;
+mod routing;
+mod runtime;
+mod send;
+mod upstream;
 
-pub use config::{Config, NodeBuilder};
+pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
 pub use error::{Error, ErrorCode, Result};
-pub use events::{ErrorSource, LeaveReason, NodeEvent};
+pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent};
 pub use filter::Filter;
 pub use forward::{RouterStats, DEFAULT_HOP_LIMIT};
 pub use handler::{HandlerError, HandlerService, Pattern, Request, Response, Route};
-pub use node::{Node, NodeStats, Target, PROTOCOL_VERSION};
+pub use handshake::PROTOCOL_VERSION;
+pub use link::Target;
+pub use node::{Node, NodeStats, WeakNode};
 pub use options::{Options, Value};
 pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
 pub use tower::BoxError;
 pub use transport::{HandshakeFailure, Key, KeyPair, SecretKey};
+pub use upstream::ConnectOptions;
 
 /// The README's code example, compiled and run as a doctest so it cannot go stale.
 #[doc = include_str!("../../README.md")]

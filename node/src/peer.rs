@@ -200,6 +200,14 @@ impl<L: Clone> Registry<L> {
             .insert((entry.id.clone(), entry.direction), entry))
     }
 
+    /// The instance holding `id` among the joined peers (either direction), if any.
+    pub(crate) fn holder(&self, id: &NodeId) -> Option<&str> {
+        [Direction::Upstream, Direction::Downstream]
+            .into_iter()
+            .find_map(|d| self.entries.get(&(id.clone(), d)))
+            .map(|e| e.instance.as_str())
+    }
+
     /// Removes a peer (it left).
     pub(crate) fn leave(&mut self, id: &NodeId, direction: Direction) -> Option<Entry<L>> {
         self.entries.remove(&(id.clone(), direction))

@@ -289,7 +289,7 @@ async fn child(args: Vec<String>) {
     );
     let mut events = node.events();
     tokio::spawn(async move {
-        while let Ok(event) = events.recv().await {
+        while let Some(event) = events.recv().await {
             match event {
                 NodeEvent::PeerJoined { id, .. } => println!("joined {id}"),
                 NodeEvent::PeerLeft { id, reason, .. } => println!("left {id} {reason:?}"),

@@ -195,7 +195,7 @@ async fn a_secure_connect_needs_a_key_pair() {
         .unwrap_err();
     assert!(matches!(err, Error::NoKeys), "{err:?}");
     assert!(matches!(
-        keyless.allow_key(keys().public),
+        keyless.allow_key(keys().public).await,
         Err(Error::NoKeys)
     ));
     // An allow-list without a key pair would check nothing: the node refuses to bind.
@@ -220,7 +220,7 @@ async fn the_allow_list_changes_at_run_time() {
     refused(client.connect_secure(&address, server_keys.public)).await;
 
     // Listed now: the same node connects and is served.
-    server.allow_key(client_keys.public).unwrap();
+    server.allow_key(client_keys.public).await.unwrap();
     assert_eq!(
         server.allowed_keys().unwrap(),
         Some(vec![client_keys.public])

@@ -265,6 +265,19 @@ impl Client {
             .await
     }
 
+    /// Whether `other` is a handle of this same client (not merely one to the same
+    /// endpoint).
+    pub fn same_as(&self, other: &Client) -> bool {
+        Arc::ptr_eq(&self.conversation, &other.conversation)
+    }
+
+    /// Sends a system tick without waiting: a server whose queue is full (it is not reading)
+    /// gets [`Error::Transport`] with `QueueFull` instead of holding us up.
+    pub async fn try_system_tick(&self, event: &str, payload: Bytes) -> Result<()> {
+        check_system_event(event)?;
+        self.conversation.try_tick(server(), event, payload).await
+    }
+
     /// Handles requests for `event` sent by the server.
     pub fn on_request(&self, event: &str, handler: RequestHandler) {
         self.conversation

@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use node::{Node, NodeBuilder, NodeEvent};
-use tokio::sync::broadcast;
+use node::{EventStream, Node, NodeBuilder, NodeEvent};
 
 /// Every wait in these tests is bounded, so a bug fails the test instead of hanging CI.
 pub const LIMIT: Duration = Duration::from_secs(15);
@@ -47,20 +46,19 @@ pub fn address(node: &Node) -> String {
 
 /// Waits for the first event that `pick` accepts.
 pub async fn wait_for<T>(
-    events: &mut broadcast::Receiver<NodeEvent>,
+    events: &mut EventStream,
     what: &str,
     mut pick: impl FnMut(&NodeEvent) -> Option<T>,
 ) -> T {
     within(what, async {
         loop {
             match events.recv().await {
-                Ok(event) => {
+                Some(event) => {
                     if let Some(found) = pick(&event) {
                         return found;
                     }
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => panic!("event stream closed: {what}"),
+                None => panic!("event stream closed: {what}"),
             }
         }
     })

@@ -1,0 +1,212 @@
+//! What a node does with each message its sockets receive: the dispatchers the protocol's
+//! drivers call. They run on a socket's driver and never wait: a system message
+//! (handshake, heartbeat, options, goodbye) is handled there; a user request or tick is
+//! checked (joined? a handler? closing?) and handed to a handler task (`runtime.rs`).
+
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use protocol::{Answer, Client, Incoming, RemoteError, Responder, Server};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use transport::Key;
+
+use crate::events::ErrorSource;
+use crate::forward::FORWARD;
+use crate::handler::{to_remote, Request};
+use crate::handshake::{handshake_downstream, HANDSHAKE, HEARTBEAT, NOT_JOINED, REJOIN};
+use crate::inner::Inner;
+use crate::peer::{Direction, NodeId, PeerInfo};
+use crate::runtime::{spawn_request, spawn_tick};
+
+impl Inner {
+    /// A user request or a forward from a joined peer, as a handler task runs it.
+    pub(crate) async fn handle(
+        &self,
+        from: NodeId,
+        incoming: Incoming,
+    ) -> std::result::Result<Answer, RemoteError> {
+        if incoming.event() == FORWARD {
+            return self.handle_forward(from, incoming).await;
+        }
+        match self.handlers.call(Request::new(from, incoming)).await {
+            Ok(response) => Ok(Answer::from(response.payload().clone())),
+            Err(error) => Err(to_remote(error)),
+        }
+    }
+
+    /// The tick handlers for a user tick, through the middleware, as a handler task runs
+    /// them.
+    pub(crate) async fn handle_tick(&self, from: NodeId, incoming: Incoming) {
+        let event = incoming.event().to_owned();
+        if let Err(error) = self.handlers.call(Request::new_tick(from, incoming)).await {
+            tracing::debug!(node = %self.id, %event, cause = %error, "tick refused by its middleware");
+        }
+    }
+
+    /// A user request from a joined peer: refused at once when closing or when nothing
+    /// handles it, else run as a task.
+    fn dispatch_request(self: &Arc<Self>, from: NodeId, incoming: Incoming, responder: Responder) {
+        if self.is_closing() {
+            responder.answer(Err(RemoteError::system_error(
+                RemoteError::SHUTTING_DOWN,
+                "the node is closing and takes no new requests",
+            )));
+            return;
+        }
+        if incoming.event() != FORWARD && !self.handlers.has_request_handler(incoming.event()) {
+            responder.answer(Err(RemoteError::system_error(
+                RemoteError::NO_HANDLER,
+                format!("no handler for {:?}", incoming.event()),
+            )));
+            return;
+        }
+        spawn_request(self, from, incoming, responder);
+    }
+
+    /// A tick from a joined peer: system ticks here, user ticks as a task.
+    fn dispatch_tick(self: &Arc<Self>, from: NodeId, direction: Direction, incoming: Incoming) {
+        if incoming.envelope().is_system() {
+            self.system_tick(&from, direction, &incoming);
+        } else if !self.is_closing() {
+            spawn_tick(self, from, incoming);
+        }
+    }
+
+    /// A message from a connection that never joined: counted, reported, refused.
+    fn unjoined(&self, kind: &str, incoming: &Incoming) {
+        self.unjoined
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.report(
+            ErrorSource::Peer,
+            format!(
+                "{kind} {:?} from a connection that has not joined",
+                incoming.event()
+            ),
+        );
+    }
+
+    /// The joined peer behind a routing id of our server, marking it alive.
+    fn downstream_peer(&self, route: &protocol::PeerId) -> Option<NodeId> {
+        let state = self.state.lock();
+        let id = state.routes.get(route)?.clone();
+        state
+            .registry
+            .seen(&id, Direction::Downstream, Instant::now().into_std());
+        Some(id)
+    }
+}
+
+/// The refusal of a message from a connection that has not joined.
+fn not_joined() -> RemoteError {
+    RemoteError::system_error(NOT_JOINED, "handshake first")
+}
+
+/// Installs the dispatchers of our bound server.
+pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
+    let weak = Arc::downgrade(inner);
+    let dispatch_server = server.clone();
+    server.on_any_request(Some(Arc::new(
+        move |incoming: Incoming, responder: Responder| {
+            let Some(inner) = weak.upgrade() else {
+                responder.answer(Err(RemoteError::system_error(
+                    RemoteError::SHUTTING_DOWN,
+                    "node closed",
+                )));
+                return;
+            };
+            if incoming.event() == HANDSHAKE {
+                // A closing node takes no new peers (they would join and be dropped at once).
+                let answer = if inner.is_closing() {
+                    Err(RemoteError::system_error(
+                        RemoteError::SHUTTING_DOWN,
+                        "the node is closing",
+                    ))
+                } else {
+                    handshake_downstream(&inner, &dispatch_server, &incoming)
+                };
+                responder.answer(answer);
+                return;
+            }
+            // Identity is bound to the connection: no handshake, no service.
+            let Some(from) = inner.downstream_peer(&incoming.from) else {
+                inner.unjoined("request", &incoming);
+                responder.answer(Err(not_joined()));
+                return;
+            };
+            inner.dispatch_request(from, incoming, responder);
+        },
+    )));
+    let weak = Arc::downgrade(inner);
+    let dispatch_server = server.clone();
+    server.on_any_tick(Some(Arc::new(move |incoming: Incoming| {
+        let Some(inner) = weak.upgrade() else { return };
+        let Some(from) = inner.downstream_peer(&incoming.from) else {
+            if incoming.event() == HEARTBEAT {
+                // A peer that still believes it is joined: tell it to handshake again
+                // (without waiting on its queue: the driver never waits).
+                inner
+                    .unjoined
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let server = dispatch_server.clone();
+                tokio::spawn(async move {
+                    let _ = server
+                        .try_system_tick(&incoming.from, REJOIN, Bytes::new())
+                        .await;
+                });
+            } else {
+                inner.unjoined("tick", &incoming);
+            }
+            return;
+        };
+        inner.dispatch_tick(from, Direction::Downstream, incoming);
+    })));
+}
+
+/// Installs the dispatchers of an upstream connection: messages our server-side peer sends
+/// us through `client`. `joined` says who the peer is once the handshake is done.
+pub(crate) fn install_upstream(
+    weak: Weak<Inner>,
+    client: &Client,
+    joined: watch::Receiver<Option<PeerInfo>>,
+    server_key: Option<Key>,
+) {
+    let peer = joined.clone();
+    let weak_requests = weak.clone();
+    client.on_any_request(Some(Arc::new(
+        move |incoming: Incoming, responder: Responder| {
+            let from = peer.borrow().as_ref().map(|p| p.id.clone());
+            let (Some(inner), Some(from)) = (weak_requests.upgrade(), from) else {
+                responder.answer(Err(not_joined()));
+                return;
+            };
+            // Our side of a CURVE connection: the peer is the server whose key we checked.
+            let incoming = match server_key {
+                Some(key) => Incoming::new(
+                    incoming.from.clone(),
+                    Some(key),
+                    incoming.envelope().clone(),
+                ),
+                None => incoming,
+            };
+            inner
+                .state
+                .lock()
+                .registry
+                .seen(&from, Direction::Upstream, Instant::now().into_std());
+            inner.dispatch_request(from, incoming, responder);
+        },
+    )));
+    client.on_any_tick(Some(Arc::new(move |incoming: Incoming| {
+        let from = joined.borrow().as_ref().map(|p| p.id.clone());
+        let (Some(inner), Some(from)) = (weak.upgrade(), from) else {
+            return;
+        };
+        inner
+            .state
+            .lock()
+            .registry
+            .seen(&from, Direction::Upstream, Instant::now().into_std());
+        inner.dispatch_tick(from, Direction::Upstream, incoming);
+    })));
+}

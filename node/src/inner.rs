@@ -1,0 +1,258 @@
+//! The state a node's handles and tasks share, and what changes it: peers joining and
+//! leaving, system ticks, closing.
+//!
+//! Who owns what (see ARCHITECTURE.md, "What runs where"):
+//! - each socket's driver task (in `protocol`) receives and dispatches; the node's
+//!   dispatchers (`dispatch.rs`) run on it and only decide: a system message is answered
+//!   there, anything else becomes a handler task (`runtime.rs`);
+//! - each upstream connection has one supervisor task (`upstream.rs`) that owns its
+//!   joining and rejoining;
+//! - one heartbeat task per node (`heartbeat.rs`);
+//! - the registry and the route map live in [`State`], under one lock, so that they stay in
+//!   step.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+use protocol::{Incoming, PeerId, Server};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::events::{ErrorSource, LeaveReason, NodeEvent};
+use crate::handshake::{Hello, Refusal, BYE, HEARTBEAT, OPTIONS, REJOIN};
+use crate::link::Link;
+use crate::middleware::Handlers;
+use crate::options::Options;
+use crate::peer::{Direction, Entry, NodeId, Registry};
+use crate::routing::Routing;
+use crate::runtime::Runtime;
+use crate::upstream::Upstream;
+
+/// The registry and the map from downstream routing ids to node ids, under one lock.
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) registry: Registry<Link>,
+    pub(crate) routes: HashMap<PeerId, NodeId>,
+}
+
+impl State {
+    /// Registers a downstream peer that `handshake::admit` let in (under this lock) behind
+    /// routing id `route`; whether it is new (not the same instance rejoining).
+    pub(crate) fn join_downstream(
+        &mut self,
+        entry: Entry<Link>,
+        route: PeerId,
+    ) -> std::result::Result<bool, Refusal> {
+        let id = entry.id.clone();
+        let replaced = self
+            .registry
+            .join(entry)
+            .map_err(|_| Refusal::DuplicateId)?;
+        if let Some(Entry {
+            link: Link::Down { route: old, .. },
+            ..
+        }) = &replaced
+        {
+            self.routes.remove(old);
+        }
+        self.routes.insert(route, id);
+        Ok(replaced.is_none())
+    }
+
+    /// Forgets a peer; its entry, if it was joined.
+    fn leave(&mut self, id: &NodeId, direction: Direction) -> Option<Entry<Link>> {
+        let entry = self.registry.leave(id, direction);
+        if let Some(Entry {
+            link: Link::Down { route, .. },
+            ..
+        }) = &entry
+        {
+            self.routes.remove(route);
+        }
+        entry
+    }
+}
+
+/// The node's shared state.
+pub(crate) struct Inner {
+    pub(crate) id: NodeId,
+    /// Random per process (see `Hello::instance`).
+    pub(crate) instance: String,
+    pub(crate) options: RwLock<Options>,
+    pub(crate) config: Config,
+    pub(crate) state: Mutex<State>,
+    pub(crate) server: Mutex<Option<Server>>,
+    /// Upstream connections by address.
+    pub(crate) upstreams: Mutex<HashMap<String, Upstream>>,
+    pub(crate) handlers: Handlers,
+    pub(crate) events: broadcast::Sender<NodeEvent>,
+    pub(crate) closing: AtomicBool,
+    /// Where handler work runs, and its limits.
+    pub(crate) runtime: Runtime,
+    pub(crate) heartbeat: Mutex<Option<JoinHandle<()>>>,
+    /// Messages refused because their connection had not joined.
+    pub(crate) unjoined: AtomicU64,
+    /// Router state: counters and the `tick_all` ids seen.
+    pub(crate) routing: Routing,
+}
+
+impl Inner {
+    pub(crate) fn new(id: NodeId, options: Options, config: Config) -> Inner {
+        let (events, _) = broadcast::channel(1024);
+        Inner {
+            id,
+            instance: uuid::Uuid::new_v4().to_string(),
+            options: RwLock::new(options),
+            runtime: Runtime::new(&config),
+            config,
+            state: Mutex::new(State::default()),
+            server: Mutex::new(None),
+            upstreams: Mutex::new(HashMap::new()),
+            handlers: Handlers::default(),
+            events,
+            closing: AtomicBool::new(false),
+            heartbeat: Mutex::new(None),
+            unjoined: AtomicU64::new(0),
+            routing: Routing::default(),
+        }
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn emit(&self, event: NodeEvent) {
+        // No receiver is fine.
+        let _ = self.events.send(event);
+    }
+
+    pub(crate) fn report(&self, source: ErrorSource, message: String) {
+        tracing::debug!(node = %self.id, ?source, %message, "error event");
+        self.emit(NodeEvent::Error { source, message });
+    }
+
+    /// How long a peer may stay silent: our dead-peer timeout, stretched to two and a half of
+    /// the peer's own heartbeat intervals when it beats slower than we do.
+    pub(crate) fn dead_after(&self, hello: &Hello) -> Duration {
+        let theirs = Duration::from_millis(hello.heartbeat_ms) * 5 / 2;
+        self.config.dead_peer_timeout.max(theirs)
+    }
+
+    /// The links of the joined peers (all, or one direction).
+    pub(crate) fn links(&self, only: Option<Direction>) -> Vec<Link> {
+        self.state
+            .lock()
+            .registry
+            .all()
+            .filter(|e| only.is_none_or(|d| d == e.direction))
+            .map(|e| e.link.clone())
+            .collect()
+    }
+
+    /// Tells peers we are leaving (all, or one direction).
+    pub(crate) async fn say_bye(&self, only: Option<Direction>) {
+        for link in self.links(only) {
+            let _ = tokio::time::timeout(
+                Duration::from_millis(200),
+                link.system_tick(BYE, Bytes::new()),
+            )
+            .await;
+        }
+    }
+
+    /// A peer left: forget it, fail what waits on it, tell its supervisor, say so.
+    pub(crate) fn peer_left(&self, id: &NodeId, direction: Direction, reason: LeaveReason) {
+        let Some(entry) = self.state.lock().leave(id, direction) else {
+            return;
+        };
+        entry.link.fail_pending();
+        if let Link::Up { left, .. } = &entry.link {
+            left.set(reason);
+        }
+        tracing::debug!(node = %self.id, peer = %id, ?direction, ?reason, "peer left");
+        self.emit(NodeEvent::PeerLeft {
+            id: id.clone(),
+            direction,
+            reason,
+        });
+    }
+
+    /// A system tick from a joined peer (heartbeat, options, bye, rejoin). Runs on the
+    /// socket's driver: nothing here waits.
+    pub(crate) fn system_tick(&self, from: &NodeId, direction: Direction, incoming: &Incoming) {
+        match incoming.event() {
+            HEARTBEAT => {}
+            OPTIONS => match incoming.decode::<Options>() {
+                Ok(options) => {
+                    self.state
+                        .lock()
+                        .registry
+                        .set_options(from, direction, options.clone());
+                    self.emit(NodeEvent::PeerOptionsChanged {
+                        id: from.clone(),
+                        options,
+                    });
+                }
+                Err(e) => self.report(ErrorSource::Peer, format!("bad options from {from}: {e}")),
+            },
+            BYE => self.peer_left(from, direction, LeaveReason::Stopped),
+            REJOIN if direction == Direction::Upstream => {
+                self.peer_left(from, direction, LeaveReason::Disconnected)
+            }
+            other => self.report(
+                ErrorSource::Peer,
+                format!("unknown system event {other:?} from {from}"),
+            ),
+        }
+    }
+
+    /// Graceful close: new requests are refused, handlers in progress finish (up to the
+    /// grace period), peers are told, every socket closes, `Stopped` is emitted. Idempotent.
+    pub(crate) async fn close(&self) {
+        if self.closing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if !self.runtime.drain(self.config.close_grace).await {
+            tracing::warn!(node = %self.id, "close: grace period over with handlers still running");
+        }
+        self.say_bye(None).await;
+        if let Some(heartbeat) = self.heartbeat.lock().take() {
+            heartbeat.abort();
+        }
+        let upstreams: Vec<Upstream> = self.upstreams.lock().drain().map(|(_, u)| u).collect();
+        for upstream in upstreams {
+            upstream.shut().await;
+        }
+        let server = self.server.lock().take();
+        if let Some(server) = server {
+            server.close().await;
+        }
+        let left = {
+            let mut state = self.state.lock();
+            state.routes.clear();
+            state.registry.drain()
+        };
+        for entry in left {
+            entry.link.fail_pending();
+            self.emit(NodeEvent::PeerLeft {
+                id: entry.id,
+                direction: entry.direction,
+                reason: LeaveReason::Local,
+            });
+        }
+        // Handlers often hold their node (to send from a handler): dropping them here
+        // breaks that cycle, so a closed node is freed.
+        self.handlers.clear();
+        self.emit(NodeEvent::Stopped);
+        tracing::debug!(node = %self.id, "closed");
+    }
+}
+
+/// A duration in whole milliseconds, saturating.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,192 @@
+//! How to reach a joined peer: through our client connected to it (upstream) or through our
+//! server, by the routing id of its connection (downstream); and who a message is for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use protocol::{Client, Envelope, PeerId, Server};
+use tokio::sync::Notify;
+
+use crate::events::LeaveReason;
+use crate::filter::Filter;
+use crate::peer::{Direction, NodeId, Scope};
+
+/// Set when the peer of an upstream connection is declared gone (by whatever noticed:
+/// heartbeats, a goodbye, a rejoin request), with the reason, and wakes the connection's
+/// supervisor, which decides whether to handshake again.
+#[derive(Debug, Default)]
+pub(crate) struct Left {
+    reason: Mutex<Option<LeaveReason>>,
+    notify: Notify,
+}
+
+impl Left {
+    /// The peer left for `reason`.
+    pub(crate) fn set(&self, reason: LeaveReason) {
+        *self.reason.lock() = Some(reason);
+        self.notify.notify_one();
+    }
+
+    /// Waits until the peer left; the reason (taken: the next wait is for the next loss).
+    pub(crate) async fn wait(&self) -> LeaveReason {
+        loop {
+            if let Some(reason) = self.reason.lock().take() {
+                return reason;
+            }
+            self.notify.notified().await;
+        }
+    }
+
+    /// Forgets a loss reported before a new join.
+    pub(crate) fn clear(&self) {
+        self.reason.lock().take();
+    }
+}
+
+/// How to reach a joined peer.
+#[derive(Clone)]
+pub(crate) enum Link {
+    /// Through our client connected to it.
+    Up {
+        client: Client,
+        /// Tells the upstream supervisor that the peer is declared gone, and why.
+        left: Arc<Left>,
+    },
+    /// Through our server, to the routing id of its connection.
+    Down { server: Server, route: PeerId },
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Link::Up { client, .. } => write!(f, "Up({})", client.endpoint()),
+            Link::Down { route, .. } => write!(f, "Down({route})"),
+        }
+    }
+}
+
+impl Link {
+    pub(crate) async fn request(
+        &self,
+        event: &str,
+        metadata: Bytes,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> protocol::Result<Envelope> {
+        match self {
+            Link::Up { client, .. } => client.request_with(event, metadata, payload, timeout).await,
+            Link::Down { server, route } => {
+                server
+                    .request_with(route, event, metadata, payload, timeout)
+                    .await
+            }
+        }
+    }
+
+    pub(crate) async fn tick(
+        &self,
+        event: &str,
+        metadata: Bytes,
+        payload: Bytes,
+    ) -> protocol::Result<()> {
+        match self {
+            Link::Up { client, .. } => client.tick_with(event, metadata, payload).await,
+            Link::Down { server, route } => server.tick_with(route, event, metadata, payload).await,
+        }
+    }
+
+    pub(crate) async fn system_request(
+        &self,
+        event: &str,
+        metadata: Bytes,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> protocol::Result<Envelope> {
+        match self {
+            Link::Up { client, .. } => {
+                client
+                    .system_request(event, metadata, payload, timeout)
+                    .await
+            }
+            Link::Down { server, route } => {
+                server
+                    .system_request(route, event, metadata, payload, timeout)
+                    .await
+            }
+        }
+    }
+
+    pub(crate) fn direction(&self) -> Direction {
+        match self {
+            Link::Up { .. } => Direction::Upstream,
+            Link::Down { .. } => Direction::Downstream,
+        }
+    }
+
+    pub(crate) async fn system_tick(&self, event: &str, payload: Bytes) -> protocol::Result<()> {
+        match self {
+            Link::Up { client, .. } => client.system_tick(event, payload).await,
+            Link::Down { server, route } => server.system_tick(route, event, payload).await,
+        }
+    }
+
+    /// Sends a system tick only if the peer's queue has room now (heartbeats: a peer that
+    /// does not read must not hold up the others' heartbeats).
+    pub(crate) async fn try_system_tick(
+        &self,
+        event: &str,
+        payload: Bytes,
+    ) -> protocol::Result<()> {
+        match self {
+            Link::Up { client, .. } => client.try_system_tick(event, payload).await,
+            Link::Down { server, route } => server.try_system_tick(route, event, payload).await,
+        }
+    }
+
+    /// Fails at once the requests waiting on this link.
+    pub(crate) fn fail_pending(&self) {
+        match self {
+            Link::Up { client, .. } => {
+                client.fail_pending(|| protocol::Error::ConnectionLost);
+            }
+            Link::Down { server, route } => {
+                server.fail_pending(route, || protocol::Error::ConnectionLost);
+            }
+        }
+    }
+}
+
+/// Who a message goes to.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// The joined node with this id.
+    Id(NodeId),
+    /// One joined node matching the filter, in the scope, picked by the node's strategy.
+    Any(Filter, Scope),
+}
+
+impl From<&str> for Target {
+    fn from(id: &str) -> Target {
+        Target::Id(NodeId::from(id))
+    }
+}
+
+impl From<String> for Target {
+    fn from(id: String) -> Target {
+        Target::Id(NodeId::from(id))
+    }
+}
+
+impl From<NodeId> for Target {
+    fn from(id: NodeId) -> Target {
+        Target::Id(id)
+    }
+}
+
+impl From<&NodeId> for Target {
+    fn from(id: &NodeId) -> Target {
+        Target::Id(id.clone())
+    }
+}

@@ -1,0 +1,394 @@
+//! The handler table and the middleware in front of it, with the semantics tower users
+//! expect.
+//!
+//! Every layer is applied once, when it is added, and its service lives as long as the
+//! node: [`Node::layer`](crate::Node::layer) wraps the whole node (one
+//! `ConcurrencyLimitLayer::new(1)` lets one request at a time into the node, whatever its
+//! event), [`Node::layer_for`](crate::Node::layer_for) wraps the events of one pattern (one
+//! instance shared by all of them). Registering handlers or other layers later never
+//! rebuilds a layer, so a stateful layer is never reset behind the user's back.
+//!
+//! How: the layers form a chain of stages in the order they were added (the first added is
+//! outermost). Each stage's service is `layer.layer(Next(i + 1))`, where [`Next`] is a
+//! service that carries the request on to the next stage that applies to its event (a
+//! pattern stage whose pattern does not match is skipped), and past the last stage to the
+//! handler. Per request, each stage's service is cloned and driven through `poll_ready`
+//! and `call` (tower's `oneshot`), so backpressure (`ConcurrencyLimit`'s permit, a
+//! `Buffer`'s slot) is real: clones share what their layer shares (`ConcurrencyLimit`
+//! shares its semaphore; a layer whose clones do not share state, such as `RateLimit`, is
+//! wrapped in `tower::buffer::Buffer` to be node-wide, as with any tower server).
+//!
+//! Ticks go through the same chain (`Request::is_tick`): the end of the chain runs every
+//! matching tick handler and answers an empty response, which is dropped.
+
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use parking_lot::RwLock;
+use tower::{BoxError, Service, ServiceExt};
+
+use crate::handler::{
+    BoxLayer, HandlerService, NoHandler, Pattern, Request, Response, TickHandler,
+};
+
+/// One middleware, applied once: its service wraps a [`Next`] to the stage after it.
+struct Stage {
+    /// `None`: every event (`Node::layer`); else the events it wraps (`Node::layer_for`).
+    pattern: Option<Pattern>,
+    service: HandlerService,
+}
+
+impl Stage {
+    fn applies(&self, event: &str) -> bool {
+        self.pattern.as_ref().is_none_or(|p| p.matches(event))
+    }
+}
+
+/// Every handler and middleware of a node.
+#[derive(Default)]
+pub(crate) struct Table {
+    requests: Vec<(Pattern, HandlerService)>,
+    ticks: Vec<(Pattern, TickHandler)>,
+    stages: Vec<Stage>,
+}
+
+impl Table {
+    /// The handler answering `event`: the first exact name, else the first pattern that
+    /// matches, in registration order.
+    fn request_handler(&self, event: &str) -> Option<&HandlerService> {
+        self.requests
+            .iter()
+            .find(|(p, _)| matches!(p, Pattern::Exact(name) if name == event))
+            .or_else(|| self.requests.iter().find(|(p, _)| p.matches(event)))
+            .map(|(_, s)| s)
+    }
+
+    fn tick_handlers(&self, event: &str) -> Vec<TickHandler> {
+        self.ticks
+            .iter()
+            .filter(|(p, _)| p.matches(event))
+            .map(|(_, h)| Arc::clone(h))
+            .collect()
+    }
+
+    /// The first stage at or after `from` that applies to `event`, with its index.
+    fn stage(&self, from: usize, event: &str) -> Option<(usize, HandlerService)> {
+        self.stages
+            .iter()
+            .enumerate()
+            .skip(from)
+            .find(|(_, stage)| stage.applies(event))
+            .map(|(i, stage)| (i, stage.service.clone()))
+    }
+}
+
+/// The node's handlers and middleware, shared by the node and the [`Next`] services inside
+/// its stages.
+#[derive(Clone, Default)]
+pub(crate) struct Handlers {
+    table: Arc<RwLock<Table>>,
+}
+
+impl Handlers {
+    pub(crate) fn add_request(&self, pattern: Pattern, service: HandlerService) {
+        self.table.write().requests.push((pattern, service));
+    }
+
+    pub(crate) fn remove_request(&self, pattern: &Pattern) -> bool {
+        let mut table = self.table.write();
+        let before = table.requests.len();
+        table.requests.retain(|(p, _)| !p.same(pattern));
+        before != table.requests.len()
+    }
+
+    pub(crate) fn add_tick(&self, pattern: Pattern, handler: TickHandler) {
+        self.table.write().ticks.push((pattern, handler));
+    }
+
+    pub(crate) fn remove_tick(&self, pattern: &Pattern) -> bool {
+        let mut table = self.table.write();
+        let before = table.ticks.len();
+        table.ticks.retain(|(p, _)| !p.same(pattern));
+        before != table.ticks.len()
+    }
+
+    /// Adds a stage after the existing ones (innermost so far). The layer is applied here,
+    /// once.
+    pub(crate) fn add_layer(&self, pattern: Option<Pattern>, layer: BoxLayer) {
+        let mut table = self.table.write();
+        let next = Next {
+            table: Arc::downgrade(&self.table),
+            from: table.stages.len() + 1,
+        };
+        let service = layer(HandlerService::new(next));
+        table.stages.push(Stage { pattern, service });
+    }
+
+    /// Whether a request for `event` has a handler (checked before the middleware, so a
+    /// request nobody handles is answered `NO_HANDLER` at once).
+    pub(crate) fn has_request_handler(&self, event: &str) -> bool {
+        self.table.read().request_handler(event).is_some()
+    }
+
+    /// Whether a tick for `event` has a handler.
+    pub(crate) fn has_tick_handler(&self, event: &str) -> bool {
+        self.table
+            .read()
+            .ticks
+            .iter()
+            .any(|(p, _)| p.matches(event))
+    }
+
+    /// Runs a request or tick through the middleware that applies to its event and then its
+    /// handler(s).
+    pub(crate) async fn call(&self, request: Request) -> Result<Response, BoxError> {
+        enter(&self.table, 0, request).await
+    }
+
+    /// Drops every handler and layer (closing node: handlers often hold their node, and
+    /// dropping them breaks that cycle).
+    pub(crate) fn clear(&self) {
+        *self.table.write() = Table::default();
+    }
+}
+
+/// Carries a request from stage `from - 1` to the next stage that applies, or to the
+/// handler. Holds the table weakly: the table owns the stages that own this.
+#[derive(Clone)]
+struct Next {
+    table: Weak<RwLock<Table>>,
+    from: usize,
+}
+
+impl Service<Request> for Next {
+    type Response = Response;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Response, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // The stages after this one are driven (and wait) in `call`'s future.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let table = self.table.upgrade();
+        let from = self.from;
+        Box::pin(async move {
+            match table {
+                Some(table) => enter(&table, from, request).await,
+                None => Err(BoxError::from(NoHandler(request.event().to_owned()))),
+            }
+        })
+    }
+}
+
+/// Enters stage `from` (or the first after it that applies), or the handler when there is
+/// none.
+async fn enter(
+    table: &Arc<RwLock<Table>>,
+    from: usize,
+    request: Request,
+) -> Result<Response, BoxError> {
+    enum Step {
+        Stage(HandlerService),
+        Request(Option<HandlerService>),
+        Ticks(Vec<TickHandler>),
+    }
+    let step = {
+        let table = table.read();
+        match table.stage(from, request.event()) {
+            Some((_, service)) => Step::Stage(service),
+            None if request.is_tick() => Step::Ticks(table.tick_handlers(request.event())),
+            None => Step::Request(table.request_handler(request.event()).cloned()),
+        }
+    };
+    match step {
+        Step::Stage(service) | Step::Request(Some(service)) => service.oneshot(request).await,
+        Step::Request(None) => Err(BoxError::from(NoHandler(request.event().to_owned()))),
+        Step::Ticks(handlers) => {
+            futures::future::join_all(handlers.iter().map(|h| h(request.clone()))).await;
+            Ok(Response::default())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handler::{boxed_layer, service_from_fn, to_remote, HandlerError};
+    use crate::peer::NodeId;
+    use bytes::Bytes;
+    use protocol::decode_value;
+    use regex::Regex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use std::time::Duration;
+    use tower::layer::layer_fn;
+    use tower::limit::ConcurrencyLimitLayer;
+    use tower::util::BoxCloneSyncService;
+
+    fn incoming(event: &str) -> protocol::Incoming {
+        let envelope = protocol::Envelope::new(
+            protocol::Kind::Request,
+            1,
+            event,
+            Bytes::new(),
+            Bytes::new(),
+        );
+        let frames = envelope.encode();
+        let decoded = protocol::Envelope::decode(&frames, usize::MAX).unwrap();
+        protocol::Incoming::from_envelope(protocol::PeerId::default(), decoded)
+    }
+
+    fn request(event: &str) -> Request {
+        Request::new(NodeId::from("peer"), incoming(event))
+    }
+
+    fn answering(text: &'static str) -> HandlerService {
+        service_from_fn(move |_req| async move { Ok::<_, HandlerError>(text) })
+    }
+
+    async fn answer(handlers: &Handlers, event: &str) -> Option<String> {
+        let response = handlers.call(request(event)).await.ok()?;
+        decode_value::<String>(response.payload()).ok()
+    }
+
+    #[tokio::test]
+    async fn exact_names_win_over_patterns_then_registration_order() {
+        let handlers = Handlers::default();
+        handlers.add_request(
+            Pattern::from(Regex::new("^user:").unwrap()),
+            answering("pattern"),
+        );
+        handlers.add_request(Pattern::from("user:get"), answering("exact"));
+        handlers.add_request(
+            Pattern::from(Regex::new("get$").unwrap()),
+            answering("late"),
+        );
+        assert_eq!(
+            answer(&handlers, "user:get").await.as_deref(),
+            Some("exact")
+        );
+        assert_eq!(
+            answer(&handlers, "user:put").await.as_deref(),
+            Some("pattern")
+        );
+        assert_eq!(
+            answer(&handlers, "admin:get").await.as_deref(),
+            Some("late")
+        );
+        assert_eq!(answer(&handlers, "nothing").await, None);
+        let missing = handlers.call(request("nothing")).await.unwrap_err();
+        assert!(to_remote(missing).is_system(protocol::RemoteError::NO_HANDLER));
+        assert!(handlers.remove_request(&Pattern::from("user:get")));
+        assert_eq!(
+            answer(&handlers, "user:get").await.as_deref(),
+            Some("pattern")
+        );
+    }
+
+    /// A layer that records its name each time a request passes through it.
+    fn recording(name: &'static str, order: &Arc<Mutex<Vec<&'static str>>>) -> BoxLayer {
+        let order = Arc::clone(order);
+        boxed_layer(layer_fn(move |inner: HandlerService| {
+            let order = Arc::clone(&order);
+            BoxCloneSyncService::new(tower::service_fn(move |req: Request| {
+                order.lock().unwrap().push(name);
+                inner.clone().oneshot(req)
+            }))
+        }))
+    }
+
+    #[tokio::test]
+    async fn middleware_runs_first_registered_outermost_and_only_where_it_matches() {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let handlers = Handlers::default();
+        handlers.add_request(Pattern::from(Regex::new(".*").unwrap()), answering("ok"));
+        handlers.add_layer(None, recording("a", &order));
+        handlers.add_layer(Some(Pattern::from("only-this")), recording("b", &order));
+        handlers.add_layer(None, recording("c", &order));
+        answer(&handlers, "only-this").await.unwrap();
+        assert_eq!(*order.lock().unwrap(), ["a", "b", "c"]);
+        order.lock().unwrap().clear();
+        answer(&handlers, "other").await.unwrap();
+        assert_eq!(*order.lock().unwrap(), ["a", "c"]);
+    }
+
+    /// A layer is applied once, when added: registering handlers or layers afterwards never
+    /// builds it again (which would reset a stateful layer).
+    #[tokio::test]
+    async fn a_layer_is_built_once_whatever_is_registered_later() {
+        let built = Arc::new(AtomicUsize::new(0));
+        let handlers = Handlers::default();
+        let counter = Arc::clone(&built);
+        handlers.add_layer(
+            None,
+            boxed_layer(layer_fn(move |inner: HandlerService| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                inner
+            })),
+        );
+        for i in 0..50 {
+            handlers.add_request(Pattern::from(format!("event-{i}")), answering("ok"));
+            answer(&handlers, &format!("event-{i}")).await.unwrap();
+        }
+        handlers.add_layer(
+            Some(Pattern::from("event-1")),
+            recording("x", &Default::default()),
+        );
+        answer(&handlers, "event-1").await.unwrap();
+        assert_eq!(built.load(Ordering::SeqCst), 1);
+    }
+
+    /// `ConcurrencyLimitLayer::new(1)` on the whole node: a request for another event waits
+    /// until the first one is done.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_wide_concurrency_limit_covers_every_event() {
+        let handlers = Handlers::default();
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        for event in ["one", "two"] {
+            let (running, most) = (Arc::clone(&running), Arc::clone(&most));
+            handlers.add_request(
+                Pattern::from(event),
+                service_from_fn(move |_req| {
+                    let (running, most) = (Arc::clone(&running), Arc::clone(&most));
+                    async move {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        Ok::<_, HandlerError>("done")
+                    }
+                }),
+            );
+        }
+        handlers.add_layer(None, boxed_layer(ConcurrencyLimitLayer::new(1)));
+        let (a, b) = tokio::join!(answer(&handlers, "one"), answer(&handlers, "two"));
+        assert_eq!((a.as_deref(), b.as_deref()), (Some("done"), Some("done")));
+        assert_eq!(most.load(Ordering::SeqCst), 1, "never two at once");
+    }
+
+    #[tokio::test]
+    async fn ticks_go_through_middleware_to_every_matching_tick_handler() {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let handlers = Handlers::default();
+        let jobs = Regex::new("^job:").unwrap();
+        for name in ["first", "second"] {
+            let order = Arc::clone(&order);
+            handlers.add_tick(
+                Pattern::from(&jobs),
+                Arc::new(move |req: Request| {
+                    assert!(req.is_tick());
+                    order.lock().unwrap().push(name);
+                    Box::pin(async {})
+                }),
+            );
+        }
+        handlers.add_layer(None, recording("layer", &order));
+        let tick = Request::new_tick(NodeId::from("peer"), incoming("job:done"));
+        handlers.call(tick).await.unwrap();
+        assert_eq!(*order.lock().unwrap(), ["layer", "first", "second"]);
+    }
+}

@@ -1,0 +1,392 @@
+//! Router nodes at run time: sending a message through the routers we are joined to, and
+//! forwarding for our peers (`forward.rs` holds the message and the pure decisions).
+//!
+//! At most once: a router answers with typed outcomes, never by reading the user's error
+//! codes. Its own failures are system errors (`RemoteError::system`) with the codes of
+//! `forward::code`; a leaf's error reply is passed back as it came (a handler's error
+//! stays a handler's error, whatever its code). The origin tries another router only when
+//! [`forward::retry_elsewhere`] says the message provably reached no handler.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use protocol::{decode_value, encode_value, Answer, Incoming, RemoteError};
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::filter::Filter;
+use crate::forward::{
+    code, hop_budget, retry_elsewhere, undelivered, Action, Admission, Destination, Forward, Seen,
+    FORWARD,
+};
+use crate::handler::Route;
+use crate::inner::{millis, Inner};
+use crate::link::{Link, Target};
+use crate::peer::NodeId;
+
+/// What a router keeps.
+#[derive(Default)]
+pub(crate) struct Routing {
+    pub(crate) forwarded: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) looped: AtomicU64,
+    pub(crate) expired: AtomicU64,
+    pub(crate) seen: Mutex<Seen>,
+}
+
+impl Inner {
+    /// Sends a message that found no joined destination here through the routers we are
+    /// joined to. `local` is the error when there is no router. Returns the reply payload
+    /// (requests) and how many nodes were reached (ticks).
+    pub(crate) async fn forward_from_here(
+        &self,
+        action: Action,
+        target: &Target,
+        event: &str,
+        payload: Bytes,
+        timeout: Duration,
+        local: Error,
+    ) -> Result<(Bytes, usize)> {
+        let routers = self.state.lock().registry.routers();
+        if routers.is_empty() {
+            return Err(local);
+        }
+        let to = match target {
+            Target::Id(id) => Destination::Id(id.clone()),
+            // A predicate (Rust code) cannot travel: refused at once.
+            Target::Any(filter, scope) => Destination::Filter(filter.to_spec()?, *scope),
+        };
+        let forward = Forward {
+            id: rand::random(),
+            action,
+            to,
+            event: event.to_owned(),
+            remaining_ms: millis(timeout),
+            hops_left: self.config.hop_limit,
+            origin: self.id.clone(),
+            visited: Vec::new(),
+        };
+        let deadline = Instant::now() + timeout;
+        self.forward_via(&forward, routers, payload, deadline)
+            .await
+            .map_err(|remote| forward_error(remote, target, event, timeout))
+    }
+
+    /// Offers `forward` to `routers` in turn (all of them for `TickAll`), each with the time
+    /// left before `deadline`.
+    async fn forward_via(
+        &self,
+        forward: &Forward,
+        routers: Vec<(NodeId, Link)>,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> std::result::Result<(Bytes, usize), RemoteError> {
+        let mut delivered = 0usize;
+        let mut last: Option<RemoteError> = None;
+        for (id, link) in routers {
+            if forward.excludes(&id) || id == self.id {
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RemoteError::system_error(
+                    code::TIMEOUT,
+                    "the deadline passed",
+                ));
+            }
+            let mut header = forward.clone();
+            header.remaining_ms = millis(left);
+            let metadata =
+                encode_value(&header).map_err(|e| RemoteError::handler(e.to_string()))?;
+            match link
+                .system_request(FORWARD, metadata, payload.clone(), left)
+                .await
+            {
+                Ok(reply) if forward.action == Action::TickAll => {
+                    delivered += decode_value::<u64>(reply.payload()).unwrap_or(0) as usize;
+                }
+                Ok(reply) => {
+                    let reached = match forward.action {
+                        Action::Tick => decode_value::<u64>(reply.payload()).unwrap_or(1) as usize,
+                        _ => 1,
+                    };
+                    return Ok((reply.into_payload(), reached));
+                }
+                // This router's side of the mesh has nothing (it said so, as data): try the
+                // others.
+                Err(protocol::Error::Remote(remote)) if retry_elsewhere(&remote) => {
+                    last = Some(remote);
+                }
+                // Delivered, or maybe delivered: whatever it is (a handler's own error
+                // included) it is the answer; another path could run the handler twice.
+                Err(protocol::Error::Remote(remote)) => return Err(remote),
+                Err(protocol::Error::Timeout { .. }) => {
+                    return Err(RemoteError::system_error(
+                        code::TIMEOUT,
+                        "no answer in time",
+                    ))
+                }
+                Err(protocol::Error::NoHandler { event }) => {
+                    return Err(RemoteError::system_error(
+                        RemoteError::NO_HANDLER,
+                        format!("no handler for {event:?}"),
+                    ))
+                }
+                // That router could not be given the message at all: try the others.
+                Err(e) if undelivered(&e) => {
+                    last = Some(RemoteError::system_error(code::NO_MATCH, e.to_string()))
+                }
+                // It may have arrived (the connection went while we waited): stop here.
+                Err(e) => return Err(RemoteError::system_error(code::PEER_LEFT, e.to_string())),
+            }
+        }
+        if forward.action == Action::TickAll && delivered > 0 {
+            return Ok((Bytes::new(), delivered));
+        }
+        Err(last
+            .filter(|r| !r.is_system(code::NOT_A_ROUTER))
+            .unwrap_or_else(|| match &forward.to {
+                Destination::Id(id) => RemoteError::system_error(code::NOT_FOUND, id.to_string()),
+                Destination::Filter(..) => {
+                    RemoteError::system_error(code::NO_MATCH, "no node matches")
+                }
+            }))
+    }
+
+    /// A router receives a forwarded message from its peer `from`.
+    pub(crate) async fn handle_forward(
+        &self,
+        from: NodeId,
+        incoming: Incoming,
+    ) -> std::result::Result<Answer, RemoteError> {
+        if !self.config.router {
+            return Err(RemoteError::system_error(
+                code::NOT_A_ROUTER,
+                self.id.to_string(),
+            ));
+        }
+        let forward: Forward = decode_value(incoming.metadata())
+            .map_err(|e| RemoteError::system_error("BAD_FORWARD", e.to_string()))?;
+        let routing = &self.routing;
+        let admission = forward.admit(&self.id, &mut routing.seen.lock());
+        let left = match admission {
+            Admission::Accept(left) => left,
+            Admission::Duplicate => return Ok(count_answer(0)),
+            Admission::Loop => {
+                routing.looped.fetch_add(1, Ordering::Relaxed);
+                return Err(RemoteError::system_error(
+                    code::LOOP,
+                    format!(
+                        "visited {:?}, {} hops left",
+                        forward.visited, forward.hops_left
+                    ),
+                ));
+            }
+            Admission::Expired => {
+                routing.expired.fetch_add(1, Ordering::Relaxed);
+                return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
+            }
+        };
+        let deadline = Instant::now() + hop_budget(left);
+        let mut via = forward.visited.clone();
+        via.push(self.id.clone());
+        let route = Route {
+            origin: forward.origin.clone(),
+            via,
+        };
+        let metadata = encode_value(&route).map_err(|e| RemoteError::handler(e.to_string()))?;
+        let payload = incoming.payload().clone();
+        let result = match forward.action {
+            Action::TickAll => {
+                self.forward_tick_all(&forward, &from, metadata, payload, deadline)
+                    .await
+            }
+            _ => {
+                self.forward_one(&forward, &from, metadata, payload, deadline)
+                    .await
+            }
+        };
+        let counter = match &result {
+            Ok(_) => &routing.forwarded,
+            Err(e) if e.is_system(code::TIMEOUT) => &routing.expired,
+            Err(e) if e.is_system(code::LOOP) => &routing.looped,
+            Err(_) => &routing.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    /// Delivers a forwarded request or tick to one local peer, or passes it on.
+    async fn forward_one(
+        &self,
+        forward: &Forward,
+        from: &NodeId,
+        metadata: Bytes,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> std::result::Result<Answer, RemoteError> {
+        let local = self.pick_for(forward, from)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(link) = local else {
+            let next = forward.next_hop(&self.id, left);
+            let routers = self.state.lock().registry.routers();
+            let routers = routers.into_iter().filter(|(id, _)| id != from).collect();
+            let (reply, reached) = self.forward_via(&next, routers, payload, deadline).await?;
+            return Ok(match forward.action {
+                Action::Request => Answer::from(reply),
+                _ => count_answer(reached as u64),
+            });
+        };
+        if left.is_zero() {
+            return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
+        }
+        match forward.action {
+            Action::Request => match link.request(&forward.event, metadata, payload, left).await {
+                Ok(reply) => Ok(Answer::from(reply.into_payload())),
+                Err(e) => Err(hop_error(e)),
+            },
+            _ => match link.tick(&forward.event, metadata, payload).await {
+                Ok(()) => Ok(count_answer(1)),
+                Err(e) => Err(hop_error(e)),
+            },
+        }
+    }
+
+    /// Delivers a forwarded `tick_all` to every local match and passes it on to the other
+    /// routers; answers how many nodes it reached.
+    async fn forward_tick_all(
+        &self,
+        forward: &Forward,
+        from: &NodeId,
+        metadata: Bytes,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> std::result::Result<Answer, RemoteError> {
+        let Destination::Filter(spec, scope) = &forward.to else {
+            return Err(RemoteError::system_error(
+                "BAD_FORWARD",
+                "tick_all needs a filter",
+            ));
+        };
+        let filter = Filter::from_spec(spec.clone())
+            .map_err(|e| RemoteError::system_error("BAD_FORWARD", e.to_string()))?;
+        let links: Vec<Link> = self
+            .state
+            .lock()
+            .registry
+            .matching(&filter, *scope)
+            .into_iter()
+            .filter(|e| !forward.excludes(&e.id) && &e.id != from)
+            .map(|e| e.link.clone())
+            .collect();
+        let mut reached = 0usize;
+        for link in links {
+            if link
+                .tick(&forward.event, metadata.clone(), payload.clone())
+                .await
+                .is_ok()
+            {
+                reached += 1;
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let next = forward.next_hop(&self.id, left);
+        let routers: Vec<(NodeId, Link)> = self
+            .state
+            .lock()
+            .registry
+            .routers()
+            .into_iter()
+            .filter(|(id, _)| id != from)
+            .collect();
+        if !routers.is_empty() && next.hops_left > 0 {
+            if let Ok((_, further)) = self.forward_via(&next, routers, payload, deadline).await {
+                reached += further;
+            }
+        }
+        if reached == 0 {
+            return Err(RemoteError::system_error(code::NO_MATCH, "no node matches"));
+        }
+        Ok(count_answer(reached as u64))
+    }
+
+    /// The local peer a forwarded request or tick goes to, if any.
+    fn pick_for(
+        &self,
+        forward: &Forward,
+        from: &NodeId,
+    ) -> std::result::Result<Option<Link>, RemoteError> {
+        let mut state = self.state.lock();
+        Ok(match &forward.to {
+            Destination::Id(id) if forward.excludes(id) => None,
+            Destination::Id(id) => state.registry.route(id).map(|(_, link, _)| link),
+            Destination::Filter(spec, scope) => {
+                let filter = Filter::from_spec(spec.clone())
+                    .map_err(|e| RemoteError::system_error("BAD_FORWARD", e.to_string()))?;
+                state
+                    .registry
+                    .pick_except(
+                        &filter,
+                        *scope,
+                        self.config.strategy,
+                        rand::random::<u32>() as usize,
+                        |id| forward.excludes(id) || id == from,
+                    )
+                    .map(|(_, _, link, _)| link)
+            }
+        })
+    }
+}
+
+/// An answer carrying how many nodes a forwarded tick reached.
+fn count_answer(count: u64) -> Answer {
+    Answer::from(encode_value(&count).unwrap_or_default())
+}
+
+/// What a router answers when the hop it forwarded to failed.
+fn hop_error(error: protocol::Error) -> RemoteError {
+    match error {
+        protocol::Error::Remote(remote) => remote,
+        protocol::Error::Timeout { .. } => {
+            RemoteError::system_error(code::TIMEOUT, "no answer in time")
+        }
+        protocol::Error::NoHandler { event } => {
+            RemoteError::system_error(RemoteError::NO_HANDLER, format!("no handler for {event:?}"))
+        }
+        protocol::Error::ConnectionLost => {
+            RemoteError::system_error(code::PEER_LEFT, "the node left before answering")
+        }
+        other => RemoteError::system_error(code::HOP_FAILED, other.to_string()),
+    }
+}
+
+/// The caller's typed error for a forward that failed: the routers' own outcomes are typed;
+/// a handler's error (not a system error) is the handler's, whatever its code.
+fn forward_error(remote: RemoteError, target: &Target, event: &str, timeout: Duration) -> Error {
+    if !remote.system {
+        return Error::from_remote(remote);
+    }
+    match remote.code.as_str() {
+        code::NO_MATCH => Error::NoNodesMatchFilter,
+        code::NOT_FOUND => Error::NodeNotFound {
+            id: match target {
+                Target::Id(id) => id.to_string(),
+                Target::Any(..) => remote.message,
+            },
+        },
+        code::TIMEOUT => Error::Timeout {
+            event: event.to_owned(),
+            timeout,
+        },
+        code::LOOP => Error::RouteLoop {
+            reason: remote.message,
+        },
+        code::PEER_LEFT => Error::PeerLeft { id: remote.message },
+        RemoteError::NO_HANDLER => Error::NoHandler {
+            event: event.to_owned(),
+        },
+        _ => Error::from_remote(remote),
+    }
+}

@@ -1,0 +1,241 @@
+//! Sending: requests and ticks to an id, to one node matching a filter, or to all of them;
+//! through a router when no joined peer fits.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use protocol::{decode_value, encode_value};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::events::LeaveReason;
+use crate::filter::Filter;
+use crate::forward::Action;
+use crate::handshake::NOT_JOINED;
+use crate::link::{Link, Target};
+use crate::node::Node;
+use crate::peer::{NodeId, Scope};
+
+/// Decrements the in-flight count of a peer when a request to it ends, however it ends.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn start(counter: Arc<AtomicUsize>) -> InFlight {
+        counter.fetch_add(1, Ordering::Relaxed);
+        InFlight(counter)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Node {
+    /// Sends a request and decodes the reply, with the default timeout.
+    pub async fn request<T, R>(&self, to: impl Into<Target>, event: &str, data: &T) -> Result<R>
+    where
+        T: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        let timeout = self.inner.config.request_timeout;
+        self.request_timeout(to, event, data, timeout).await
+    }
+
+    /// Sends a request with its own timeout and decodes the reply.
+    pub async fn request_timeout<T, R>(
+        &self,
+        to: impl Into<Target>,
+        event: &str,
+        data: &T,
+        timeout: Duration,
+    ) -> Result<R>
+    where
+        T: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        let payload = encode_value(data)?;
+        let reply = self.request_raw(to, event, payload, timeout).await?;
+        Ok(decode_value(&reply)?)
+    }
+
+    /// Sends a request with a raw payload (passed through untouched) and returns the raw
+    /// reply.
+    pub async fn request_raw(
+        &self,
+        to: impl Into<Target>,
+        event: &str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes> {
+        if self.is_closing() {
+            return Err(Error::Closed);
+        }
+        let target = to.into();
+        let (id, link, in_flight) = match self.resolve(&target) {
+            Ok(found) => found,
+            Err(local) => {
+                return self
+                    .inner
+                    .forward_from_here(Action::Request, &target, event, payload, timeout, local)
+                    .await
+                    .map(|(reply, _)| reply)
+            }
+        };
+        let _counted = InFlight::start(in_flight);
+        match link.request(event, Bytes::new(), payload, timeout).await {
+            Ok(reply) => Ok(reply.into_payload()),
+            Err(protocol::Error::ConnectionLost) => Err(Error::PeerLeft { id: id.to_string() }),
+            Err(protocol::Error::Remote(remote)) if remote.is_system(NOT_JOINED) => {
+                // The peer no longer counts us as joined (it declared us dead, or it
+                // restarted): it left, as far as we are concerned, and the connection's
+                // supervisor joins again.
+                self.inner
+                    .peer_left(&id, link.direction(), LeaveReason::Disconnected);
+                Err(Error::PeerLeft { id: id.to_string() })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Sends a request to one node matching `filter` in `scope`, picked by the strategy.
+    pub async fn request_any<T, R>(
+        &self,
+        filter: &Filter,
+        scope: Scope,
+        event: &str,
+        data: &T,
+    ) -> Result<R>
+    where
+        T: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        self.request(Target::Any(filter.clone(), scope), event, data)
+            .await
+    }
+
+    /// Sends a tick (fire and forget).
+    pub async fn tick<T>(&self, to: impl Into<Target>, event: &str, data: &T) -> Result<()>
+    where
+        T: Serialize + ?Sized,
+    {
+        self.tick_raw(to, event, encode_value(data)?).await
+    }
+
+    /// Sends a tick with a raw payload.
+    pub async fn tick_raw(&self, to: impl Into<Target>, event: &str, payload: Bytes) -> Result<()> {
+        if self.is_closing() {
+            return Err(Error::Closed);
+        }
+        let target = to.into();
+        match self.resolve(&target) {
+            Ok((_, link, _)) => link
+                .tick(event, Bytes::new(), payload)
+                .await
+                .map_err(Error::from),
+            Err(local) => {
+                let timeout = self.inner.config.request_timeout;
+                self.inner
+                    .forward_from_here(Action::Tick, &target, event, payload, timeout, local)
+                    .await
+                    .map(|_| ())
+            }
+        }
+    }
+
+    /// Sends a tick to one node matching `filter` in `scope`.
+    pub async fn tick_any<T>(
+        &self,
+        filter: &Filter,
+        scope: Scope,
+        event: &str,
+        data: &T,
+    ) -> Result<()>
+    where
+        T: Serialize + ?Sized,
+    {
+        self.tick(Target::Any(filter.clone(), scope), event, data)
+            .await
+    }
+
+    /// Sends a tick to every node matching `filter` in `scope`; returns how many it reached.
+    /// No match is [`Error::NoNodesMatchFilter`].
+    pub async fn tick_all<T>(
+        &self,
+        filter: &Filter,
+        scope: Scope,
+        event: &str,
+        data: &T,
+    ) -> Result<usize>
+    where
+        T: Serialize + ?Sized,
+    {
+        if self.is_closing() {
+            return Err(Error::Closed);
+        }
+        let payload = encode_value(data)?;
+        let links: Vec<Link> = self
+            .inner
+            .state
+            .lock()
+            .registry
+            .matching(filter, scope)
+            .into_iter()
+            .map(|e| e.link.clone())
+            .collect();
+        if links.is_empty() {
+            // Nobody here: the routers we are joined to deliver to their side of the mesh.
+            let timeout = self.inner.config.request_timeout;
+            let target = Target::Any(filter.clone(), scope);
+            return self
+                .inner
+                .forward_from_here(
+                    Action::TickAll,
+                    &target,
+                    event,
+                    payload,
+                    timeout,
+                    Error::NoNodesMatchFilter,
+                )
+                .await
+                .map(|(_, delivered)| delivered);
+        }
+        let mut sent = 0;
+        let mut first_error = None;
+        for link in &links {
+            match link.tick(event, Bytes::new(), payload.clone()).await {
+                Ok(()) => sent += 1,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match (sent, first_error) {
+            (0, Some(e)) => Err(e.into()),
+            _ => Ok(sent),
+        }
+    }
+
+    /// Finds the link for a target.
+    fn resolve(&self, target: &Target) -> Result<(NodeId, Link, Arc<AtomicUsize>)> {
+        let mut state = self.inner.state.lock();
+        match target {
+            Target::Id(id) => match state.registry.route(id) {
+                Some((_, link, in_flight)) => Ok((id.clone(), link, in_flight)),
+                None => Err(Error::NodeNotFound { id: id.to_string() }),
+            },
+            Target::Any(filter, scope) => {
+                let random = rand::random::<u32>() as usize;
+                state
+                    .registry
+                    .pick(filter, *scope, self.inner.config.strategy, random)
+                    .map(|(id, _, link, in_flight)| (id, link, in_flight))
+                    .ok_or(Error::NoNodesMatchFilter)
+            }
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! Upstream connections: the nodes this node connected to.
+//!
+//! Each address has one [`Upstream`]: one socket (a protocol `Client`) and one supervisor
+//! task that owns the connection's joining: it handshakes, publishes who joined (a `watch`
+//! that the connection's dispatchers and every `connect` waiting on it read), and after
+//! every loss decides by the [`Reconnect`] policy whether to handshake again, with a
+//! bounded, jittered backoff between attempts. `connect` to an address that already has an
+//! `Upstream` shares it: it returns the joined peer, or waits for the attempt under way.
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use protocol::{Client, Connection};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use transport::{Curve, Key};
+
+use crate::config::ReconnectPolicy;
+use crate::dispatch::install_upstream;
+use crate::error::{Error, Result};
+use crate::events::{ErrorSource, LeaveReason, NodeEvent};
+use crate::handshake::{handshake_upstream, BYE};
+use crate::inner::Inner;
+use crate::link::{Left, Link};
+use crate::peer::{Direction, Entry, PeerInfo};
+
+/// How to connect: options of [`Node::connect_with`](crate::Node::connect_with).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectOptions {
+    /// The server's CURVE public key: connect encrypted and authenticated
+    /// ([`Node::connect_secure`](crate::Node::connect_secure)).
+    pub server_key: Option<Key>,
+    /// How long this call waits for the connection and the handshake (default: the node's
+    /// `handshake_timeout`).
+    pub timeout: Option<Duration>,
+}
+
+impl ConnectOptions {
+    /// Plaintext, with the node's handshake timeout.
+    pub fn new() -> ConnectOptions {
+        ConnectOptions::default()
+    }
+
+    /// Connects with CURVE to the server whose public key this is.
+    pub fn server_key(mut self, key: Key) -> ConnectOptions {
+        self.server_key = Some(key);
+        self
+    }
+
+    /// Waits at most this long.
+    pub fn timeout(mut self, timeout: Duration) -> ConnectOptions {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+/// One address this node connected to.
+pub(crate) struct Upstream {
+    /// The socket, once made (`None` while the first `connect` is making it).
+    connection: Option<(Client, JoinHandle<()>)>,
+    /// Who is joined through it (`None` while not joined). Closed when the connection is
+    /// given up.
+    joined: watch::Receiver<Option<PeerInfo>>,
+}
+
+impl Upstream {
+    /// The client, once made.
+    pub(crate) fn client(&self) -> Option<&Client> {
+        self.connection.as_ref().map(|(client, _)| client)
+    }
+
+    /// Stops the supervisor and closes the socket gracefully.
+    pub(crate) async fn shut(self) {
+        if let Some((client, supervisor)) = self.connection {
+            supervisor.abort();
+            client.close().await;
+        }
+    }
+}
+
+/// Whether an upstream connection handshakes again after its peer left for `reason`.
+pub(crate) fn rejoins(policy: ReconnectPolicy, reason: LeaveReason) -> bool {
+    match policy {
+        ReconnectPolicy::Always => true,
+        ReconnectPolicy::OnFailure => !matches!(
+            reason,
+            LeaveReason::Stopped | LeaveReason::Local | LeaveReason::Revoked
+        ),
+        ReconnectPolicy::Never => false,
+    }
+}
+
+/// What the first `connect` to an address has to do, or what a later one finds.
+enum Found {
+    /// Nobody is connected: we are first, with the sender of the new entry's `joined`.
+    First(watch::Sender<Option<PeerInfo>>),
+    /// Another call made it or is making it: wait on its `joined`.
+    Shared(watch::Receiver<Option<PeerInfo>>),
+}
+
+impl Inner {
+    /// Socket options of every connection (and of the bound server, before CURVE).
+    pub(crate) fn transport_options(&self) -> transport::Options {
+        let config = &self.config;
+        transport::Options::default()
+            .hwm(config.hwm)
+            .max_message_size(Some(config.max_payload as u64 + 64 * 1024))
+            .linger(Duration::from_millis(200))
+            .reconnect(config.reconnect.initial, config.reconnect.max)
+            // ZMTP heartbeats make libzmq drop a connection that went silent (a network cut
+            // sends no RST), so the client reconnects by itself once the path heals. They
+            // are the backstop: one interval later than the node's own dead-peer check, so
+            // a silent peer is reported as `TimedOut` (by the node) rather than raced by
+            // libzmq's close (`Disconnected`).
+            .heartbeat(transport::Heartbeat {
+                interval: config.heartbeat_interval,
+                timeout: config.dead_peer_timeout + config.heartbeat_interval,
+                ttl: config.dead_peer_timeout + config.heartbeat_interval,
+            })
+    }
+
+    /// Connects to `address` (or shares the connection there) and returns the joined peer.
+    pub(crate) async fn connect(
+        self: &Arc<Self>,
+        address: &str,
+        options: ConnectOptions,
+    ) -> Result<PeerInfo> {
+        let transport_options = match options.server_key {
+            None => self.transport_options(),
+            Some(server_key) => {
+                let keys = self.config.curve.as_ref().ok_or(Error::NoKeys)?;
+                self.transport_options()
+                    .curve(Curve::client(keys, server_key))
+            }
+        };
+        let timeout = options.timeout.unwrap_or(self.config.handshake_timeout);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.is_closing() {
+                return Err(Error::Closed);
+            }
+            let found = {
+                let mut upstreams = self.upstreams.lock();
+                match upstreams.get(address) {
+                    Some(upstream) => Found::Shared(upstream.joined.clone()),
+                    None => {
+                        let (tx, rx) = watch::channel(None);
+                        upstreams.insert(
+                            address.to_owned(),
+                            Upstream {
+                                connection: None,
+                                joined: rx,
+                            },
+                        );
+                        Found::First(tx)
+                    }
+                }
+            };
+            match found {
+                Found::First(joined) => {
+                    return self
+                        .connect_first(address, transport_options, options, joined, deadline)
+                        .await
+                }
+                Found::Shared(mut joined) => {
+                    let waited =
+                        tokio::time::timeout_at(deadline, joined.wait_for(|peer| peer.is_some()))
+                            .await;
+                    match waited {
+                        Ok(Ok(peer)) => return Ok(peer.clone().expect("waited for Some")),
+                        // That attempt failed (or the connection was given up): try again
+                        // ourselves, within our own deadline.
+                        Ok(Err(_)) => continue,
+                        Err(_) => {
+                            return Err(Error::HandshakeTimeout {
+                                endpoint: address.to_owned(),
+                            })
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes the connection and its supervisor, and waits for the first handshake.
+    async fn connect_first(
+        self: &Arc<Self>,
+        address: &str,
+        transport_options: transport::Options,
+        options: ConnectOptions,
+        joined: watch::Sender<Option<PeerInfo>>,
+        deadline: Instant,
+    ) -> Result<PeerInfo> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let made =
+            Client::connect_with(address, transport_options, self.config.max_payload, left).await;
+        let client = match made {
+            Ok(client) => client,
+            Err(e) => {
+                self.upstreams.lock().remove(address);
+                return Err(match e {
+                    protocol::Error::ConnectTimeout { endpoint } => {
+                        Error::HandshakeTimeout { endpoint }
+                    }
+                    e => e.into(),
+                });
+            }
+        };
+        install_upstream(
+            Arc::downgrade(self),
+            &client,
+            joined.subscribe(),
+            options.server_key,
+        );
+        let mut first = joined.subscribe();
+        let (outcome_tx, outcome_rx) = tokio::sync::oneshot::channel();
+        let supervisor = tokio::spawn(supervise(
+            Arc::downgrade(self),
+            client.clone(),
+            joined,
+            options.server_key,
+            outcome_tx,
+        ));
+        let kept = {
+            let mut upstreams = self.upstreams.lock();
+            match upstreams.get_mut(address) {
+                Some(upstream) if upstream.connection.is_none() => {
+                    upstream.connection = Some((client.clone(), supervisor));
+                    None
+                }
+                // Given up while we were connecting (`disconnect`, `close`).
+                _ => Some(supervisor),
+            }
+        };
+        if let Some(supervisor) = kept {
+            supervisor.abort();
+            client.abort().await;
+            return Err(Error::ConnectAbandoned {
+                address: address.to_owned(),
+            });
+        }
+        let outcome = tokio::time::timeout_at(deadline, outcome_rx).await;
+        let error = match outcome {
+            Ok(Ok(Ok(()))) => {
+                if let Some(peer) = first.borrow_and_update().clone() {
+                    return Ok(peer);
+                }
+                Error::ConnectAbandoned {
+                    address: address.to_owned(),
+                }
+            }
+            Ok(Ok(Err(e))) => e,
+            Ok(Err(_)) => Error::Closed,
+            Err(_) => Error::HandshakeTimeout {
+                endpoint: address.to_owned(),
+            },
+        };
+        // The first handshake failed: give the connection up.
+        let removed = self.upstreams.lock().remove(address);
+        if let Some(upstream) = removed {
+            if let Some((_, supervisor)) = upstream.connection {
+                supervisor.abort();
+            }
+        }
+        client.abort().await;
+        Err(error)
+    }
+
+    /// Drops the connection to `address`: the peer leaves (reason: local).
+    pub(crate) async fn disconnect(&self, address: &str) -> Result<()> {
+        let upstream =
+            self.upstreams
+                .lock()
+                .remove(address)
+                .ok_or_else(|| Error::NotConnectedTo {
+                    address: address.to_owned(),
+                })?;
+        let joined = upstream.joined.borrow().as_ref().map(|p| p.id.clone());
+        let Some((client, supervisor)) = upstream.connection else {
+            // Still being made: its `connect` sees it given up.
+            return Ok(());
+        };
+        supervisor.abort();
+        let _ = client.system_tick(BYE, Bytes::new()).await;
+        if let Some(id) = joined {
+            self.peer_left(&id, Direction::Upstream, LeaveReason::Local);
+        }
+        client.close().await;
+        Ok(())
+    }
+}
+
+/// Keeps one upstream connection joined: handshakes, and after every loss handshakes
+/// again when the policy says so. The first outcome goes to `connect` through `first`.
+async fn supervise(
+    weak: Weak<Inner>,
+    client: Client,
+    joined: watch::Sender<Option<PeerInfo>>,
+    server_key: Option<Key>,
+    first: tokio::sync::oneshot::Sender<Result<()>>,
+) {
+    let left = Arc::new(Left::default());
+    let mut first = Some(first);
+    let mut connection = client.watch_connection();
+    let mut attempt = 0u32;
+    loop {
+        // Wait for a live connection.
+        loop {
+            let refused = match &*connection.borrow_and_update() {
+                Connection::Connected => break,
+                Connection::Closed => return,
+                Connection::Refused(reason) => Some(*reason),
+                _ => None,
+            };
+            if let Some(reason) = refused {
+                // The server refused a reconnection (it restarted with another key or
+                // allow-list): libzmq does not retry after an authentication refusal.
+                if let Some(inner) = weak.upgrade() {
+                    inner.report(
+                        ErrorSource::Handshake,
+                        format!("{} refused the connection: {reason}", client.endpoint()),
+                    );
+                }
+            }
+            if connection.changed().await.is_err() {
+                return;
+            }
+        }
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.is_closing() {
+            return;
+        }
+        left.clear();
+        let outcome = join(&inner, &client, &left, server_key).await;
+        let reconnect = inner.config.reconnect;
+        match (&outcome, first.take()) {
+            (Ok(peer), first) => {
+                attempt = 0;
+                joined.send_replace(Some(peer.clone()));
+                if let Some(first) = first {
+                    let _ = first.send(Ok(()));
+                }
+            }
+            (Err(_), Some(first)) => {
+                let _ = first.send(outcome.map(|_| ()));
+                return;
+            }
+            (Err(e), None) => {
+                inner.report(ErrorSource::Handshake, format!("re-handshake failed: {e}"));
+                if matches!(e, Error::Refused { .. }) {
+                    // Our key was revoked: retrying cannot help. Give the connection up.
+                    give_up(&inner, &client).await;
+                    return;
+                }
+            }
+        }
+        let Ok(peer) = outcome else {
+            drop(inner);
+            // Not joined: try again after the backoff.
+            tokio::time::sleep(reconnect.delay(attempt, rand::random::<f64>())).await;
+            attempt = attempt.saturating_add(1);
+            continue;
+        };
+        drop(inner);
+        // Joined: stay until the peer leaves or the connection drops.
+        let reason = tokio::select! {
+            reason = left.wait() => reason,
+            () = disconnected(&mut connection) => {
+                let Some(inner) = weak.upgrade() else { return };
+                inner.peer_left(&peer.id, Direction::Upstream, LeaveReason::Disconnected);
+                LeaveReason::Disconnected
+            }
+        };
+        joined.send_replace(None);
+        let Some(inner) = weak.upgrade() else { return };
+        if !rejoins(reconnect.policy, reason) {
+            tracing::debug!(node = %inner.id, peer = %peer.id, ?reason, "not reconnecting (policy)");
+            give_up(&inner, &client).await;
+            return;
+        }
+    }
+}
+
+/// Resolves when the connection is no longer up (or its watch ends).
+async fn disconnected(connection: &mut watch::Receiver<Connection>) {
+    loop {
+        if connection.changed().await.is_err() {
+            return;
+        }
+        if *connection.borrow() != Connection::Connected {
+            return;
+        }
+    }
+}
+
+/// One handshake and the registration of the peer it joins.
+async fn join(
+    inner: &Arc<Inner>,
+    client: &Client,
+    left: &Arc<Left>,
+    server_key: Option<Key>,
+) -> Result<PeerInfo> {
+    let hello = handshake_upstream(inner, client).await?;
+    let entry = Entry {
+        id: hello.id.clone(),
+        direction: Direction::Upstream,
+        options: hello.options.clone(),
+        instance: hello.instance.clone(),
+        router: hello.router,
+        key: server_key,
+        link: Link::Up {
+            client: client.clone(),
+            left: Arc::clone(left),
+        },
+        last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
+        dead_after: inner.dead_after(&hello),
+        in_flight: Arc::new(AtomicUsize::new(0)),
+    };
+    let joined = inner.state.lock().registry.join(entry);
+    if joined.is_err() {
+        let _ = client.system_tick(BYE, Bytes::new()).await;
+        return Err(Error::DuplicateId {
+            id: hello.id.to_string(),
+        });
+    }
+    tracing::debug!(node = %inner.id, peer = %hello.id, "upstream peer joined");
+    inner.emit(NodeEvent::PeerJoined {
+        id: hello.id.clone(),
+        direction: Direction::Upstream,
+        options: hello.options.clone(),
+    });
+    Ok(PeerInfo {
+        id: hello.id,
+        direction: Direction::Upstream,
+        options: hello.options,
+        in_flight: 0,
+        router: hello.router,
+        key: server_key,
+    })
+}
+
+/// Gives an upstream connection up from its own supervisor: out of the map (if it is
+/// still this one), socket closed.
+async fn give_up(inner: &Inner, client: &Client) {
+    let removed = {
+        let mut upstreams = inner.upstreams.lock();
+        let ours = upstreams
+            .get(client.endpoint())
+            .and_then(Upstream::client)
+            .is_some_and(|c| c.same_as(client));
+        if ours {
+            upstreams.remove(client.endpoint())
+        } else {
+            None
+        }
+    };
+    // Our own task: dropping the handle detaches it, it ends right after this.
+    drop(removed);
+    client.close().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_policy_decides_by_the_reason() {
+        use LeaveReason::*;
+        for reason in [Stopped, TimedOut, Disconnected, Local, Revoked] {
+            assert!(rejoins(ReconnectPolicy::Always, reason));
+            assert!(!rejoins(ReconnectPolicy::Never, reason));
+        }
+        assert!(rejoins(ReconnectPolicy::OnFailure, TimedOut));
+        assert!(rejoins(ReconnectPolicy::OnFailure, Disconnected));
+        assert!(!rejoins(ReconnectPolicy::OnFailure, Stopped));
+        assert!(!rejoins(ReconnectPolicy::OnFailure, Revoked));
+    }
+}
