@@ -23,51 +23,12 @@ use crate::handler::{
     Abort, Answer, Answering, Handlers, Incoming, RequestHandler, Responder, TickHandler,
 };
 use crate::link::Link;
+use crate::stats::Counters;
+pub use crate::stats::Stats;
 use crate::table::Table;
 
 /// Messages taken per wake-up of the driver, beyond the first.
 const BATCH: usize = 63;
-
-/// Counters a user or an operator reads to see what the conversation has been through.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) requests_sent: AtomicU64,
-    pub(crate) requests_handled: AtomicU64,
-    pub(crate) ticks_sent: AtomicU64,
-    pub(crate) ticks_handled: AtomicU64,
-    pub(crate) timeouts: AtomicU64,
-    pub(crate) invalid_envelopes: AtomicU64,
-    pub(crate) unmatched_replies: AtomicU64,
-    pub(crate) no_handler: AtomicU64,
-    pub(crate) handler_panics: AtomicU64,
-    pub(crate) replies_dropped: AtomicU64,
-}
-
-/// A snapshot of a Client's or Server's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Requests sent.
-    pub requests_sent: u64,
-    /// Requests received and answered.
-    pub requests_handled: u64,
-    /// Ticks sent.
-    pub ticks_sent: u64,
-    /// Ticks received and handled.
-    pub ticks_handled: u64,
-    /// Requests that ended with a timeout.
-    pub timeouts: u64,
-    /// Received messages that were not valid envelopes (dropped, counted).
-    pub invalid_envelopes: u64,
-    /// Replies that matched no pending request (late, duplicate, or spoofed) and were dropped.
-    pub unmatched_replies: u64,
-    /// Requests answered with "no handler".
-    pub no_handler: u64,
-    /// Handlers that panicked (answered with an error reply; the driver kept going).
-    pub handler_panics: u64,
-    /// Answers not delivered because the requester's queue was full (it is not reading) or it
-    /// was gone; the requester sees its own timeout.
-    pub replies_dropped: u64,
-}
 
 /// A request waiting for its reply.
 struct Waiter {
@@ -211,20 +172,7 @@ impl<L: Link> Conversation<L> {
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Stats {
-            requests_sent: get(&c.requests_sent),
-            requests_handled: get(&c.requests_handled),
-            ticks_sent: get(&c.ticks_sent),
-            ticks_handled: get(&c.ticks_handled),
-            timeouts: get(&c.timeouts),
-            invalid_envelopes: get(&c.invalid_envelopes),
-            unmatched_replies: get(&c.unmatched_replies),
-            no_handler: get(&c.no_handler),
-            handler_panics: get(&c.handler_panics),
-            replies_dropped: get(&c.replies_dropped),
-        }
+        self.counters.snapshot()
     }
 
     /// Requests waiting for a reply.
@@ -810,60 +758,4 @@ async fn run_others_first() {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use transport::{Backpressure, Dealer, Options};
-
-    /// A dealer connected to nothing has no queue to put a message in: every send waits
-    /// (or fails, under `Backpressure::Fail`).
-    fn unconnected(backpressure: Backpressure) -> Arc<Conversation<Dealer>> {
-        let dealer =
-            Dealer::with_options(Options::default().backpressure(backpressure)).expect("a dealer");
-        Conversation::start(dealer, 1024)
-    }
-
-    #[tokio::test]
-    async fn a_request_waiting_for_room_to_send_still_times_out() {
-        let conversation = unconnected(Backpressure::Wait);
-        let server = PeerId::default();
-        let request = conversation.request(
-            &server,
-            "echo",
-            Bytes::new(),
-            Bytes::from_static(b"never sent"),
-            Duration::from_millis(50),
-        );
-        // A hang fails the test instead of blocking it.
-        let result = tokio::time::timeout(Duration::from_secs(10), request)
-            .await
-            .expect("the request ended");
-        assert!(
-            matches!(result, Err(Error::Timeout { ref event, .. }) if event == "echo"),
-            "{result:?}"
-        );
-        assert_eq!(conversation.in_flight(), 0, "nothing left pending");
-        assert_eq!(conversation.stats().timeouts, 1);
-        assert_eq!(conversation.stats().requests_sent, 0);
-        conversation.abort().await;
-    }
-
-    #[tokio::test]
-    async fn a_request_with_no_room_fails_at_once_when_told_not_to_wait() {
-        let conversation = unconnected(Backpressure::Fail);
-        let result = conversation
-            .request(
-                &PeerId::default(),
-                "echo",
-                Bytes::new(),
-                Bytes::from_static(b"never sent"),
-                Duration::from_secs(3600),
-            )
-            .await;
-        assert!(
-            matches!(result, Err(Error::Transport(transport::Error::QueueFull))),
-            "{result:?}"
-        );
-        assert_eq!(conversation.in_flight(), 0, "nothing left pending");
-        conversation.abort().await;
-    }
-}
+mod tests;

@@ -52,6 +52,7 @@ mod error;
 mod handler;
 mod link;
 mod server;
+mod stats;
 pub mod table;
 
 pub use client::{Client, Connection, DEFAULT_MAX_PAYLOAD};

@@ -96,21 +96,23 @@
 mod curve;
 mod dealer;
 mod error;
+mod frame;
 mod monitor;
 mod msg;
 mod options;
 mod pool;
 mod router;
 mod socket;
+mod turn;
 mod zap;
 
 pub use curve::{Curve, Key, KeyPair, SecretKey};
 pub use dealer::Dealer;
 pub use error::{Error, Result};
+pub use frame::Frame;
 pub use monitor::{Event, Events, HandshakeFailure};
 pub use options::{Backpressure, Heartbeat, Options};
 pub use router::{PeerId, Router};
-pub use socket::Frame;
 
 /// The libzmq version linked in, as `(major, minor, patch)`.
 pub fn libzmq_version() -> (i32, i32, i32) {
