@@ -10,6 +10,12 @@
 //! | `protocol` | `protocol::Server`, echo handler | `protocol::Client::request` |
 //! | `node` | `Node`, `on_request_service` raw echo | `Node::request_raw` |
 //! | `node-tick` | `Node`, `on_tick` counter | `Node::tick_raw`, one way |
+//! | `node-curve` | the `node` row's server with a CURVE key pair | `connect_secure`, then as `node` |
+//! | `node-cpu-1`, `node-cpu-2` | `Node`, a ~200 µs CPU-bound handler, 1 or 2 worker threads | as `node` |
+//!
+//! The CPU-bound rows are not in the default set: `--layers node-cpu-1,node-cpu-2` measures
+//! both in one run (side by side at every size and window), to show whether a second worker
+//! thread in the server raises its rate.
 //!
 //! `cargo run --release -p benches -- [--sizes 100,500] [--windows 1,100] [--layers raw,node]
 //! [--duration 5] [--warmup 1] [--rounds 3] [--quick] [--out target/bench-report]`, or the
@@ -368,6 +374,21 @@ mod tests {
         assert_eq!(cli.run.layers, Layer::ALL);
         assert_eq!(cli.run.rounds, 1);
         assert_eq!(cli.run.out, PathBuf::from("target/bench-report"));
+    }
+
+    #[test]
+    fn the_cpu_bound_rows_are_named_but_not_measured_by_default() {
+        let cli = Cli::try_parse_from(["benches", "--layers", "node-cpu-1,node-cpu-2"]).unwrap();
+        assert_eq!(cli.run.layers, [Layer::NodeCpu1, Layer::NodeCpu2]);
+        assert!(!Layer::ALL.iter().any(|l| l.is_cpu_bound()));
+        let cli = Cli::try_parse_from(["benches", "serve", "--layer", "node-cpu-2"]).unwrap();
+        assert!(matches!(
+            cli.role,
+            Some(Role::Serve(ServeArgs {
+                layer: Layer::NodeCpu2,
+                ..
+            }))
+        ));
     }
 
     #[test]

@@ -103,7 +103,8 @@ pub(crate) struct Row {
     /// The fastest round's rate.
     pub(crate) rate_max: f64,
     /// `rate / raw rate` at the same size and window; `None` for raw's own baseline being
-    /// absent, and for streams (raw has no one-way row).
+    /// absent, for streams (raw has no one-way row) and for the CPU-bound rows (their rate
+    /// is their handler's job, which raw does not do).
     pub(crate) ratio_to_raw: Option<f64>,
 }
 
@@ -153,7 +154,7 @@ impl Report {
                 rounds: m.rounds,
                 rate_min: m.rate_min,
                 rate_max: m.rate_max,
-                ratio_to_raw: if m.point.layer.is_stream() {
+                ratio_to_raw: if m.point.layer.is_stream() || m.point.layer.is_cpu_bound() {
                     None
                 } else {
                     gate::rate(&points, Layer::Raw, m.point.size, m.point.window)
@@ -239,6 +240,13 @@ impl Report {
                 out,
                 "\nnode-tick: one-way ticks per second, counted by the receiver (no window, no \
                  latency)."
+            );
+        }
+        if self.rows.iter().any(|r| r.point.layer.is_cpu_bound()) {
+            let _ = writeln!(
+                out,
+                "\nnode-cpu-N: the node row with a ~200 us CPU-bound handler, the server on a \
+                 multi-thread runtime with N worker threads (no x raw)."
             );
         }
         if rounds {
@@ -333,6 +341,8 @@ fn colour(layer: Layer) -> RGBColor {
         Layer::Node => RGBColor(214, 39, 40),
         Layer::NodeTick => RGBColor(148, 103, 189),
         Layer::NodeCurve => RGBColor(140, 86, 75),
+        Layer::NodeCpu1 => RGBColor(227, 119, 194),
+        Layer::NodeCpu2 => RGBColor(188, 189, 34),
         Layer::Nats => RGBColor(23, 190, 207),
         Layer::Moleculer => RGBColor(255, 127, 14),
     }
@@ -588,6 +598,28 @@ mod tests {
         let report = report();
         let ratios: Vec<Option<f64>> = report.rows.iter().map(|r| r.ratio_to_raw).collect();
         assert_eq!(ratios, [Some(1.0), Some(0.5), Some(1.0), Some(0.5), None]);
+    }
+
+    #[test]
+    fn the_cpu_bound_rows_have_no_ratio_to_raw() {
+        let mut report = report();
+        let mut row = report.rows[1].clone();
+        row.point.layer = Layer::NodeCpu2;
+        let merged = report
+            .rows
+            .iter()
+            .map(|r| &r.point)
+            .chain([&row.point])
+            .cloned()
+            .map(Merged::single)
+            .collect();
+        report = Report::new(report.machine, report.settings, merged, Vec::new());
+        let cpu = report.rows.last().unwrap();
+        assert_eq!(cpu.point.layer, Layer::NodeCpu2);
+        assert_eq!(cpu.ratio_to_raw, None);
+        let table = report.table();
+        assert!(table.contains("node-cpu-2"), "{table}");
+        assert!(table.contains("N worker threads"), "{table}");
     }
 
     #[test]

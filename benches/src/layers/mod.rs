@@ -7,11 +7,15 @@
 //!
 //! Async servers and clients each run on a current-thread tokio runtime: with one socket
 //! and one loop per process that gave the lowest latency here (no cross-thread wake-ups).
+//! The exception is the server of the CPU-bound rows (`node-cpu-1`, `node-cpu-2`): a
+//! multi-thread runtime with 1 or 2 worker threads, so that the two rows side by side show
+//! whether the node spreads its handlers over the workers it is given.
 //! All sockets use a high-water mark of 100,000 messages so that a window of 1000 never
 //! meets backpressure.
 //!
 //! The peers' rows (`nats`, `moleculer`) are built only with the `peers` feature (see
-//! `peers/`); they are not in [`Layer::ALL`] and are measured only when named in `--layers`.
+//! `peers/`); they are not in [`Layer::ALL`] and are measured only when named in `--layers`,
+//! as are the CPU-bound rows (a study of the node's handler scheduling, not of its cost).
 
 mod node;
 #[cfg(feature = "peers")]
@@ -68,6 +72,18 @@ pub(crate) enum Layer {
     /// The `node` row over CURVE: both nodes with key pairs, `connect_secure` (every
     /// message encrypted and authenticated).
     NodeCurve,
+    /// The `node` row with a handler that does a fixed CPU-bound job of about 200 µs per
+    /// request before answering the payload back; the server on a multi-thread runtime with
+    /// one worker thread. Not in [`Layer::ALL`].
+    #[value(name = "node-cpu-1")]
+    #[serde(rename = "node-cpu-1")]
+    NodeCpu1,
+    /// `node-cpu-1` with the server on two worker threads: a higher rate if the node runs
+    /// handlers in parallel (at most twice, less the client's share of the cores), the same
+    /// if they all run on one task. Not in [`Layer::ALL`].
+    #[value(name = "node-cpu-2")]
+    #[serde(rename = "node-cpu-2")]
+    NodeCpu2,
     /// A peer: NATS request/reply through `nats-server`, async-nats on both sides (feature
     /// `peers`; not in [`Layer::ALL`]).
     Nats,
@@ -77,8 +93,8 @@ pub(crate) enum Layer {
 }
 
 impl Layer {
-    /// Every layer of zeronode, in report order: the default set. The peers' rows are
-    /// measured only when named.
+    /// Every layer of zeronode, in report order: the default set. The CPU-bound rows and the
+    /// peers' rows are measured only when named.
     pub(crate) const ALL: [Layer; 6] = [
         Layer::Raw,
         Layer::Transport,
@@ -97,6 +113,8 @@ impl Layer {
             Layer::Node => "node",
             Layer::NodeTick => "node-tick",
             Layer::NodeCurve => "node-curve",
+            Layer::NodeCpu1 => "node-cpu-1",
+            Layer::NodeCpu2 => "node-cpu-2",
             Layer::Nats => "nats",
             Layer::Moleculer => "moleculer",
         }
@@ -105,6 +123,12 @@ impl Layer {
     /// Whether the row is a one-way stream: one point per size, no window, no latency.
     pub(crate) fn is_stream(self) -> bool {
         self == Layer::NodeTick
+    }
+
+    /// Whether the row's server does a CPU-bound job per request (`node-cpu-N`): its rate is
+    /// the job's, not the layer's cost, so it has no ratio to raw.
+    pub(crate) fn is_cpu_bound(self) -> bool {
+        matches!(self, Layer::NodeCpu1 | Layer::NodeCpu2)
     }
 }
 
@@ -160,6 +184,8 @@ pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
         // One node server answers both the request/reply and the tick rows.
         Layer::Node | Layer::NodeTick => runtime()?.block_on(node::serve(endpoint, false)),
         Layer::NodeCurve => runtime()?.block_on(node::serve(endpoint, true)),
+        Layer::NodeCpu1 => multi_thread_runtime(1)?.block_on(node::serve_cpu(endpoint)),
+        Layer::NodeCpu2 => multi_thread_runtime(2)?.block_on(node::serve_cpu(endpoint)),
         // Each peer binds where it can: its own free loopback port.
         #[cfg(feature = "peers")]
         Layer::Nats => runtime()?.block_on(peers::nats::serve()),
@@ -177,7 +203,8 @@ pub(crate) fn client(job: &Job) -> Result<Point> {
         Layer::Transport => runtime()?.block_on(transport::client(job)),
         // A task of their own (see `on_task`).
         Layer::Protocol => on_task(job, |job| async move { protocol::client(&job).await }),
-        Layer::Node | Layer::NodeCurve => {
+        // The CPU-bound rows' client is the `node` row's, on a current-thread runtime.
+        Layer::Node | Layer::NodeCurve | Layer::NodeCpu1 | Layer::NodeCpu2 => {
             on_task(job, |job| async move { node::client(&job).await })
         }
         Layer::NodeTick => runtime()?.block_on(node::tick_client(job)),
@@ -220,10 +247,41 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// A multi-thread runtime with `workers` worker threads, for the CPU-bound rows' server.
+///
+/// The server's own future (build the node, announce, wait) runs on the thread that calls
+/// `block_on`, not on a worker; the node's socket drivers, and whatever tasks the node
+/// spawns for its handlers, are tasks and run on the workers.
+fn multi_thread_runtime(workers: usize) -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()?)
+}
+
 /// Prints the bound endpoint as the process's first stdout line, for the orchestrator.
 fn announce(endpoint: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{endpoint}")?;
     out.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum;
+
+    use super::*;
+
+    #[test]
+    fn every_layer_has_one_name_on_the_command_line_in_the_report_and_in_json() {
+        for &layer in Layer::value_variants() {
+            let value = layer.to_possible_value().unwrap();
+            assert_eq!(value.get_name(), layer.name());
+            let json = serde_json::to_string(&layer).unwrap();
+            assert_eq!(json, format!("\"{}\"", layer.name()));
+            let back: Layer = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, layer);
+        }
+    }
 }

@@ -1,12 +1,14 @@
 //! The node layer: request/reply between two `Node`s (`request_raw` to an
 //! `on_request_service` echo answering `Response::raw`), and one-way ticks (`tick_raw`)
-//! counted by the receiver.
+//! counted by the receiver; and the CPU-bound rows (`node-cpu-N`), whose handler does
+//! [`cpu_job`] before answering.
 //!
 //! Heartbeats are set to once every ten minutes on both nodes: a point lasts seconds, and a
 //! heartbeat (or a dead-peer check) in the middle of one is noise, not the cost being
 //! measured. (Not longer: the node also sets libzmq's ZMTP heartbeat TTL to the dead-peer
 //! timeout, two and a half intervals, and libzmq refuses a TTL above 6553.5 s.)
 
+use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +28,31 @@ const HEARTBEAT: Duration = Duration::from_secs(600);
 
 /// Ticks sent between two looks at the clock (and a yield to the runtime).
 const TICK_BATCH: usize = 1024;
+
+/// The request the echo rows (`node`, `node-curve`) send.
+const ECHO: &str = "echo";
+
+/// The request the CPU-bound rows send: [`cpu_job`], then the payload back.
+const WORK: &str = "work";
+
+/// What [`cpu_job`] hashes each round: a fixed buffer, so the job's cost does not depend on
+/// the payload size (which the report varies) and is the same on every run.
+static JOB_INPUT: [u8; 4096] = [0x5a; 4096];
+
+/// Rounds of [`cpu_job`]: chosen so that one job takes about 200 µs here. Measured on this
+/// machine (AMD EPYC, 2 cores, the function built alone with `-C opt-level=3` and timed over
+/// 2,000 jobs, load average under 2.5 with the other core idle): 0.89 to 0.93 ns a byte,
+/// 3.6 µs a round; 50 rounds took 182 µs, 55 rounds 202 to 210 µs (two copies at once on the
+/// two cores: 203 and 207 µs, so the cores do not slow each other). In the server, under
+/// `perf record` at window 100, the handler took 83% of the server's 265 µs of CPU a
+/// request: about 220 µs.
+const JOB_ROUNDS: usize = 55;
+
+/// FNV-1a's 64-bit offset basis.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a's 64-bit prime.
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// A node with the harness's settings.
 fn builder(id: String) -> NodeBuilder {
@@ -48,7 +75,7 @@ pub(super) async fn serve(endpoint: &str, curve: bool) -> Result<()> {
     }
     let server = server.build().await?;
     server.on_request_service(
-        "echo",
+        ECHO,
         tower::service_fn(|req: Request| async move {
             Ok::<_, node::BoxError>(Response::raw(req.payload().clone()))
         }),
@@ -72,6 +99,43 @@ pub(super) async fn serve(endpoint: &str, curve: bool) -> Result<()> {
     Ok(())
 }
 
+/// The CPU-bound rows' server: a node whose `work` handler does [`cpu_job`] and answers the
+/// payload back, until the process ends.
+///
+/// The job runs inside the handler's future, as a user's handler that computes would: where
+/// that future is polled (the socket's driver task, or a task of its own) is what decides
+/// whether a second worker thread helps.
+pub(super) async fn serve_cpu(endpoint: &str) -> Result<()> {
+    let server = builder(SERVER_ID.to_owned()).bind(endpoint).build().await?;
+    server.on_request_service(
+        WORK,
+        tower::service_fn(|req: Request| async move {
+            black_box(cpu_job());
+            Ok::<_, node::BoxError>(Response::raw(req.payload().clone()))
+        }),
+    );
+    announce(&server.address().ok_or(Error::NotBound)?)?;
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// A fixed CPU-bound job of about 200 µs: [`JOB_ROUNDS`] rounds of FNV-1a over
+/// [`JOB_INPUT`], each round starting from the hash of the one before.
+///
+/// FNV-1a is a chain of dependent multiplies, one per byte, that the compiler cannot
+/// vectorise; `black_box` on the buffer each round hides its contents, so the rounds can
+/// be neither folded at compile time nor collapsed into one. Returns the hash (the caller
+/// `black_box`es it too).
+fn cpu_job() -> u64 {
+    let mut hash = FNV_OFFSET;
+    for _ in 0..JOB_ROUNDS {
+        for &byte in black_box(&JOB_INPUT).iter() {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
+        }
+    }
+    hash
+}
+
 /// A client node connected to the server; returns it and the server's id. Over CURVE
 /// (`ENDPOINT KEY`, as `serve` announced it) the client has its own key pair.
 async fn connect(job: &Job) -> Result<(Node, NodeId)> {
@@ -92,14 +156,15 @@ async fn connect(job: &Job) -> Result<(Node, NodeId)> {
     Ok((client, peer.id))
 }
 
-/// Request/reply: one point.
+/// Request/reply: one point. The echo rows send `echo`, the CPU-bound rows `work`.
 pub(super) async fn client(job: &Job) -> Result<Point> {
     let (client, server) = connect(job).await?;
+    let method = if job.layer.is_cpu_bound() { WORK } else { ECHO };
     let payload = job.payload();
     let plan = Plan::starting_now(job.warmup, job.duration);
     let recorder = drive_concurrent(job.window, plan, || async {
         let reply = client
-            .request_raw(&server, "echo", payload.clone(), REQUEST_TIMEOUT)
+            .request_raw(&server, method, payload.clone(), REQUEST_TIMEOUT)
             .await?;
         job.check_reply(reply.len())
     })
@@ -160,4 +225,16 @@ async fn tick_count(client: &Node, server: &NodeId) -> Result<(u64, Instant)> {
         .request_timeout(server, "ticks", &(), REQUEST_TIMEOUT)
         .await?;
     Ok((count, Instant::now()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_job_is_deterministic() {
+        // Its cost is measured in the report; here only that it does the same work each time.
+        assert_eq!(cpu_job(), cpu_job());
+        assert_ne!(cpu_job(), FNV_OFFSET);
+    }
 }

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# A/B of the `node` row between two builds of the harness, on this machine, in one sitting:
+#
+#   benches/ab.sh A_BIN B_BIN      # A = baseline, B = new; each a `benches` or `zeronode`
+#                                  # binary (a `zeronode` one is run as `zeronode bench ...`)
+#
+# Runs A and B in turn, ROUNDS times each, every run measuring the node row at a SIZE-byte
+# payload and each of WINDOWS (one harness run, one point per window), then prints every
+# round's requests/s and, per window, the median of A, of B, and of the rounds' B/A ratios.
+# The order alternates A B, B A, A B, ... so that a drift of the machine's load over the
+# sitting does not favour one side; each round's ratio compares two runs seconds apart.
+#
+# Settings by environment: ROUNDS (3), DURATION (3 s measured per point), WARMUP (1 s),
+# SIZE (100), WINDOWS (1,100), KEEP=DIR to keep every run's report in DIR (a temporary
+# directory otherwise). Uses only flags and files the harness has long had (--sizes
+# --windows --layers --duration --warmup --out, and results.csv in --out), so any two
+# builds of it compare, older ones included.
+#
+# About ROUNDS x 2 x (number of windows) x (WARMUP + DURATION + 0.5) seconds: 50 s by
+# default. A = B (the same binary twice) shows the noise to expect of a ratio.
+set -euo pipefail
+
+usage() {
+	echo "usage: $0 A_BIN B_BIN   (env: ROUNDS DURATION WARMUP SIZE WINDOWS KEEP)" >&2
+	exit 2
+}
+[ $# -eq 2 ] || usage
+rounds="${ROUNDS:-3}"
+duration="${DURATION:-3}"
+warmup="${WARMUP:-1}"
+size="${SIZE:-100}"
+windows="${WINDOWS:-1,100}"
+case "$rounds" in '' | *[!0-9]* | 0) echo "ab: ROUNDS must be a positive integer" >&2; exit 2 ;; esac
+
+# The command that runs a binary's harness, into the array named $1: `zeronode` reaches it
+# through its `bench` subcommand, a `benches` binary directly.
+declare -a cmd_a cmd_b
+harness() {
+	local -n into="$1"
+	local bin="$2"
+	if [ ! -f "$bin" ] || [ ! -x "$bin" ]; then
+		echo "ab: $bin is not an executable" >&2
+		exit 2
+	fi
+	bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
+	case "$(basename "$bin")" in
+	zeronode*) into=("$bin" bench) ;;
+	*) into=("$bin") ;;
+	esac
+}
+harness cmd_a "$1"
+harness cmd_b "$2"
+
+if [ -n "${KEEP:-}" ]; then
+	dir="$KEEP"
+	mkdir -p "$dir"
+else
+	dir="$(mktemp -d -t zeronode-ab.XXXXXX)"
+	trap 'rm -rf "$dir"' EXIT
+fi
+results="$dir/rates.txt" # one line per point: side round window rate
+: >"$results"
+
+say() { printf 'ab: %s\n' "$*" >&2; }
+load() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown; }
+
+# One harness run of side $1 (A or B) in round $2: the node row at every window.
+run_side() {
+	local side="$1" round="$2" out="$dir/$1-$2"
+	local -a cmd
+	if [ "$side" = A ]; then cmd=("${cmd_a[@]}"); else cmd=("${cmd_b[@]}"); fi
+	if ! env -u GATE "${cmd[@]}" --sizes "$size" --windows "$windows" --layers node \
+		--duration "$duration" --warmup "$warmup" --out "$out" >"$out.log" 2>&1; then
+		say "round $round, $side failed (${cmd[*]}); its output:"
+		cat "$out.log" >&2
+		exit 1
+	fi
+	# results.csv: layer,size,window,rate_per_s,...
+	awk -F, -v side="$side" -v round="$round" \
+		'NR > 1 && $1 == "node" { print side, round, $3, $4 }' "$out/results.csv" >>"$results"
+	local rates
+	rates="$(awk -v s="$side" -v r="$round" '$1 == s && $2 == r { printf " w%s %.0f/s", $3, $4 }' "$results")"
+	say "round $round $side:$rates"
+}
+
+say "A: ${cmd_a[*]}"
+say "B: ${cmd_b[*]}"
+say "node row, $size B, windows $windows; $rounds rounds of A and B; ${warmup}s + ${duration}s per point; load $(load)"
+started=$SECONDS
+for ((round = 1; round <= rounds; round++)); do
+	if ((round % 2 == 1)); then
+		run_side A "$round"
+		run_side B "$round"
+	else
+		run_side B "$round"
+		run_side A "$round"
+	fi
+done
+say "done in $((SECONDS - started)) s; load $(load)"
+
+# The table: per window, every round, then the medians. Medians of an even count are the
+# mean of the middle two.
+awk -v rounds="$rounds" '
+function median(values, n,    i, j, t) {
+	for (i = 2; i <= n; i++) {
+		t = values[i]
+		for (j = i - 1; j >= 1 && values[j] > t; j--) values[j + 1] = values[j]
+		values[j + 1] = t
+	}
+	if (n % 2) return values[(n + 1) / 2]
+	return (values[n / 2] + values[n / 2 + 1]) / 2
+}
+{
+	rate[$1, $2, $3] = $4
+	if (!($3 in seen)) { seen[$3] = 1; order[++nw] = $3 }
+}
+END {
+	printf "node row: requests/s per round, A = baseline, B = new\n"
+	printf "%-7s %-6s %12s %12s %8s\n", "window", "round", "A req/s", "B req/s", "B/A"
+	for (k = 1; k <= nw; k++) {
+		w = order[k]
+		n = 0
+		for (r = 1; r <= rounds; r++) {
+			if (!(("A", r, w) in rate) || !(("B", r, w) in rate)) continue
+			a = rate["A", r, w]; b = rate["B", r, w]
+			n++
+			as[n] = a; bs[n] = b; rs[n] = (a > 0) ? b / a : 0
+			printf "%-7s %-6s %12.0f %12.0f %8.3f\n", w, r, a, b, rs[n]
+		}
+		if (n == 0) continue
+		ma = median(as, n); mb = median(bs, n); mr = median(rs, n)
+		printf "%-7s %-6s %12.0f %12.0f %8.3f   <- medians; B/A is the median of the rounds ratios\n", w, "median", ma, mb, mr
+	}
+}' "$results"
