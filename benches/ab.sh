@@ -12,16 +12,16 @@
 #
 # Settings by environment: ROUNDS (3), DURATION (3 s measured per point), WARMUP (1 s),
 # SIZE (100), WINDOWS (1,100), KEEP=DIR to keep every run's report in DIR (a temporary
-# directory otherwise). Uses only flags and files the harness has long had (--sizes
+# directory otherwise), PRIME=0 to skip the short uncounted run of each binary first. Uses only flags and files the harness has long had (--sizes
 # --windows --layers --duration --warmup --out, and results.csv in --out), so any two
 # builds of it compare, older ones included.
 #
-# About ROUNDS x 2 x (number of windows) x (WARMUP + DURATION + 0.5) seconds: 50 s by
-# default. A = B (the same binary twice) shows the noise to expect of a ratio.
+# About ROUNDS x 2 x (number of windows) x (WARMUP + DURATION + 0.3) seconds, and 5 s of
+# priming: 55 s by default. A = B (the same binary twice) shows the noise to expect of a ratio.
 set -euo pipefail
 
 usage() {
-	echo "usage: $0 A_BIN B_BIN   (env: ROUNDS DURATION WARMUP SIZE WINDOWS KEEP)" >&2
+	echo "usage: $0 A_BIN B_BIN   (env: ROUNDS DURATION WARMUP SIZE WINDOWS KEEP PRIME)" >&2
 	exit 2
 }
 [ $# -eq 2 ] || usage
@@ -34,7 +34,7 @@ case "$rounds" in '' | *[!0-9]* | 0) echo "ab: ROUNDS must be a positive integer
 
 # The command that runs a binary's harness, into the array named $1: `zeronode` reaches it
 # through its `bench` subcommand, a `benches` binary directly.
-declare -a cmd_a cmd_b
+declare -a cmd_a cmd_b cmd
 harness() {
 	local -n into="$1"
 	local bin="$2"
@@ -87,6 +87,18 @@ say "A: ${cmd_a[*]}"
 say "B: ${cmd_b[*]}"
 say "node row, $size B, windows $windows; $rounds rounds of A and B; ${warmup}s + ${duration}s per point; load $(load)"
 started=$SECONDS
+# One short run of each binary first, not counted: in a trial of A = B the very first run
+# was 20% slower at window 100 than every run after it (a cold binary, page cache, CPU
+# clocks), which would have counted against A in round 1.
+if [ "${PRIME:-1}" != 0 ]; then
+	for side in A B; do
+		if [ "$side" = A ]; then cmd=("${cmd_a[@]}"); else cmd=("${cmd_b[@]}"); fi
+		env -u GATE "${cmd[@]}" --sizes "$size" --windows "$windows" --layers node \
+			--duration 0.5 --warmup 0.5 --out "$dir/prime-$side" >"$dir/prime-$side.log" 2>&1 ||
+			{ say "priming run of $side failed: ${cmd[*]}"; cat "$dir/prime-$side.log" >&2; exit 1; }
+	done
+	say "primed both binaries (one short run each, not counted)"
+fi
 for ((round = 1; round <= rounds; round++)); do
 	if ((round % 2 == 1)); then
 		run_side A "$round"
@@ -115,7 +127,8 @@ function median(values, n,    i, j, t) {
 	if (!($3 in seen)) { seen[$3] = 1; order[++nw] = $3 }
 }
 END {
-	printf "node row: requests/s per round, A = baseline, B = new\n"
+	printf "node row: requests/s per round, A = baseline, B = new; the median B/A is the\n"
+	printf "median of the rounds ratios (each round ran A and B seconds apart)\n"
 	printf "%-7s %-6s %12s %12s %8s\n", "window", "round", "A req/s", "B req/s", "B/A"
 	for (k = 1; k <= nw; k++) {
 		w = order[k]
@@ -128,7 +141,9 @@ END {
 			printf "%-7s %-6s %12.0f %12.0f %8.3f\n", w, r, a, b, rs[n]
 		}
 		if (n == 0) continue
+		lo = rs[1]; hi = rs[1]
+		for (i = 2; i <= n; i++) { if (rs[i] < lo) lo = rs[i]; if (rs[i] > hi) hi = rs[i] }
 		ma = median(as, n); mb = median(bs, n); mr = median(rs, n)
-		printf "%-7s %-6s %12.0f %12.0f %8.3f   <- medians; B/A is the median of the rounds ratios\n", w, "median", ma, mb, mr
+		printf "%-7s %-6s %12.0f %12.0f %8.3f   (rounds B/A %.3f..%.3f)\n", w, "median", ma, mb, mr, lo, hi
 	}
 }' "$results"
