@@ -28,8 +28,8 @@
 //! - `handshake.rs`: what nodes tell each other when they join and the pure decision to
 //!   admit a peer (`admit`), used by both sides;
 //! - `dispatch.rs`: what runs on a socket's driver for each message (decides, never waits);
-//! - `runtime.rs`: handler work as tasks of their own, with the node-wide limit and the
-//!   busy policy;
+//! - `runtime.rs`: handler work off the socket's driver, with the node-wide limit and the
+//!   busy policy; `pool.rs`: the reusable tasks (runners) it runs on;
 //! - `upstream.rs`: one supervisor task per connection this node made: joining, rejoining
 //!   by the reconnect policy; `heartbeat.rs`: the heartbeat task;
 //! - `routing.rs`: router nodes at run time; `forward.rs`: the forwarded message and the
@@ -57,6 +57,7 @@ mod middleware;
 mod node;
 pub mod options;
 mod peer;
+mod pool;
 mod routing;
 mod runtime;
 mod send;

@@ -125,31 +125,62 @@ impl Handlers {
         table.stages.push(Stage { pattern, service });
     }
 
-    /// Whether a request for `event` has a handler (checked before the middleware, so a
-    /// request nobody handles is answered `NO_HANDLER` at once).
-    pub(crate) fn has_request_handler(&self, event: &str) -> bool {
-        self.table.read().request_handler(event).is_some()
-    }
-
-    /// Whether a tick for `event` has a handler.
-    pub(crate) fn has_tick_handler(&self, event: &str) -> bool {
-        self.table
-            .read()
-            .ticks
-            .iter()
-            .any(|(p, _)| p.matches(event))
+    /// The first step of a request (or tick) for `event`: the first stage that applies, or
+    /// the handler(s) when none does. `None` when no handler matches: a request nobody
+    /// handles is answered `NO_HANDLER` at once, before any middleware; a tick nobody handles
+    /// is dropped. Taken on the socket's driver, so the handler task need not look again.
+    pub(crate) fn first(&self, event: &str, tick: bool) -> Option<First> {
+        let table = self.table.read();
+        if tick {
+            if !table.ticks.iter().any(|(p, _)| p.matches(event)) {
+                return None;
+            }
+        } else if table.request_handler(event).is_none() {
+            return None;
+        }
+        Some(match table.stage(0, event) {
+            Some((_, service)) => First::Service(service),
+            None if tick => First::Ticks(table.tick_handlers(event)),
+            None => First::Service(table.request_handler(event)?.clone()),
+        })
     }
 
     /// Runs a request or tick through the middleware that applies to its event and then its
     /// handler(s).
+    #[cfg(test)]
     pub(crate) async fn call(&self, request: Request) -> Result<Response, BoxError> {
-        enter(&self.table, 0, request).await
+        let tick = request.is_tick();
+        match self.first(request.event(), tick) {
+            Some(first) => first.run(request).await,
+            None => Err(BoxError::from(NoHandler(request.event().to_owned()))),
+        }
     }
 
     /// Drops every handler and layer (closing node: handlers often hold their node, and
     /// dropping them breaks that cycle).
     pub(crate) fn clear(&self) {
         *self.table.write() = Table::default();
+    }
+}
+
+/// Where a request or tick goes first (see [`Handlers::first`]).
+pub(crate) enum First {
+    /// A stage, or the request's handler.
+    Service(HandlerService),
+    /// No stage applies to the tick: its handlers.
+    Ticks(Vec<TickHandler>),
+}
+
+impl First {
+    /// Runs the request (or tick) from here to its handler(s).
+    pub(crate) async fn run(self, request: Request) -> Result<Response, BoxError> {
+        match self {
+            First::Service(service) => service.oneshot(request).await,
+            First::Ticks(handlers) => {
+                futures::future::join_all(handlers.iter().map(|h| h(request.clone()))).await;
+                Ok(Response::default())
+            }
+        }
     }
 }
 

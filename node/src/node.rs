@@ -137,16 +137,16 @@ impl std::fmt::Debug for WeakNode {
     }
 }
 
-/// Closes the node when the last handle is dropped.
+/// Closes the node when the last handle is dropped. Holds the node's state strongly: the
+/// handles' own `inner` may be dropped first (fields drop in order), and the node's tasks
+/// hold it only weakly, so this is what keeps it until the close has run.
 struct Alive {
-    inner: Weak<Inner>,
+    inner: Arc<Inner>,
 }
 
 impl Drop for Alive {
     fn drop(&mut self) {
-        let Some(inner) = self.inner.upgrade() else {
-            return;
-        };
+        let inner = Arc::clone(&self.inner);
         if inner.is_closing() {
             return;
         }
@@ -184,7 +184,7 @@ impl Node {
         *inner.heartbeat.lock() = Some(heartbeat);
         let node = Node {
             alive: Arc::new(Alive {
-                inner: Arc::downgrade(&inner),
+                inner: Arc::clone(&inner),
             }),
             inner,
         };

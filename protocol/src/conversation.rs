@@ -514,6 +514,10 @@ impl<L: Link> Conversation<L> {
         self.closing.store(true, Ordering::Release);
         self.fail_all(|| Error::Closed);
         self.link.close().await;
+        // Nothing more arrives: let the handlers go (they often hold what holds this
+        // conversation) and end whoever listens for rejected messages.
+        self.change_handlers(|handlers| *handlers = Handlers::default());
+        self.rejected.lock().take();
         self.finished_flag.store(true, Ordering::Release);
         self.finished.notify_waiters();
         tracing::debug!("conversation finished");
