@@ -29,7 +29,7 @@
 //!   admit a peer (`admit`), used by both sides;
 //! - `dispatch.rs`: what runs on a socket's driver for each message (decides, never waits);
 //! - `runtime.rs`: handler work off the socket's driver, with the node-wide limit and the
-//!   busy policy; `pool.rs`: the reusable tasks (runners) it runs on;
+//!   busy policy, on `protocol::Runners` (reusable tasks);
 //! - `upstream.rs`: one supervisor task per connection this node made: joining, rejoining
 //!   by the reconnect policy; `heartbeat.rs`: the heartbeat task;
 //! - `routing.rs`: router nodes at run time; `forward.rs`: the forwarded message and the
@@ -57,7 +57,6 @@ mod middleware;
 mod node;
 pub mod options;
 mod peer;
-mod pool;
 mod routing;
 mod runtime;
 mod send;

@@ -3,7 +3,7 @@
 //!
 //! The driver of each socket only decodes and dispatches (`dispatch.rs`); for a user
 //! message it asks [`Runtime::admit`] for a slot and hands the work to a runner (a task
-//! reused from one job to the next, `pool.rs`). So on a multi-thread
+//! reused from one job to the next, `protocol::Runners`). So on a multi-thread
 //! runtime handlers run in parallel, and a handler that blocks its thread or computes for a
 //! long time delays nothing but itself: other peers' requests, heartbeats, handshakes and
 //! replies keep flowing on the drivers.
@@ -29,7 +29,7 @@ use crate::config::{BusyPolicy, Config};
 use crate::inner::Inner;
 use crate::middleware::First;
 use crate::peer::NodeId;
-use crate::pool::Pool;
+use protocol::Runners;
 
 /// The error code of a request refused because the node's handlers are at their limit.
 pub(crate) const BUSY: &str = "BUSY";
@@ -76,7 +76,7 @@ pub(crate) struct Runtime {
     /// Requests refused with `BUSY`.
     pub(crate) refused: AtomicU64,
     /// The runners handler work runs on.
-    pool: Arc<Pool>,
+    pool: Arc<Runners<Job>>,
     /// Ticks dropped at the limit.
     pub(crate) ticks_dropped: AtomicU64,
 }
@@ -94,7 +94,7 @@ impl Runtime {
             answered: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             ticks_dropped: AtomicU64::new(0),
-            pool: Arc::default(),
+            pool: Runners::new(),
         }
     }
 
@@ -256,8 +256,14 @@ pub(crate) enum Job {
     },
 }
 
+impl protocol::Job for Job {
+    fn run(self) -> impl std::future::Future<Output = ()> + Send {
+        run_job(self)
+    }
+}
+
 /// Runs one job to its end (on a runner).
-pub(crate) async fn run_job(job: Job) {
+async fn run_job(job: Job) {
     match job {
         Job::Request {
             mut work,

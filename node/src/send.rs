@@ -89,7 +89,11 @@ impl Node {
         let _counted = InFlight::start(in_flight);
         match link.request(event, Bytes::new(), payload, timeout).await {
             Ok(reply) => Ok(reply.into_payload()),
-            Err(protocol::Error::ConnectionLost) => Err(Error::PeerLeft { id: id.to_string() }),
+            // The peer's connection dropped (before or while waiting): for the caller the
+            // peer left, whether or not the node has noticed it yet.
+            Err(protocol::Error::ConnectionLost | protocol::Error::NotConnected) => {
+                Err(Error::PeerLeft { id: id.to_string() })
+            }
             Err(protocol::Error::Remote(remote)) if remote.is_system(NOT_JOINED) => {
                 // The peer no longer counts us as joined (it declared us dead, or it
                 // restarted): it left, as far as we are concerned, and the connection's

@@ -28,6 +28,10 @@ use crate::inner::Inner;
 use crate::link::{Left, Link};
 use crate::peer::{Direction, Entry, PeerInfo};
 
+/// How long a dropped connection waits for a goodbye that may still be on its way before
+/// its peer counts as disconnected (see `supervise`).
+const GOODBYE_GRACE: Duration = Duration::from_millis(100);
+
 /// How to connect: options of [`Node::connect_with`](crate::Node::connect_with).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -369,11 +373,20 @@ async fn supervise(
         drop(inner);
         // Joined: stay until the peer leaves or the connection drops.
         let reason = tokio::select! {
+            biased;
             reason = left.wait() => reason,
             () = disconnected(&mut connection) => {
-                let Some(inner) = weak.upgrade() else { return };
-                inner.peer_left(&peer.id, Direction::Upstream, LeaveReason::Disconnected);
-                LeaveReason::Disconnected
+                // A peer that closes gracefully says goodbye and then closes its socket:
+                // the socket's event can overtake the goodbye still being read (they come
+                // by different ways). A moment for it, so that the leave is `Stopped`.
+                match tokio::time::timeout(GOODBYE_GRACE, left.wait()).await {
+                    Ok(reason) => reason,
+                    Err(_) => {
+                        let Some(inner) = weak.upgrade() else { return };
+                        inner.peer_left(&peer.id, Direction::Upstream, LeaveReason::Disconnected);
+                        LeaveReason::Disconnected
+                    }
+                }
             }
         };
         joined.send_replace(None);

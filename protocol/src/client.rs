@@ -103,8 +103,8 @@ impl Client {
         let link = Arc::new(AtomicU8::new(LinkState::Down as u8));
         let link_tx = Arc::clone(&link);
         // Follow the connection: requests pending when it drops can never be answered
-        // (the server's reply would go to a connection that no longer exists), so they
-        // fail at once instead of waiting for their timeout.
+        // (the server's reply would go to a connection that no longer exists), so once
+        // what had arrived is read they fail at once instead of waiting for their timeout.
         let watched = Arc::downgrade(&conversation);
         tokio::spawn(async move {
             while let Some(event) = events.recv().await {
@@ -115,8 +115,9 @@ impl Client {
                     Event::HandshakeSucceeded { .. } => Connection::Connected,
                     Event::HandshakeFailed { reason, .. } => Connection::Refused(reason),
                     Event::Disconnected { .. } => {
-                        let failed = conversation.fail_all(|| Error::ConnectionLost);
-                        tracing::debug!(failed, "connection lost; pending requests failed");
+                        // Through the driver: the replies that arrived before the drop are
+                        // read before the rest fail.
+                        conversation.connection_lost();
                         // A refused connection is closed right after the refusal: the state
                         // stays Refused (until a later handshake succeeds) so that whoever
                         // waits sees why.

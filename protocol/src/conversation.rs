@@ -95,6 +95,9 @@ pub(crate) struct Conversation<L: Link> {
     idle: Notify,
     /// Wakes the driver to start closing.
     close_requested: Notify,
+    /// Wakes the driver when the connection dropped (a Client's): it reads what had
+    /// arrived, then fails what is still pending.
+    lost: Notify,
     /// Signalled by the driver when it has finished.
     finished: Notify,
     finished_flag: AtomicBool,
@@ -126,6 +129,7 @@ impl<L: Link> Conversation<L> {
             responders: AtomicUsize::new(0),
             idle: Notify::new(),
             close_requested: Notify::new(),
+            lost: Notify::new(),
             finished: Notify::new(),
             finished_flag: AtomicBool::new(false),
             counters: Counters::default(),
@@ -375,6 +379,12 @@ impl<L: Link> Conversation<L> {
         )
     }
 
+    /// The connection dropped: the driver reads what had arrived, then fails every request
+    /// still pending with `ConnectionLost` (their replies cannot come any more).
+    pub(crate) fn connection_lost(&self) {
+        self.lost.notify_one();
+    }
+
     /// Fails every pending request with `error`.
     pub(crate) fn fail_all(&self, error: impl Fn() -> Error) -> usize {
         self.finish(
@@ -497,6 +507,18 @@ impl<L: Link> Conversation<L> {
                 }
                 () = self.timer_reset.notified() => {}
                 () = self.close_requested.notified() => closing = true,
+                () = self.lost.notified() => {
+                    // What arrived before the connection dropped is still in the socket:
+                    // replies (and a goodbye) are read first, only what is left unanswered
+                    // fails.
+                    self.refresh_handlers(&mut handlers, &mut handlers_seen);
+                    while let Ok(Some((peer, key))) = self.link.try_recv_into(&mut frames) {
+                        self.on_message(&handlers, peer, key, &frames, closing, &mut false);
+                    }
+                    frames.clear();
+                    let failed = self.fail_all(|| Error::ConnectionLost);
+                    tracing::debug!(failed, "connection lost; pending requests failed");
+                }
                 () = idle, if closing => {}
             }
         }

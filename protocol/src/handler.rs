@@ -13,6 +13,7 @@ use transport::{Key, PeerId};
 
 use crate::envelope::{decode_value, Envelope};
 use crate::error::{RemoteError, Result};
+use crate::runners::{Job, Runners};
 
 /// A request or tick as a handler sees it: who sent it, the event, the metadata, and the
 /// payload still undecoded until the handler asks.
@@ -225,49 +226,89 @@ impl std::fmt::Debug for Responder {
     }
 }
 
-/// Wraps an async function as a [`RequestHandler`] that runs each request as a task of its
-/// own on the runtime (in parallel on a multi-thread runtime; never on the socket's driver).
-/// A handler that panics is answered with `HANDLER_ERROR`; an aborted socket stops it.
+/// Wraps an async function as a [`RequestHandler`] that runs each request on a task of its
+/// own (a [runner](crate::Runners), reused from one request to the next), in parallel on a
+/// multi-thread runtime and never on the socket's driver. A handler that panics is
+/// answered with `HANDLER_ERROR`; an aborted socket stops it.
 pub fn request_fn<F, Fut, A>(f: F) -> RequestHandler
 where
     F: Fn(Incoming) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<A, RemoteError>> + Send + 'static,
-    A: Into<Answer>,
+    A: Into<Answer> + 'static,
 {
+    let runners = Owned(Runners::new());
     Arc::new(move |incoming, responder: Responder| {
-        let work = f(incoming);
-        tokio::spawn(async move {
-            let work = std::panic::AssertUnwindSafe(work).catch_unwind();
-            tokio::select! {
-                biased;
-                result = work => match result {
-                    Ok(result) => responder.answer(result.map(Into::into)),
-                    Err(_) => {
-                        tracing::error!(id = responder.id(), "request handler panicked");
-                        responder.to.panicked();
-                        responder.answer(Err(RemoteError::handler("the handler panicked")));
-                    }
-                },
-                () = responder.aborted() => {}
-            }
+        runners.0.run(RequestJob {
+            work: f(incoming),
+            responder,
         });
     })
 }
 
-/// Wraps an async function as a [`TickHandler`] that runs each tick as a task of its own.
+/// Wraps an async function as a [`TickHandler`] that runs each tick on a runner.
 pub fn tick_fn<F, Fut>(f: F) -> TickHandler
 where
     F: Fn(Incoming) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    Arc::new(move |incoming| {
-        let work = std::panic::AssertUnwindSafe(f(incoming)).catch_unwind();
-        tokio::spawn(async move {
-            if work.await.is_err() {
-                tracing::error!("tick handler panicked");
-            }
-        });
-    })
+    let runners = Owned(Runners::new());
+    Arc::new(move |incoming| runners.0.run(TickJob(f(incoming))))
+}
+
+/// The runners of one handler: closed when the handler is dropped.
+struct Owned<J: Job>(Arc<Runners<J>>);
+
+impl<J: Job> Drop for Owned<J> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// A request of a [`request_fn`] handler.
+struct RequestJob<Fut> {
+    work: Fut,
+    responder: Responder,
+}
+
+impl<Fut, A> Job for RequestJob<Fut>
+where
+    Fut: Future<Output = Result<A, RemoteError>> + Send + 'static,
+    A: Into<Answer> + 'static,
+{
+    async fn run(self) {
+        let RequestJob { work, responder } = self;
+        let work = std::panic::AssertUnwindSafe(work).catch_unwind();
+        tokio::select! {
+            biased;
+            result = work => match result {
+                Ok(result) => responder.answer(result.map(Into::into)),
+                Err(_) => {
+                    tracing::error!(id = responder.id(), "request handler panicked");
+                    responder.to.panicked();
+                    responder.answer(Err(RemoteError::handler("the handler panicked")));
+                }
+            },
+            () = responder.aborted() => {}
+        }
+    }
+}
+
+/// A tick of a [`tick_fn`] handler.
+struct TickJob<Fut>(Fut);
+
+impl<Fut> Job for TickJob<Fut>
+where
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    async fn run(self) {
+        if std::panic::AssertUnwindSafe(self.0)
+            .catch_unwind()
+            .await
+            .is_err()
+        {
+            tracing::error!("tick handler panicked");
+        }
+    }
 }
 
 /// FNV-1a over an event name: a lookup per message, and names are short, where SipHash's

@@ -20,6 +20,7 @@
 //! - `table.rs`: the correlation table of pending requests and their deadlines (pure, tested
 //!   with simulated time);
 //! - `conversation.rs`: the driver shared by Client and Server;
+//! - `runners.rs`: reusable tasks that run handler work off the driver;
 //! - `client.rs`, `server.rs`, `handler.rs`, `error.rs`.
 //!
 //! ## Example
@@ -51,6 +52,7 @@ mod envelope;
 mod error;
 mod handler;
 mod link;
+pub mod runners;
 mod server;
 mod stats;
 pub mod table;
@@ -66,5 +68,6 @@ pub use handler::{
     request_fn, tick_fn, Answer, Incoming, RequestFuture, RequestHandler, Responder, TickFuture,
     TickHandler,
 };
+pub use runners::{Job, Runners};
 pub use server::Server;
 pub use transport::PeerId;

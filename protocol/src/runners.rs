@@ -1,5 +1,6 @@
-//! The runners: tasks that run handler jobs one at a time and are reused, so that a
-//! message costs a queue push and a wake-up, not a task.
+//! Runners: tasks that run handler jobs one at a time and are reused, so that a message
+//! costs a queue push and a wake-up, not a task. [`request_fn`](crate::request_fn) and
+//! [`tick_fn`](crate::tick_fn) run their handlers on them, and so does the node layer.
 //!
 //! Why not `tokio::spawn` per message: a task is an allocation aligned to a cache line
 //! (glibc's `memalign` path and `malloc_consolidate`), its registration in and removal
@@ -11,26 +12,30 @@
 //! time, so a handler that blocks or waits holds only its own runner (the next job goes to
 //! another, or to a new one), and on a multi-thread runtime runners run in parallel.
 //!
-//! Bounds: runners that are running or waiting for a slot are bounded by the node's
-//! limits (`runtime.rs`); idle runners beyond [`MAX_IDLE`] end. When the node is gone
-//! (its `Runtime` dropped), every idle runner ends.
+//! Bounds: idle runners beyond [`MAX_IDLE`] end; busy ones are as many as jobs in progress
+//! (the node layer bounds those). [`Runners::close`] ends every idle runner; the owner
+//! calls it when it is gone.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::runtime::{run_job, Job};
+/// One unit of work for a runner.
+pub trait Job: Send + 'static {
+    /// Runs the job to its end.
+    fn run(self) -> impl Future<Output = ()> + Send;
+}
 
 /// Idle runners kept for the next jobs; more end when they find nothing to do.
 const MAX_IDLE: usize = 8;
 
 /// The jobs waiting for a runner and the runners waiting for a job.
-#[derive(Default)]
-pub(crate) struct Pool {
-    jobs: Mutex<VecDeque<Job>>,
+pub struct Runners<J> {
+    jobs: Mutex<VecDeque<J>>,
     /// Runners waiting for a job (registered on `work`).
     idle: AtomicUsize,
     /// Wakes one idle runner per job.
@@ -39,9 +44,34 @@ pub(crate) struct Pool {
     closed: AtomicBool,
 }
 
-impl Pool {
-    /// Hands `job` to an idle runner, or to a new one when none is idle.
-    pub(crate) fn run(self: &Arc<Self>, job: Job) {
+impl<J> Default for Runners<J> {
+    fn default() -> Self {
+        Runners {
+            jobs: Mutex::new(VecDeque::new()),
+            idle: AtomicUsize::new(0),
+            work: Notify::new(),
+            closed: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<J> std::fmt::Debug for Runners<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runners")
+            .field("idle", &self.idle.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<J: Job> Runners<J> {
+    /// No runner yet: the first job starts one.
+    pub fn new() -> Arc<Runners<J>> {
+        Arc::default()
+    }
+
+    /// Hands `job` to an idle runner, or to a new one when none is idle. Must be called
+    /// inside a tokio runtime.
+    pub fn run(self: &Arc<Self>, job: J) {
         self.jobs.lock().push_back(job);
         // A runner counts itself idle after registering for a wake-up and before its last
         // look at the queue: if it is counted here, it is woken or it finds the job; if it
@@ -53,22 +83,22 @@ impl Pool {
         }
     }
 
-    /// Ends every idle runner (the node is gone).
-    pub(crate) fn close(&self) {
+    /// Ends every idle runner, now and as each busy one finishes (the owner is gone).
+    pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.work.notify_waiters();
     }
 
-    fn next(&self) -> Option<Job> {
+    fn next(&self) -> Option<J> {
         self.jobs.lock().pop_front()
     }
 }
 
 /// Runs jobs until none comes and enough runners are idle, or the pool closes.
-async fn runner(pool: Arc<Pool>) {
+async fn runner<J: Job>(pool: Arc<Runners<J>>) {
     loop {
         if let Some(job) = pool.next() {
-            run_job(job).await;
+            job.run().await;
             continue;
         }
         let work = pool.work.notified();
@@ -77,7 +107,7 @@ async fn runner(pool: Arc<Pool>) {
         let idle = pool.idle.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(job) = pool.next() {
             pool.idle.fetch_sub(1, Ordering::SeqCst);
-            run_job(job).await;
+            job.run().await;
             continue;
         }
         if idle > MAX_IDLE || pool.closed.load(Ordering::SeqCst) {
@@ -85,7 +115,7 @@ async fn runner(pool: Arc<Pool>) {
             // A job pushed while we were counted idle is ours to run.
             match pool.next() {
                 Some(job) => {
-                    run_job(job).await;
+                    job.run().await;
                     continue;
                 }
                 None => return,
