@@ -14,7 +14,8 @@
 # (from /proc/stat less this script's own processes); a round where it is high is suspect.
 #
 # Settings by environment: ROUNDS (3), DURATION (3 s measured per point), WARMUP (1 s),
-# SIZE (100), WINDOWS (1,100), KEEP=DIR to keep every run's report in DIR (a temporary
+# SIZE (100), WINDOWS (1,100), LAYER (node; node-block-on for the client loop as the
+# runtime's block_on future, where both binaries have that row), KEEP=DIR to keep every run's report in DIR (a temporary
 # directory otherwise), PRIME=0 to skip the short uncounted run of each binary first.
 # Uses only flags and files the harness has long had (--sizes --windows --layers
 # --duration --warmup --out, and results.csv in --out), so any two builds of it compare,
@@ -35,6 +36,7 @@ duration="${DURATION:-3}"
 warmup="${WARMUP:-1}"
 size="${SIZE:-100}"
 windows="${WINDOWS:-1,100}"
+layer="${LAYER:-node}"
 case "$rounds" in '' | *[!0-9]* | 0) echo "ab: ROUNDS must be a positive integer" >&2; exit 2 ;; esac
 
 # The command that runs a binary's harness, into the array named $1: `zeronode` reaches it
@@ -100,15 +102,15 @@ run_side() {
 	machine0="$(machine_cpu)"
 	times >"$dir/times0"
 	started0="$(date +%s.%N)"
-	if ! env -u GATE "${cmd[@]}" --sizes "$size" --windows "$windows" --layers node \
+	if ! env -u GATE "${cmd[@]}" --sizes "$size" --windows "$windows" --layers "$layer" \
 		--duration "$duration" --warmup "$warmup" --out "$out" >"$out.log" 2>&1; then
 		say "round $round, $side failed (${cmd[*]}); its output:"
 		cat "$out.log" >&2
 		exit 1
 	fi
 	# results.csv: layer,size,window,rate_per_s,...
-	awk -F, -v side="$side" -v round="$round" \
-		'NR > 1 && $1 == "node" { print side, round, $3, $4 }' "$out/results.csv" >>"$results"
+	awk -F, -v side="$side" -v round="$round" -v layer="$layer" \
+		'NR > 1 && $1 == layer { print side, round, $3, $4 }' "$out/results.csv" >>"$results"
 	times >"$dir/times1"
 	local rates others
 	rates="$(awk -v s="$side" -v r="$round" '$1 == s && $2 == r { printf " w%s %.0f/s", $3, $4 }' "$results")"
@@ -123,7 +125,7 @@ run_side() {
 
 say "A: ${cmd_a[*]}"
 say "B: ${cmd_b[*]}"
-say "node row, $size B, windows $windows; $rounds rounds of A and B; ${warmup}s + ${duration}s per point; load $(load)"
+say "$layer row, $size B, windows $windows; $rounds rounds of A and B; ${warmup}s + ${duration}s per point; load $(load)"
 started=$SECONDS
 # One short run of each binary first, not counted: in a trial of A = B the very first run
 # was 20% slower at window 100 than every run after it (a cold binary, page cache, CPU
@@ -131,7 +133,7 @@ started=$SECONDS
 if [ "${PRIME:-1}" != 0 ]; then
 	for side in A B; do
 		if [ "$side" = A ]; then cmd=("${cmd_a[@]}"); else cmd=("${cmd_b[@]}"); fi
-		env -u GATE "${cmd[@]}" --sizes "$size" --windows "$windows" --layers node \
+		env -u GATE "${cmd[@]}" --sizes "$size" --windows "$windows" --layers "$layer" \
 			--duration 0.5 --warmup 0.5 --out "$dir/prime-$side" >"$dir/prime-$side.log" 2>&1 ||
 			{ say "priming run of $side failed: ${cmd[*]}"; cat "$dir/prime-$side.log" >&2; exit 1; }
 	done

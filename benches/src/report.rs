@@ -341,6 +341,7 @@ fn colour(layer: Layer) -> RGBColor {
         Layer::Node => RGBColor(214, 39, 40),
         Layer::NodeTick => RGBColor(148, 103, 189),
         Layer::NodeCurve => RGBColor(140, 86, 75),
+        Layer::NodeBlockOn => RGBColor(127, 127, 127),
         Layer::NodeCpu1 => RGBColor(227, 119, 194),
         Layer::NodeCpu2 => RGBColor(188, 189, 34),
         Layer::Nats => RGBColor(23, 190, 207),

@@ -72,6 +72,10 @@ pub(crate) enum Layer {
     /// The `node` row over CURVE: both nodes with key pairs, `connect_secure` (every
     /// message encrypted and authenticated).
     NodeCurve,
+    /// The `node` row with the client's request loop as the runtime's `block_on` future, as
+    /// `#[tokio::main]` code runs it (the `node` row's loop is a spawned task). Not in
+    /// [`Layer::ALL`].
+    NodeBlockOn,
     /// The `node` row with a handler that does a fixed CPU-bound job of about 200 µs per
     /// request before answering the payload back; the server on a multi-thread runtime with
     /// one worker thread. Not in [`Layer::ALL`].
@@ -113,6 +117,7 @@ impl Layer {
             Layer::Node => "node",
             Layer::NodeTick => "node-tick",
             Layer::NodeCurve => "node-curve",
+            Layer::NodeBlockOn => "node-block-on",
             Layer::NodeCpu1 => "node-cpu-1",
             Layer::NodeCpu2 => "node-cpu-2",
             Layer::Nats => "nats",
@@ -182,7 +187,9 @@ pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
         Layer::Transport => runtime()?.block_on(transport::serve(endpoint)),
         Layer::Protocol => runtime()?.block_on(protocol::serve(endpoint)),
         // One node server answers both the request/reply and the tick rows.
-        Layer::Node | Layer::NodeTick => runtime()?.block_on(node::serve(endpoint, false)),
+        Layer::Node | Layer::NodeTick | Layer::NodeBlockOn => {
+            runtime()?.block_on(node::serve(endpoint, false))
+        }
         Layer::NodeCurve => runtime()?.block_on(node::serve(endpoint, true)),
         Layer::NodeCpu1 => multi_thread_runtime(1)?.block_on(node::serve_cpu(endpoint)),
         Layer::NodeCpu2 => multi_thread_runtime(2)?.block_on(node::serve_cpu(endpoint)),
@@ -208,6 +215,7 @@ pub(crate) fn client(job: &Job) -> Result<Point> {
             on_task(job, |job| async move { node::client(&job).await })
         }
         Layer::NodeTick => runtime()?.block_on(node::tick_client(job)),
+        Layer::NodeBlockOn => runtime()?.block_on(node::client(job)),
         #[cfg(feature = "peers")]
         Layer::Nats => on_task(job, |job| async move { peers::nats::client(&job).await }),
         #[cfg(feature = "peers")]
