@@ -104,6 +104,10 @@ pub(crate) struct NodeArgs {
     /// How long each `--connect` waits for the remote node's handshake, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) connect_timeout: u64,
+    /// On Ctrl-C or SIGTERM, how long requests in flight may take to finish before the
+    /// node closes anyway, in SECONDS (fractions allowed); a second signal stops waiting.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_seconds)]
+    pub(crate) grace: Duration,
     /// Print one line per request and tick received.
     #[arg(short, long)]
     pub(crate) verbose: bool,

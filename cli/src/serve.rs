@@ -31,9 +31,6 @@ use crate::keys::{self, Security};
 use crate::output::say;
 use crate::peers::{self, direction_name, format_options, PeerRow};
 
-/// How long a stopping node lets requests in flight finish (a `delay` may be running).
-const CLOSE_GRACE: Duration = Duration::from_secs(5);
-
 /// Runs the node until a signal, then closes it gracefully.
 pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
     // Installed first: a signal while connecting still stops the node cleanly.
@@ -52,7 +49,7 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
     let mut builder = Node::builder()
         .options(args.options())
         .handshake_timeout(Duration::from_millis(args.connect_timeout))
-        .close_grace(CLOSE_GRACE)
+        .close_grace(args.grace)
         .router(args.router);
     if let Some(id) = &args.id {
         builder = builder.id(id.as_str());

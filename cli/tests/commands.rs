@@ -4,7 +4,7 @@
 
 mod support;
 
-use support::{zeronode, NodeProcess};
+use support::{zeronode, NodeProcess, BIN};
 
 /// A node `srv` advertising `role=api`, as the tests below talk to it.
 fn server(extra: &[&str]) -> NodeProcess {
@@ -429,4 +429,56 @@ fn a_router_node_forwards_to_nodes_the_caller_is_not_joined_to() {
         "[1,2]",
     ]);
     assert_eq!(run.ok().trim(), "[1,2]");
+}
+
+/// SIGTERM with 20 requests in flight on a slow handler: the node waits for them (within
+/// `--grace`), and every caller gets its reply, none "left before answering".
+#[test]
+fn sigterm_answers_every_request_in_flight_before_the_node_stops() {
+    let mut srv = NodeProcess::start(&[
+        "--id",
+        "slow",
+        "--bind",
+        "tcp://127.0.0.1:0",
+        "--grace",
+        "20",
+        "--verbose",
+    ]);
+    let address = srv.address.clone();
+    let callers: Vec<std::process::Child> = (0..20)
+        .map(|_| {
+            std::process::Command::new(BIN)
+                .args([
+                    "request",
+                    "--connect",
+                    &address,
+                    "--timeout",
+                    "30000",
+                    "delay",
+                    "2000",
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("a caller")
+        })
+        .collect();
+    // Every request reached the handler (the node prints each with --verbose) ...
+    for i in 0..20 {
+        srv.wait_for(&format!("request {i}"), |l| {
+            l.starts_with("request delay from")
+        });
+    }
+    // ... and none is answered yet: each waits 2 s in the handler.
+    srv.signal("TERM");
+    for caller in callers {
+        let out = caller.wait_with_output().expect("the caller ends");
+        assert!(
+            out.status.success(),
+            "a caller failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2000");
+    }
+    assert_eq!(srv.wait_exit().code(), Some(0), "{srv}");
 }

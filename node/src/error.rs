@@ -50,6 +50,8 @@ pub enum ErrorCode {
     Busy,
     /// The remote node is closing and takes no new requests.
     ShuttingDown,
+    /// A payload is larger than its receiver accepts.
+    PayloadTooLarge,
 }
 
 impl ErrorCode {
@@ -80,6 +82,7 @@ impl ErrorCode {
             ErrorCode::Transport => "TRANSPORT",
             ErrorCode::Busy => "BUSY",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
+            ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
         }
     }
 }
@@ -203,6 +206,15 @@ pub enum Error {
         /// What the remote said.
         message: String,
     },
+    /// The payload is larger than its receiver accepts (the limit its handshake gave, or
+    /// ours for a message through routers): refused before anything was sent.
+    #[error("a payload of {size} bytes is over the receiver's limit of {max}")]
+    PayloadTooLarge {
+        /// The payload's size.
+        size: usize,
+        /// The receiver's limit.
+        max: usize,
+    },
     /// The remote node is closing and took no new request: nothing ran.
     #[error("the remote node is shutting down")]
     ShuttingDown,
@@ -245,6 +257,7 @@ impl Error {
             }
             Error::Busy { .. } => ErrorCode::Busy,
             Error::ShuttingDown => ErrorCode::ShuttingDown,
+            Error::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
             Error::RouteLoop { .. } => ErrorCode::RouteLoop,
             Error::Protocol(e) => match e.code() {
                 protocol::ErrorCode::ReservedEvent | protocol::ErrorCode::InvalidEvent => {

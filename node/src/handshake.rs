@@ -62,6 +62,21 @@ pub(crate) struct Hello {
     /// receiver does not declare it dead for heartbeats slower than its own.
     #[serde(default)]
     pub(crate) heartbeat_ms: u64,
+    /// The largest payload the sender accepts (0: not said), so that the receiver refuses
+    /// a larger one before sending it.
+    #[serde(default)]
+    pub(crate) max_payload: u64,
+}
+
+impl Hello {
+    /// The largest payload the sender of this hello accepts: what it said, or ours when it
+    /// said nothing (a peer of an older version, configured like us by default).
+    pub(crate) fn limit(&self, ours: usize) -> usize {
+        match self.max_payload {
+            0 => ours,
+            said => usize::try_from(said).unwrap_or(usize::MAX),
+        }
+    }
 }
 
 /// Why a peer's hello is refused.
@@ -151,6 +166,7 @@ impl Inner {
             options: self.options.read().clone(),
             router: self.config.router,
             heartbeat_ms: crate::inner::millis(self.config.heartbeat_interval),
+            max_payload: self.config.max_payload as u64,
         }
     }
 }
@@ -197,6 +213,7 @@ pub(crate) fn handshake_downstream(
                 link: Link::Down {
                     server: server.clone(),
                     route: route.clone(),
+                    limit: hello.limit(inner.config.max_payload),
                 },
                 last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
                 dead_after: inner.dead_after(&hello),
@@ -308,6 +325,7 @@ mod tests {
             options: Options::default(),
             router: false,
             heartbeat_ms: 1000,
+            max_payload: 0,
         }
     }
 

@@ -53,9 +53,16 @@ pub(crate) enum Link {
         client: Client,
         /// Tells the upstream supervisor that the peer is declared gone, and why.
         left: Arc<Left>,
+        /// The largest payload the peer accepts (its handshake said).
+        limit: usize,
     },
     /// Through our server, to the routing id of its connection.
-    Down { server: Server, route: PeerId },
+    Down {
+        server: Server,
+        route: PeerId,
+        /// The largest payload the peer accepts (its handshake said).
+        limit: usize,
+    },
 }
 
 impl std::fmt::Debug for Link {
@@ -77,7 +84,7 @@ impl Link {
     ) -> protocol::Result<Envelope> {
         match self {
             Link::Up { client, .. } => client.request_with(event, metadata, payload, timeout).await,
-            Link::Down { server, route } => {
+            Link::Down { server, route, .. } => {
                 server
                     .request_with(route, event, metadata, payload, timeout)
                     .await
@@ -93,7 +100,7 @@ impl Link {
     ) -> protocol::Result<()> {
         match self {
             Link::Up { client, .. } => client.tick_with(event, metadata, payload).await,
-            Link::Down { server, route } => server.tick_with(route, event, metadata, payload).await,
+            Link::Down { server, route, .. } => server.tick_with(route, event, metadata, payload).await,
         }
     }
 
@@ -110,12 +117,24 @@ impl Link {
                     .system_request(event, metadata, payload, timeout)
                     .await
             }
-            Link::Down { server, route } => {
+            Link::Down { server, route, .. } => {
                 server
                     .system_request(route, event, metadata, payload, timeout)
                     .await
             }
         }
+    }
+
+    /// The largest payload the peer accepts.
+    pub(crate) fn limit(&self) -> usize {
+        match self {
+            Link::Up { limit, .. } | Link::Down { limit, .. } => *limit,
+        }
+    }
+
+    /// Refuses a payload the peer would not accept, before anything is sent.
+    pub(crate) fn check_size(&self, payload: &Bytes) -> crate::Result<()> {
+        check_size(payload.len(), self.limit())
     }
 
     pub(crate) fn direction(&self) -> Direction {
@@ -128,7 +147,7 @@ impl Link {
     pub(crate) async fn system_tick(&self, event: &str, payload: Bytes) -> protocol::Result<()> {
         match self {
             Link::Up { client, .. } => client.system_tick(event, payload).await,
-            Link::Down { server, route } => server.system_tick(route, event, payload).await,
+            Link::Down { server, route, .. } => server.system_tick(route, event, payload).await,
         }
     }
 
@@ -141,7 +160,7 @@ impl Link {
     ) -> protocol::Result<()> {
         match self {
             Link::Up { client, .. } => client.try_system_tick(event, payload).await,
-            Link::Down { server, route } => server.try_system_tick(route, event, payload).await,
+            Link::Down { server, route, .. } => server.try_system_tick(route, event, payload).await,
         }
     }
 
@@ -151,11 +170,20 @@ impl Link {
             Link::Up { client, .. } => {
                 client.fail_pending(|| protocol::Error::ConnectionLost);
             }
-            Link::Down { server, route } => {
+            Link::Down { server, route, .. } => {
                 server.fail_pending(route, || protocol::Error::ConnectionLost);
             }
         }
     }
+}
+
+/// A payload of `size` bytes for a receiver whose limit is `max`: refused with a typed
+/// error before sending (the receiver would drop it, and the caller wait for nothing).
+pub(crate) fn check_size(size: usize, max: usize) -> crate::Result<()> {
+    if size > max {
+        return Err(crate::Error::PayloadTooLarge { size, max });
+    }
+    Ok(())
 }
 
 /// Who a message goes to.

@@ -53,6 +53,8 @@ impl Inner {
         if routers.is_empty() {
             return Err(local);
         }
+        // The receiver is not known yet: our own limit (the mesh's, by default).
+        crate::link::check_size(payload.len(), self.config.max_payload)?;
         let to = match target {
             Target::Id(id) => Destination::Id(id.clone()),
             // A predicate (Rust code) cannot travel: refused at once.

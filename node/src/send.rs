@@ -64,7 +64,8 @@ impl Node {
     }
 
     /// Sends a request with a raw payload (passed through untouched) and returns the raw
-    /// reply.
+    /// reply. A payload over the receiver's limit (its handshake says it) is
+    /// [`Error::PayloadTooLarge`] at once, nothing sent.
     pub async fn request_raw(
         &self,
         to: impl Into<Target>,
@@ -86,6 +87,7 @@ impl Node {
                     .map(|(reply, _)| reply)
             }
         };
+        link.check_size(&payload)?;
         let _counted = InFlight::start(in_flight);
         match link.request(event, Bytes::new(), payload, timeout).await {
             Ok(reply) => Ok(reply.into_payload()),
@@ -137,10 +139,12 @@ impl Node {
         }
         let target = to.into();
         match self.resolve(&target) {
-            Ok((_, link, _)) => link
-                .tick(event, Bytes::new(), payload)
-                .await
-                .map_err(Error::from),
+            Ok((_, link, _)) => {
+                link.check_size(&payload)?;
+                link.tick(event, Bytes::new(), payload)
+                    .await
+                    .map_err(Error::from)
+            }
             Err(local) => {
                 let timeout = self.inner.config.request_timeout;
                 self.inner
@@ -211,15 +215,19 @@ impl Node {
         let mut sent = 0;
         let mut first_error = None;
         for link in &links {
+            if let Err(e) = link.check_size(&payload) {
+                first_error.get_or_insert(e);
+                continue;
+            }
             match link.tick(event, Bytes::new(), payload.clone()).await {
                 Ok(()) => sent += 1,
                 Err(e) => {
-                    first_error.get_or_insert(e);
+                    first_error.get_or_insert(Error::from(e));
                 }
             }
         }
         match (sent, first_error) {
-            (0, Some(e)) => Err(e.into()),
+            (0, Some(e)) => Err(e),
             _ => Ok(sent),
         }
     }

@@ -429,6 +429,7 @@ async fn join(
         link: Link::Up {
             client: client.clone(),
             left: Arc::clone(left),
+            limit: hello.limit(inner.config.max_payload),
         },
         last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
         dead_after: inner.dead_after(&hello),
