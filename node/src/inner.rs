@@ -200,8 +200,18 @@ impl Inner {
                 Err(e) => self.report(ErrorSource::Peer, format!("bad options from {from}: {e}")),
             },
             BYE => self.peer_left(from, direction, LeaveReason::Stopped),
+            // The peer forgot us (it declared us dead, or restarted): our supervisor
+            // handshakes again; the peer counts as left only if that fails (a rejoin request
+            // that crossed our own new handshake changes nothing).
             REJOIN if direction == Direction::Upstream => {
-                self.peer_left(from, direction, LeaveReason::Disconnected)
+                if let Some(Link::Up { left, .. }) = self
+                    .state
+                    .lock()
+                    .registry
+                    .get_link(from, Direction::Upstream)
+                {
+                    left.ask_rejoin();
+                }
             }
             other => self.report(
                 ErrorSource::Peer,

@@ -13,12 +13,23 @@ use crate::events::LeaveReason;
 use crate::filter::Filter;
 use crate::peer::{Direction, NodeId, Scope};
 
+/// What the supervisor of an upstream connection is told (see `upstream::supervise`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Signal {
+    /// The peer was declared gone (heartbeats, a goodbye), for this reason.
+    Left(LeaveReason),
+    /// The peer asked us to handshake again (it forgot us): the peer is not gone until a
+    /// new handshake fails.
+    Rejoin,
+}
+
 /// Set when the peer of an upstream connection is declared gone (by whatever noticed:
-/// heartbeats, a goodbye, a rejoin request), with the reason, and wakes the connection's
-/// supervisor, which decides whether to handshake again.
+/// heartbeats, a goodbye) or asks for a new handshake, and wakes the connection's
+/// supervisor, which decides what to do.
 #[derive(Debug, Default)]
 pub(crate) struct Left {
     reason: Mutex<Option<LeaveReason>>,
+    rejoin: std::sync::atomic::AtomicBool,
     notify: Notify,
 }
 
@@ -29,19 +40,32 @@ impl Left {
         self.notify.notify_one();
     }
 
-    /// Waits until the peer left; the reason (taken: the next wait is for the next loss).
-    pub(crate) async fn wait(&self) -> LeaveReason {
+    /// The peer asked for a new handshake.
+    pub(crate) fn ask_rejoin(&self) {
+        self.rejoin
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    /// Waits for the next signal (taken: the next wait is for the next one). A loss wins
+    /// over a rejoin request.
+    pub(crate) async fn wait(&self) -> Signal {
         loop {
             if let Some(reason) = self.reason.lock().take() {
-                return reason;
+                return Signal::Left(reason);
+            }
+            if self.rejoin.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                return Signal::Rejoin;
             }
             self.notify.notified().await;
         }
     }
 
-    /// Forgets a loss reported before a new join.
+    /// Forgets what was reported before a new join.
     pub(crate) fn clear(&self) {
         self.reason.lock().take();
+        self.rejoin
+            .store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -75,6 +99,7 @@ impl std::fmt::Debug for Link {
 }
 
 impl Link {
+    /// Sends a user request and waits for its reply.
     pub(crate) async fn request(
         &self,
         event: &str,
@@ -82,16 +107,53 @@ impl Link {
         payload: Bytes,
         timeout: Duration,
     ) -> protocol::Result<Envelope> {
-        match self {
-            Link::Up { client, .. } => client.request_with(event, metadata, payload, timeout).await,
-            Link::Down { server, route, .. } => {
+        self.send_request(false, event, metadata, payload, timeout)
+            .await
+    }
+
+    /// Sends a system request (`_system:` namespace) and waits for its reply.
+    pub(crate) async fn system_request(
+        &self,
+        event: &str,
+        metadata: Bytes,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> protocol::Result<Envelope> {
+        self.send_request(true, event, metadata, payload, timeout)
+            .await
+    }
+
+    async fn send_request(
+        &self,
+        system: bool,
+        event: &str,
+        metadata: Bytes,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> protocol::Result<Envelope> {
+        match (self, system) {
+            (Link::Up { client, .. }, false) => {
+                client.request_with(event, metadata, payload, timeout).await
+            }
+            (Link::Up { client, .. }, true) => {
+                client
+                    .system_request(event, metadata, payload, timeout)
+                    .await
+            }
+            (Link::Down { server, route, .. }, false) => {
                 server
                     .request_with(route, event, metadata, payload, timeout)
+                    .await
+            }
+            (Link::Down { server, route, .. }, true) => {
+                server
+                    .system_request(route, event, metadata, payload, timeout)
                     .await
             }
         }
     }
 
+    /// Sends a user tick.
     pub(crate) async fn tick(
         &self,
         event: &str,
@@ -100,27 +162,8 @@ impl Link {
     ) -> protocol::Result<()> {
         match self {
             Link::Up { client, .. } => client.tick_with(event, metadata, payload).await,
-            Link::Down { server, route, .. } => server.tick_with(route, event, metadata, payload).await,
-        }
-    }
-
-    pub(crate) async fn system_request(
-        &self,
-        event: &str,
-        metadata: Bytes,
-        payload: Bytes,
-        timeout: Duration,
-    ) -> protocol::Result<Envelope> {
-        match self {
-            Link::Up { client, .. } => {
-                client
-                    .system_request(event, metadata, payload, timeout)
-                    .await
-            }
             Link::Down { server, route, .. } => {
-                server
-                    .system_request(route, event, metadata, payload, timeout)
-                    .await
+                server.tick_with(route, event, metadata, payload).await
             }
         }
     }

@@ -219,6 +219,11 @@ impl<L: Clone> Registry<L> {
         self.entries.get(&(id.clone(), direction))
     }
 
+    /// The link of a peer in a direction.
+    pub(crate) fn get_link(&self, id: &NodeId, direction: Direction) -> Option<&L> {
+        self.entries.get(&(id.clone(), direction)).map(|e| &e.link)
+    }
+
     /// The link to `id`, preferring upstream (our own client) when joined both ways.
     pub(crate) fn route(&self, id: &NodeId) -> Option<(Direction, L, Arc<AtomicUsize>)> {
         [Direction::Upstream, Direction::Downstream]

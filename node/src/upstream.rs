@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::events::{ErrorSource, LeaveReason, NodeEvent};
 use crate::handshake::{handshake_upstream, BYE};
 use crate::inner::Inner;
-use crate::link::{Left, Link};
+use crate::link::{Left, Link, Signal};
 use crate::peer::{Direction, Entry, PeerInfo};
 
 /// How long a dropped connection waits for a goodbye that may still be on its way before
@@ -371,20 +371,46 @@ async fn supervise(
             continue;
         };
         drop(inner);
-        // Joined: stay until the peer leaves or the connection drops.
-        let reason = tokio::select! {
-            biased;
-            reason = left.wait() => reason,
-            () = disconnected(&mut connection) => {
-                // A peer that closes gracefully says goodbye and then closes its socket:
-                // the socket's event can overtake the goodbye still being read (they come
-                // by different ways). A moment for it, so that the leave is `Stopped`.
-                match tokio::time::timeout(GOODBYE_GRACE, left.wait()).await {
-                    Ok(reason) => reason,
-                    Err(_) => {
-                        let Some(inner) = weak.upgrade() else { return };
-                        inner.peer_left(&peer.id, Direction::Upstream, LeaveReason::Disconnected);
-                        LeaveReason::Disconnected
+        // Joined: stay until the peer leaves or the connection drops; a rejoin request is
+        // answered with a new handshake on the same connection.
+        let reason = loop {
+            let signal = tokio::select! {
+                biased;
+                signal = left.wait() => signal,
+                () = disconnected(&mut connection) => {
+                    // A peer that closes gracefully says goodbye and then closes its socket:
+                    // the socket's event can overtake the goodbye still being read (they
+                    // come by different ways). A moment for it, so that the leave is
+                    // `Stopped`.
+                    match tokio::time::timeout(GOODBYE_GRACE, left.wait()).await {
+                        Ok(Signal::Left(reason)) => Signal::Left(reason),
+                        _ => {
+                            let Some(inner) = weak.upgrade() else { return };
+                            inner.peer_left(&peer.id, Direction::Upstream, LeaveReason::Disconnected);
+                            Signal::Left(LeaveReason::Disconnected)
+                        }
+                    }
+                }
+            };
+            match signal {
+                Signal::Left(reason) => break reason,
+                Signal::Rejoin => {
+                    let Some(inner) = weak.upgrade() else { return };
+                    match join(&inner, &client, &left, server_key).await {
+                        Ok(again) => {
+                            joined.send_replace(Some(again));
+                        }
+                        Err(e) => {
+                            inner.report(ErrorSource::Handshake, format!("rejoin failed: {e}"));
+                            inner.peer_left(
+                                &peer.id,
+                                Direction::Upstream,
+                                LeaveReason::Disconnected,
+                            );
+                            // Whatever peer_left signalled is this same loss.
+                            left.clear();
+                            break LeaveReason::Disconnected;
+                        }
                     }
                 }
             }
@@ -436,18 +462,24 @@ async fn join(
         in_flight: Arc::new(AtomicUsize::new(0)),
     };
     let joined = inner.state.lock().registry.join(entry);
-    if joined.is_err() {
-        let _ = client.system_tick(BYE, Bytes::new()).await;
-        return Err(Error::DuplicateId {
-            id: hello.id.to_string(),
-        });
+    match joined {
+        Err(_) => {
+            let _ = client.system_tick(BYE, Bytes::new()).await;
+            return Err(Error::DuplicateId {
+                id: hello.id.to_string(),
+            });
+        }
+        // The same peer joined again on this connection (a rejoin request): no news.
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            tracing::debug!(node = %inner.id, peer = %hello.id, "upstream peer joined");
+            inner.emit(NodeEvent::PeerJoined {
+                id: hello.id.clone(),
+                direction: Direction::Upstream,
+                options: hello.options.clone(),
+            });
+        }
     }
-    tracing::debug!(node = %inner.id, peer = %hello.id, "upstream peer joined");
-    inner.emit(NodeEvent::PeerJoined {
-        id: hello.id.clone(),
-        direction: Direction::Upstream,
-        options: hello.options.clone(),
-    });
     Ok(PeerInfo {
         id: hello.id,
         direction: Direction::Upstream,

@@ -9,15 +9,6 @@ use std::time::{Duration, Instant};
 use node::{Error, ErrorCode, Filter, HandlerError, Node, NodeEvent, Request, Scope};
 use support::*;
 
-async fn router(id: &str) -> Node {
-    support::builder(id)
-        .router(true)
-        .bind("tcp://127.0.0.1:0")
-        .build()
-        .await
-        .unwrap()
-}
-
 /// A leaf with options, connected to `to`, answering `whoami` with its id and the route the
 /// request took, and counting the ticks it receives.
 async fn leaf(id: &str, side: i64, to: &Node, ticks: Arc<AtomicUsize>) -> Node {

@@ -68,15 +68,6 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     .await
 }
 
-async fn router(id: &str) -> Node {
-    support::builder(id)
-        .router(true)
-        .bind("tcp://127.0.0.1:0")
-        .build()
-        .await
-        .unwrap()
-}
-
 /// Counts the handlers of a group running at once, and the most there ever were.
 #[derive(Default)]
 struct Overlap {

@@ -34,6 +34,16 @@ pub async fn server(id: &str) -> Node {
     builder(id).bind("tcp://127.0.0.1:0").build().await.unwrap()
 }
 
+/// A router node bound to a free loopback port.
+pub async fn router(id: &str) -> Node {
+    builder(id)
+        .router(true)
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap()
+}
+
 /// A node with no address.
 pub async fn client(id: &str) -> Node {
     builder(id).build().await.unwrap()
