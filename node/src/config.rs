@@ -50,6 +50,10 @@ pub struct Config {
     pub max_concurrent_handlers: usize,
     /// What happens to a message that arrives while `max_concurrent_handlers` are running.
     pub when_busy: BusyPolicy,
+    /// How many handler jobs (running and queued) one peer may have at once: above it its
+    /// requests are answered `BUSY` and its ticks dropped, whatever the node-wide room, so
+    /// that one peer cannot take every slot from the others.
+    pub max_handlers_per_peer: usize,
     /// What an upstream connection does after its peer left.
     pub reconnect: Reconnect,
 }
@@ -171,6 +175,7 @@ impl Default for Config {
             allowed_keys: None,
             max_concurrent_handlers: 1024,
             when_busy: BusyPolicy::Wait { max_queued: 8192 },
+            max_handlers_per_peer: 4096,
             reconnect: Reconnect::default(),
         }
     }
@@ -390,6 +395,13 @@ impl NodeBuilder {
     pub fn max_concurrent_handlers(self, handlers: usize) -> Self {
         self.set(move |config| {
             config.max_concurrent_handlers = handlers.max(1);
+        })
+    }
+
+    /// Sets how many handler jobs one peer may have at once (at least 1).
+    pub fn max_handlers_per_peer(self, jobs: usize) -> Self {
+        self.set(move |config| {
+            config.max_handlers_per_peer = jobs.max(1);
         })
     }
 

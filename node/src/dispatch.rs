@@ -17,7 +17,7 @@ use crate::handler::{to_remote, Request};
 use crate::handshake::{handshake_downstream, HANDSHAKE, HEARTBEAT, NOT_JOINED, REJOIN};
 use crate::inner::Inner;
 use crate::middleware::First;
-use crate::peer::{Direction, NodeId, PeerInfo};
+use crate::peer::{Direction, NodeId, PeerInfo, PeerWork};
 use crate::runtime::{spawn_request, spawn_tick};
 
 impl Inner {
@@ -52,7 +52,12 @@ impl Inner {
 
     /// A user request from a joined peer: refused at once when closing or when nothing
     /// handles it, else run as a task.
-    fn dispatch_request(self: &Arc<Self>, from: NodeId, incoming: Incoming, responder: Responder) {
+    fn dispatch_request(
+        self: &Arc<Self>,
+        (from, peer): (NodeId, Arc<PeerWork>),
+        incoming: Incoming,
+        responder: Responder,
+    ) {
         if self.is_closing() {
             responder.answer(Err(RemoteError::system_error(
                 RemoteError::SHUTTING_DOWN,
@@ -72,16 +77,21 @@ impl Inner {
             };
             Some(first)
         };
-        spawn_request(self, from, incoming, first, responder);
+        spawn_request(self, (from, peer), incoming, first, responder);
     }
 
     /// A tick from a joined peer: system ticks here, user ticks as a task.
-    fn dispatch_tick(self: &Arc<Self>, from: NodeId, direction: Direction, incoming: Incoming) {
+    fn dispatch_tick(
+        self: &Arc<Self>,
+        (from, peer): (NodeId, Arc<PeerWork>),
+        direction: Direction,
+        incoming: Incoming,
+    ) {
         if incoming.envelope().is_system() {
             self.system_tick(&from, direction, &incoming);
         } else if self.is_closing() {
         } else if let Some(first) = self.handlers.first(incoming.event(), true) {
-            spawn_tick(self, from, incoming, first);
+            spawn_tick(self, (from, peer), incoming, first);
         } else {
             tracing::trace!(node = %self.id, event = incoming.event(), "tick with no handler");
         }
@@ -100,14 +110,15 @@ impl Inner {
         );
     }
 
-    /// The joined peer behind a routing id of our server, marking it alive.
-    fn downstream_peer(&self, route: &protocol::PeerId) -> Option<NodeId> {
+    /// The joined peer behind a routing id of our server and its work, marking it alive.
+    fn downstream_peer(&self, route: &protocol::PeerId) -> Option<(NodeId, Arc<PeerWork>)> {
         let state = self.state.lock();
         let id = state.routes.get(route)?.clone();
-        state
-            .registry
-            .seen(&id, Direction::Downstream, Instant::now().into_std());
-        Some(id)
+        let work =
+            state
+                .registry
+                .seen_work(&id, Direction::Downstream, Instant::now().into_std())?;
+        Some((id, work))
     }
 }
 
@@ -206,12 +217,16 @@ pub(crate) fn install_upstream(
                 ),
                 None => incoming,
             };
-            inner
-                .state
-                .lock()
-                .registry
-                .seen(&from, Direction::Upstream, Instant::now().into_std());
-            inner.dispatch_request(from, incoming, responder);
+            let work = inner.state.lock().registry.seen_work(
+                &from,
+                Direction::Upstream,
+                Instant::now().into_std(),
+            );
+            let Some(work) = work else {
+                responder.answer(Err(not_joined()));
+                return;
+            };
+            inner.dispatch_request((from, work), incoming, responder);
         },
     )));
     client.on_any_tick(Some(Arc::new(move |incoming: Incoming| {
@@ -219,11 +234,13 @@ pub(crate) fn install_upstream(
         let (Some(inner), Some(from)) = (weak.upgrade(), from) else {
             return;
         };
-        inner
-            .state
-            .lock()
-            .registry
-            .seen(&from, Direction::Upstream, Instant::now().into_std());
-        inner.dispatch_tick(from, Direction::Upstream, incoming);
+        let work = inner.state.lock().registry.seen_work(
+            &from,
+            Direction::Upstream,
+            Instant::now().into_std(),
+        );
+        if let Some(work) = work {
+            inner.dispatch_tick((from, work), Direction::Upstream, incoming);
+        }
     })));
 }

@@ -218,6 +218,7 @@ pub(crate) fn handshake_downstream(
                 last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
                 dead_after: inner.dead_after(&hello),
                 in_flight: Arc::new(AtomicUsize::new(0)),
+                work: Arc::default(),
             };
             state.join_downstream(entry, route)
         })

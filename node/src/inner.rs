@@ -170,6 +170,8 @@ impl Inner {
             return;
         };
         entry.link.fail_pending();
+        // Its handlers' answers could go nowhere: they stop, their memory goes.
+        entry.work.cancel();
         if let Link::Up { left, .. } = &entry.link {
             left.set(reason);
         }

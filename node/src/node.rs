@@ -57,6 +57,8 @@ pub struct NodeStats {
     pub handlers_active: usize,
     /// Of those, the ones waiting for a slot.
     pub handlers_queued: usize,
+    /// Handler jobs stopped because the peer they worked for left.
+    pub handlers_cancelled: u64,
 }
 
 /// A zeronode node: binds at most one address, connects to any number of nodes, and talks to
@@ -550,6 +552,7 @@ impl Node {
             ticks_dropped: self.inner.runtime.ticks_dropped.load(Ordering::Relaxed),
             handlers_active: self.inner.runtime.active(),
             handlers_queued: self.inner.runtime.queued(),
+            handlers_cancelled: self.inner.runtime.cancelled.load(Ordering::Relaxed),
             unjoined_messages: self.inner.unjoined.load(Ordering::Relaxed),
             ..NodeStats::default()
         };

@@ -155,6 +155,34 @@ pub(crate) struct Entry<L> {
     /// peer said in its handshake that it sends heartbeats less often than we do.
     pub(crate) dead_after: Duration,
     pub(crate) in_flight: Arc<AtomicUsize>,
+    /// The handler work this node does for the peer: counted for the per-peer limit, and
+    /// cancelled when the peer leaves.
+    pub(crate) work: Arc<PeerWork>,
+}
+
+/// What a node runs for one peer: how many handler jobs (running or queued), and whether
+/// the peer left (its jobs stop: their answers could go nowhere).
+#[derive(Debug, Default)]
+pub(crate) struct PeerWork {
+    pub(crate) active: AtomicUsize,
+    gone: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl PeerWork {
+    /// The peer left: every job of its stops.
+    pub(crate) fn cancel(&self) {
+        self.gone.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Resolves once the peer left.
+    pub(crate) async fn gone(&self) {
+        let notified = self.notify.notified();
+        if !self.gone.load(Ordering::Acquire) {
+            notified.await;
+        }
+    }
 }
 
 /// The peers joined to this node, keyed by (id, direction): a pair of nodes connected both
@@ -233,10 +261,21 @@ impl<L: Clone> Registry<L> {
     }
 
     /// Records traffic from a peer (for liveness).
+    #[cfg(test)]
     pub(crate) fn seen(&self, id: &NodeId, direction: Direction, now: Instant) {
-        if let Some(entry) = self.entries.get(&(id.clone(), direction)) {
-            *entry.last_seen.lock() = now;
-        }
+        self.seen_work(id, direction, now);
+    }
+
+    /// Records traffic from a peer; the peer's work, if it is joined.
+    pub(crate) fn seen_work(
+        &self,
+        id: &NodeId,
+        direction: Direction,
+        now: Instant,
+    ) -> Option<Arc<PeerWork>> {
+        let entry = self.entries.get(&(id.clone(), direction))?;
+        *entry.last_seen.lock() = now;
+        Some(Arc::clone(&entry.work))
     }
 
     /// Updates a peer's options (its `set_options` reached us).
@@ -391,6 +430,7 @@ mod tests {
             last_seen: Arc::new(Mutex::new(now)),
             dead_after: Duration::from_millis(300),
             in_flight: Arc::new(AtomicUsize::new(0)),
+            work: Arc::default(),
         }
     }
 

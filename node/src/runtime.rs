@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 use crate::config::{BusyPolicy, Config};
 use crate::inner::Inner;
 use crate::middleware::First;
-use crate::peer::NodeId;
+use crate::peer::{NodeId, PeerWork};
 use protocol::Runners;
 
 /// The error code of a request refused because the node's handlers are at their limit.
@@ -63,6 +63,8 @@ pub(crate) struct Runtime {
     /// sent only when messages are queued.
     taken: AtomicUsize,
     max: usize,
+    /// The most jobs (running and queued) one peer may have.
+    per_peer: usize,
     /// Wakes a queued message when a slot is given back.
     freed: Notify,
     policy: BusyPolicy,
@@ -79,6 +81,8 @@ pub(crate) struct Runtime {
     pool: Arc<Runners<Job>>,
     /// Ticks dropped at the limit.
     pub(crate) ticks_dropped: AtomicU64,
+    /// Jobs stopped because their peer left.
+    pub(crate) cancelled: AtomicU64,
 }
 
 impl Runtime {
@@ -86,6 +90,7 @@ impl Runtime {
         Runtime {
             taken: AtomicUsize::new(0),
             max: config.max_concurrent_handlers.max(1),
+            per_peer: config.max_handlers_per_peer.max(1),
             freed: Notify::new(),
             policy: config.when_busy,
             queued: AtomicUsize::new(0),
@@ -94,6 +99,7 @@ impl Runtime {
             answered: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             ticks_dropped: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
             pool: Runners::new(),
         }
     }
@@ -137,6 +143,22 @@ impl Runtime {
             }
             freed.await;
         }
+    }
+
+    /// A slot for one more message of `peer`: refused at once when the peer has
+    /// `max_handlers_per_peer` jobs already (counted for it otherwise; the job's end gives
+    /// it back), else as [`admit`](Self::admit) decides.
+    fn admit_for(&self, peer: &PeerWork) -> Slot<()> {
+        let before = peer.active.fetch_add(1, Ordering::AcqRel);
+        let decision = if before >= self.per_peer {
+            Slot::Refuse
+        } else {
+            self.admit()
+        };
+        if matches!(decision, Slot::Refuse) {
+            peer.active.fetch_sub(1, Ordering::AcqRel);
+        }
+        decision
     }
 
     /// A slot for one more message (counted as queued when it must wait).
@@ -191,16 +213,19 @@ impl Drop for Runtime {
 /// slot of the limit once it has one; both are given back however the task ends.
 pub(crate) struct Work {
     inner: Arc<Inner>,
+    /// The peer the work is for: its count, and the signal that it left.
+    peer: Arc<PeerWork>,
     slot: bool,
     /// Counted as queued (waiting for a slot) right now.
     queued: bool,
 }
 
 impl Work {
-    fn start(inner: &Arc<Inner>) -> Work {
+    fn start(inner: &Arc<Inner>, peer: Arc<PeerWork>) -> Work {
         inner.runtime.active.fetch_add(1, Ordering::AcqRel);
         Work {
             inner: Arc::clone(inner),
+            peer,
             slot: false,
             queued: false,
         }
@@ -229,6 +254,7 @@ impl Drop for Work {
             // Dropped while waiting (the runtime is shutting down).
             runtime.queued.fetch_sub(1, Ordering::AcqRel);
         }
+        self.peer.active.fetch_sub(1, Ordering::AcqRel);
         if runtime.active.fetch_sub(1, Ordering::AcqRel) == 1 {
             runtime.idle.notify_waiters();
         }
@@ -273,9 +299,14 @@ async fn run_job(job: Job) {
             first,
             responder,
         } => {
-            work.slot(slot).await;
-            let inner = &work.inner;
-            let handled = AssertUnwindSafe(inner.handle(from, incoming, first)).catch_unwind();
+            let peer = Arc::clone(&work.peer);
+            let inner = Arc::clone(&work.inner);
+            let handled = async {
+                work.slot(slot).await;
+                AssertUnwindSafe(work.inner.handle(from, incoming, first))
+                    .catch_unwind()
+                    .await
+            };
             tokio::select! {
                 biased;
                 result = handled => {
@@ -286,8 +317,12 @@ async fn run_job(job: Job) {
                     inner.runtime.answered.fetch_add(1, Ordering::Relaxed);
                     responder.answer(result);
                 }
-                // The socket was aborted: the answer would go nowhere.
+                // The socket was aborted, or the requester left: the answer would go
+                // nowhere; the handler stops and its memory goes.
                 () = responder.aborted() => {}
+                () = peer.gone() => {
+                    inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         Job::Tick {
@@ -297,14 +332,24 @@ async fn run_job(job: Job) {
             incoming,
             first,
         } => {
-            work.slot(slot).await;
-            let inner = &work.inner;
-            if AssertUnwindSafe(inner.handle_tick(from, incoming, first))
-                .catch_unwind()
-                .await
-                .is_err()
-            {
-                tracing::error!(node = %inner.id, "tick handler panicked");
+            let peer = Arc::clone(&work.peer);
+            let inner = Arc::clone(&work.inner);
+            let handled = async {
+                work.slot(slot).await;
+                AssertUnwindSafe(work.inner.handle_tick(from, incoming, first))
+                    .catch_unwind()
+                    .await
+            };
+            tokio::select! {
+                biased;
+                result = handled => {
+                    if result.is_err() {
+                        tracing::error!(node = %inner.id, "tick handler panicked");
+                    }
+                }
+                () = peer.gone() => {
+                    inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -314,12 +359,12 @@ async fn run_job(job: Job) {
 /// or answers `BUSY` at once. Called on the socket's driver.
 pub(crate) fn spawn_request(
     inner: &Arc<Inner>,
-    from: NodeId,
+    (from, peer): (NodeId, Arc<PeerWork>),
     incoming: Incoming,
     first: Option<First>,
     responder: Responder,
 ) {
-    let slot = inner.runtime.admit();
+    let slot = inner.runtime.admit_for(&peer);
     if matches!(slot, Slot::Refuse) {
         inner.runtime.refused.fetch_add(1, Ordering::Relaxed);
         responder.answer(Err(RemoteError::system_error(
@@ -329,7 +374,7 @@ pub(crate) fn spawn_request(
         return;
     }
     inner.runtime.pool.run(Job::Request {
-        work: Work::start(inner),
+        work: Work::start(inner, peer),
         slot,
         from,
         incoming,
@@ -340,15 +385,20 @@ pub(crate) fn spawn_request(
 
 /// Runs the tick handlers for a user tick from `from` on a runner, or drops the tick
 /// (counted) at the limit. Called on the socket's driver.
-pub(crate) fn spawn_tick(inner: &Arc<Inner>, from: NodeId, incoming: Incoming, first: First) {
-    let slot = inner.runtime.admit();
+pub(crate) fn spawn_tick(
+    inner: &Arc<Inner>,
+    (from, peer): (NodeId, Arc<PeerWork>),
+    incoming: Incoming,
+    first: First,
+) {
+    let slot = inner.runtime.admit_for(&peer);
     if matches!(slot, Slot::Refuse) {
         inner.runtime.ticks_dropped.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(node = %inner.id, event = incoming.event(), "tick dropped: handlers at their limit");
         return;
     }
     inner.runtime.pool.run(Job::Tick {
-        work: Work::start(inner),
+        work: Work::start(inner, peer),
         slot,
         from,
         incoming,

@@ -460,6 +460,7 @@ async fn join(
         last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
         dead_after: inner.dead_after(&hello),
         in_flight: Arc::new(AtomicUsize::new(0)),
+        work: Arc::default(),
     };
     let joined = inner.state.lock().registry.join(entry);
     match joined {

@@ -93,3 +93,94 @@ async fn a_payload_over_the_receivers_limit_is_refused_before_anything_is_sent()
     let again = big.request_raw("small", "echo", fits.clone(), LIMIT).await;
     assert_eq!(again.unwrap(), fits);
 }
+
+/// A requester that leaves takes its work with it: 2,000 requests parked in a handler that
+/// would take ten minutes are stopped, and their memory freed, when it goes.
+#[tokio::test]
+async fn the_work_of_a_peer_that_leaves_is_cancelled() {
+    let srv = server("srv").await;
+    srv.on_request("park", |_req: Request| async move {
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        Ok::<_, node::HandlerError>(())
+    });
+    let requester = client("requester").await;
+    requester.connect(&address(&srv)).await.unwrap();
+    let parked: Vec<_> = (0..2000)
+        .map(|_| {
+            let requester = requester.clone();
+            tokio::spawn(async move {
+                requester
+                    .request_timeout::<_, ()>("srv", "park", &(), Duration::from_secs(600))
+                    .await
+            })
+        })
+        .collect();
+    within("2,000 requests parked in their handler", async {
+        while srv.stats().handlers_active < 2000 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    requester.close().await;
+    // Every request of the closed node ended (its own close fails what is pending).
+    for request in parked {
+        let ended = within("a parked request ends", request).await.unwrap();
+        assert!(ended.is_err());
+    }
+    within("the server's handlers stop", async {
+        while srv.stats().handlers_active > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(srv.stats().handlers_cancelled, 2000);
+}
+
+/// One peer cannot take every handler slot: above `max_handlers_per_peer` its requests are
+/// answered `BUSY`, while another peer is served.
+#[tokio::test]
+async fn one_peer_is_held_to_its_share_of_the_handlers() {
+    let srv = builder("srv")
+        .max_handlers_per_peer(5)
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    srv.on_request("slow", |_req: Request| async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Ok::<_, node::HandlerError>("slow")
+    });
+    srv.on_request("quick", |_req: Request| async move {
+        Ok::<_, node::HandlerError>("quick")
+    });
+    let greedy = client("greedy").await;
+    greedy.connect(&address(&srv)).await.unwrap();
+    let polite = client("polite").await;
+    polite.connect(&address(&srv)).await.unwrap();
+    let flood: Vec<_> = (0..12)
+        .map(|_| {
+            let greedy = greedy.clone();
+            tokio::spawn(async move { greedy.request::<_, String>("srv", "slow", &()).await })
+        })
+        .collect();
+    within("the greedy peer's share is taken", async {
+        while srv.stats().busy_refused < 7 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // The greedy peer's five run; the polite one is answered meanwhile.
+    let quick: String = polite.request("srv", "quick", &()).await.unwrap();
+    assert_eq!(quick, "quick");
+    let mut answered = 0;
+    let mut busy = 0;
+    for request in flood {
+        match within("a greedy request", request).await.unwrap() {
+            Ok(_) => answered += 1,
+            Err(Error::Busy { .. }) => busy += 1,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    assert_eq!((answered, busy), (5, 7));
+    assert_eq!(srv.stats().busy_refused, 7);
+}
