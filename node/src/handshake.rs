@@ -45,6 +45,14 @@ pub(crate) const NOT_JOINED: &str = "NOT_JOINED";
 /// The handshake of a connection whose CURVE key is not (or no longer) on the allow-list.
 pub(crate) const NOT_AUTHORIZED: &str = "NOT_AUTHORIZED";
 const BAD_HANDSHAKE: &str = "BAD_HANDSHAKE";
+/// The id is held by a live connection: a new claim needs the proof its holder gave (its
+/// message is our id, which the proof is made for).
+pub(crate) const PROOF_REQUIRED: &str = "PROOF_REQUIRED";
+/// A connection that joined one id claims another.
+pub(crate) const ALREADY_JOINED: &str = "ALREADY_JOINED";
+/// Sent right after a first join by a client that did not know the server's id yet: the
+/// proof (see [`Hello::token`]) for later claims of its id.
+pub(crate) const PROOF: &str = "_system:proof";
 
 /// What each side tells the other in the handshake.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -66,6 +74,13 @@ pub(crate) struct Hello {
     /// a larger one before sending it.
     #[serde(default)]
     pub(crate) max_payload: u64,
+    /// The sender's proof of identity for this receiver: a keyed hash of the receiver's id
+    /// under a secret of the sender's process, never sent to anyone else (empty when the
+    /// sender does not know the receiver's id yet). A later claim of the sender's id at
+    /// this receiver, on another connection, must bring the same token: a peer that learned
+    /// our id and instance cannot take our place elsewhere.
+    #[serde(default)]
+    pub(crate) token: String,
 }
 
 impl Hello {
@@ -89,8 +104,13 @@ pub(crate) enum Refusal {
     },
     /// It claims our own id, or an id another live instance holds.
     DuplicateId,
-    /// Its CURVE key is not on the allow-list (any more).
+    /// Its CURVE key is not on the allow-list (any more), or the id is bound to another key.
     NotAuthorized(Key),
+    /// The id is held by a live connection and the claim brought no proof: it may bring
+    /// it (the same node on a new connection), made for our id.
+    ProofRequired,
+    /// The connection already joined another id: one connection joins one id.
+    AlreadyJoined,
 }
 
 impl std::fmt::Display for Refusal {
@@ -100,14 +120,16 @@ impl std::fmt::Display for Refusal {
                 write!(f, "protocol version {theirs} (ours {PROTOCOL_VERSION})")
             }
             Refusal::DuplicateId => f.write_str("its id is ours or another node's"),
-            Refusal::NotAuthorized(key) => write!(f, "key {key} is not allowed"),
+            Refusal::NotAuthorized(key) => write!(f, "key {key} is not allowed for it"),
+            Refusal::ProofRequired => f.write_str("its id is held, and it brought no proof"),
+            Refusal::AlreadyJoined => f.write_str("its connection joined another id"),
         }
     }
 }
 
 impl Refusal {
     /// The error reply the server answers with.
-    pub(crate) fn to_remote(&self, hello: &Hello) -> RemoteError {
+    pub(crate) fn to_remote(&self, hello: &Hello, ours: &NodeId) -> RemoteError {
         match self {
             Refusal::VersionMismatch { .. } => {
                 RemoteError::system_error(VERSION_MISMATCH, PROTOCOL_VERSION.to_string())
@@ -116,8 +138,23 @@ impl Refusal {
             Refusal::NotAuthorized(key) => {
                 RemoteError::system_error(NOT_AUTHORIZED, key.to_string())
             }
+            Refusal::ProofRequired => RemoteError::system_error(PROOF_REQUIRED, ours.to_string()),
+            Refusal::AlreadyJoined => {
+                RemoteError::system_error(ALREADY_JOINED, hello.id.to_string())
+            }
         }
     }
+}
+
+/// Who holds the id a hello claims, as the admission needs it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Holder<'a> {
+    /// The holder's instance.
+    pub(crate) instance: &'a str,
+    /// The proof the holder gave us, once it did.
+    pub(crate) token: Option<&'a str>,
+    /// Whether the claim comes on the holder's own connection (a new handshake there).
+    pub(crate) same_connection: bool,
 }
 
 /// What the admission of a hello needs to know about this node, as plain data.
@@ -125,16 +162,23 @@ impl Refusal {
 pub(crate) struct Admission<'a> {
     /// Our own id.
     pub(crate) ours: &'a NodeId,
-    /// The instance that holds the hello's id among our peers now, if any.
-    pub(crate) holder: Option<&'a str>,
-    /// The peer's CURVE key, and whether the allow-list still has it (`None`: plaintext,
-    /// or no allow-list).
+    /// Who holds the hello's id among our peers now, if anyone.
+    pub(crate) holder: Option<Holder<'a>>,
+    /// The id the claiming connection joined already, if any.
+    pub(crate) connection_joined: Option<&'a NodeId>,
+    /// The peer's CURVE key, and whether it may join with this id: still on the
+    /// allow-list, and the key the id first joined with (`None`: plaintext).
     pub(crate) key: Option<(Key, bool)>,
 }
 
-/// The decision on a peer's hello, used by both sides: the version must be ours, the id
-/// not ours nor held by another live instance (the same instance rejoining replaces its
-/// entry), and a CURVE key still allowed.
+/// The decision on a peer's hello, used by both sides:
+/// - the version must be ours, the id not ours;
+/// - one connection joins one id;
+/// - an id held by a live connection is taken only by a new handshake on that same
+///   connection from the same instance, or by a claim that brings the proof its holder
+///   gave (the same node on a new connection, after a reconnect); a claim without proof is
+///   told to bring it (`ProofRequired`), one with a wrong proof is a duplicate;
+/// - with CURVE, the key must be allowed for the id.
 pub(crate) fn admit(hello: &Hello, admission: Admission<'_>) -> std::result::Result<(), Refusal> {
     if hello.version != PROTOCOL_VERSION {
         return Err(Refusal::VersionMismatch {
@@ -145,19 +189,37 @@ pub(crate) fn admit(hello: &Hello, admission: Admission<'_>) -> std::result::Res
         return Err(Refusal::DuplicateId);
     }
     if admission
-        .holder
-        .is_some_and(|instance| instance != hello.instance)
+        .connection_joined
+        .is_some_and(|joined| joined != &hello.id)
     {
-        return Err(Refusal::DuplicateId);
+        return Err(Refusal::AlreadyJoined);
     }
     if let Some((key, false)) = admission.key {
         return Err(Refusal::NotAuthorized(key));
     }
-    Ok(())
+    let Some(holder) = admission.holder else {
+        return Ok(());
+    };
+    if holder.same_connection && holder.instance == hello.instance {
+        return Ok(());
+    }
+    match (hello.token.as_str(), holder.token) {
+        ("", _) => Err(Refusal::ProofRequired),
+        (token, Some(proof)) if token == proof && holder.instance == hello.instance => Ok(()),
+        _ => Err(Refusal::DuplicateId),
+    }
 }
 
 impl Inner {
-    /// Our hello.
+    /// Our hello for the peer `to` (with our proof for it), or for a peer not known yet.
+    pub(crate) fn hello_for(&self, to: Option<&NodeId>) -> Hello {
+        Hello {
+            token: to.map(|peer| self.token_for(peer)).unwrap_or_default(),
+            ..self.hello()
+        }
+    }
+
+    /// Our hello, without a proof.
     pub(crate) fn hello(&self) -> Hello {
         Hello {
             id: self.id.clone(),
@@ -167,6 +229,7 @@ impl Inner {
             router: self.config.router,
             heartbeat_ms: crate::inner::millis(self.config.heartbeat_interval),
             max_payload: self.config.max_payload as u64,
+            token: String::new(),
         }
     }
 }
@@ -194,12 +257,22 @@ pub(crate) fn handshake_downstream(
     let route = incoming.from.clone();
     let joined = {
         let mut state = inner.state.lock();
+        let held = [Direction::Downstream, Direction::Upstream]
+            .into_iter()
+            .find_map(|d| state.registry.get(&hello.id, d));
+        let holder = held.map(|e| Holder {
+            instance: &e.instance,
+            token: e.token.as_deref(),
+            same_connection: matches!(&e.link, Link::Down { route: r, .. } if r == &route),
+        });
+        let bound = key.is_none_or(|key| inner.key_may_claim(&hello.id, &key));
         let decision = admit(
             &hello,
             Admission {
                 ours: &inner.id,
-                holder: state.registry.holder(&hello.id),
-                key: allowed,
+                holder,
+                connection_joined: state.routes.get(&route),
+                key: allowed.map(|(key, still)| (key, still && bound)),
             },
         );
         decision.and_then(|()| {
@@ -208,6 +281,7 @@ pub(crate) fn handshake_downstream(
                 direction: Direction::Downstream,
                 options: hello.options.clone(),
                 instance: hello.instance.clone(),
+                token: (!hello.token.is_empty()).then(|| hello.token.clone()),
                 router: hello.router,
                 key,
                 link: Link::Down {
@@ -223,17 +297,20 @@ pub(crate) fn handshake_downstream(
             state.join_downstream(entry, route)
         })
     };
+    if let (Ok(_), Some(key)) = (&joined, key) {
+        inner.bind_key(&hello.id, key);
+    }
     match joined {
         Ok(is_new) => {
             if is_new {
                 tracing::debug!(node = %inner.id, peer = %hello.id, "downstream peer joined");
                 inner.emit(NodeEvent::PeerJoined {
-                    id: hello.id,
+                    id: hello.id.clone(),
                     direction: Direction::Downstream,
-                    options: hello.options,
+                    options: hello.options.clone(),
                 });
             }
-            encode_value(&inner.hello())
+            encode_value(&inner.hello_for(Some(&hello.id)))
                 .map(Answer::from)
                 .map_err(|e| RemoteError::handler(e.to_string()))
         }
@@ -242,51 +319,67 @@ pub(crate) fn handshake_downstream(
                 ErrorSource::Handshake,
                 format!("refused {}: {refusal}", hello.id),
             );
-            Err(refusal.to_remote(&hello))
+            Err(refusal.to_remote(&hello, &inner.id))
         }
     }
 }
 
-/// The client side: sends our hello, checks the server's.
-pub(crate) async fn handshake_upstream(inner: &Inner, client: &Client) -> Result<Hello> {
-    let payload = encode_value(&inner.hello())?;
-    let reply = match client
-        .system_request(
-            HANDSHAKE,
-            Bytes::new(),
-            payload,
-            inner.config.handshake_timeout,
-        )
-        .await
-    {
-        Ok(reply) => reply,
-        Err(protocol::Error::Remote(remote)) if remote.system => {
-            return Err(match remote.code.as_str() {
-                DUPLICATE_ID => Error::DuplicateId { id: remote.message },
-                NOT_AUTHORIZED => Error::Refused {
-                    endpoint: client.endpoint().to_owned(),
-                    reason: transport::HandshakeFailure::Auth,
-                },
-                VERSION_MISMATCH => Error::VersionMismatch {
-                    ours: PROTOCOL_VERSION,
-                    theirs: remote.message.parse().unwrap_or(0),
-                },
-                _ => Error::HandshakeRefused {
+/// The client side: sends our hello (with our proof when we know the server's id, from
+/// an earlier join on this connection), checks the server's. A server that holds our id on
+/// another connection asks for the proof (`PROOF_REQUIRED`, with its id): it is sent once.
+/// Returns the server's hello and whether our proof went with ours (if not, the caller
+/// sends it once joined: `PROOF`).
+pub(crate) async fn handshake_upstream(
+    inner: &Inner,
+    client: &Client,
+    known: Option<&NodeId>,
+) -> Result<(Hello, bool)> {
+    let mut ours = inner.hello_for(known);
+    let reply = loop {
+        let payload = encode_value(&ours)?;
+        let refused = match client
+            .system_request(
+                HANDSHAKE,
+                Bytes::new(),
+                payload,
+                inner.config.handshake_timeout,
+            )
+            .await
+        {
+            Ok(reply) => break reply,
+            Err(protocol::Error::Remote(remote)) if remote.system => remote,
+            Err(protocol::Error::Remote(remote)) => {
+                return Err(Error::HandshakeRefused {
                     reason: remote.to_string(),
-                },
-            })
-        }
-        Err(protocol::Error::Remote(remote)) => {
-            return Err(Error::HandshakeRefused {
-                reason: remote.to_string(),
-            })
-        }
-        Err(protocol::Error::Timeout { .. }) => {
-            return Err(Error::HandshakeTimeout {
+                })
+            }
+            Err(protocol::Error::Timeout { .. }) => {
+                return Err(Error::HandshakeTimeout {
+                    endpoint: client.endpoint().to_owned(),
+                })
+            }
+            Err(e) => return Err(e.into()),
+        };
+        return Err(match refused.code.as_str() {
+            PROOF_REQUIRED if ours.token.is_empty() => {
+                ours.token = inner.token_for(&NodeId::from(refused.message.as_str()));
+                continue;
+            }
+            DUPLICATE_ID | PROOF_REQUIRED | ALREADY_JOINED => Error::DuplicateId {
+                id: inner.id.to_string(),
+            },
+            NOT_AUTHORIZED => Error::Refused {
                 endpoint: client.endpoint().to_owned(),
-            })
-        }
-        Err(e) => return Err(e.into()),
+                reason: transport::HandshakeFailure::Auth,
+            },
+            VERSION_MISMATCH => Error::VersionMismatch {
+                ours: PROTOCOL_VERSION,
+                theirs: refused.message.parse().unwrap_or(0),
+            },
+            _ => Error::HandshakeRefused {
+                reason: refused.to_string(),
+            },
+        });
     };
     let hello: Hello = reply
         .decode_payload()
@@ -299,11 +392,12 @@ pub(crate) async fn handshake_upstream(inner: &Inner, client: &Client) -> Result
         Admission {
             ours: &inner.id,
             holder: None,
+            connection_joined: None,
             key: None,
         },
     );
     match checked {
-        Ok(()) => Ok(hello),
+        Ok(()) => Ok((hello, !ours.token.is_empty())),
         Err(Refusal::VersionMismatch { theirs }) => Err(Error::VersionMismatch {
             ours: PROTOCOL_VERSION,
             theirs,
@@ -327,6 +421,14 @@ mod tests {
             router: false,
             heartbeat_ms: 1000,
             max_payload: 0,
+            token: String::new(),
+        }
+    }
+
+    fn proving(id: &str, instance: &str, token: &str) -> Hello {
+        Hello {
+            token: token.to_owned(),
+            ..hello(id, instance)
         }
     }
 
@@ -334,7 +436,15 @@ mod tests {
         Admission {
             ours,
             holder: None,
+            connection_joined: None,
             key: None,
+        }
+    }
+
+    fn held_by<'a>(ours: &'a NodeId, holder: Holder<'a>) -> Admission<'a> {
+        Admission {
+            holder: Some(holder),
+            ..admission(ours)
         }
     }
 
@@ -358,26 +468,89 @@ mod tests {
     }
 
     #[test]
-    fn our_own_id_or_one_held_by_another_instance_is_a_duplicate() {
+    fn our_own_id_is_a_duplicate() {
         let ours = NodeId::from("server");
         assert_eq!(
             admit(&hello("server", "i1"), admission(&ours)),
             Err(Refusal::DuplicateId)
         );
-        let held = Admission {
-            holder: Some("i1"),
-            ..admission(&ours)
-        };
-        assert_eq!(
-            admit(&hello("client", "i2"), held),
-            Err(Refusal::DuplicateId)
-        );
-        // The same instance rejoining (after a reconnect) is admitted.
-        assert_eq!(admit(&hello("client", "i1"), held), Ok(()));
     }
 
     #[test]
-    fn a_key_off_the_allow_list_is_not_authorized() {
+    fn a_held_id_is_taken_only_on_its_connection_or_with_its_proof() {
+        let ours = NodeId::from("server");
+        let on_its_connection = Holder {
+            instance: "i1",
+            token: Some("proof-1"),
+            same_connection: true,
+        };
+        // The same instance handshaking again on its connection.
+        assert_eq!(
+            admit(&hello("client", "i1"), held_by(&ours, on_its_connection)),
+            Ok(())
+        );
+        let elsewhere = Holder {
+            same_connection: false,
+            ..on_its_connection
+        };
+        // Another connection, no proof: told to bring it.
+        assert_eq!(
+            admit(&hello("client", "i1"), held_by(&ours, elsewhere)),
+            Err(Refusal::ProofRequired)
+        );
+        // The hijack: the holder's instance (which anyone it joined learned) without the
+        // proof it gave only to us.
+        assert_eq!(
+            admit(&proving("client", "i1", "guess"), held_by(&ours, elsewhere)),
+            Err(Refusal::DuplicateId)
+        );
+        // The holder itself on a new connection (a reconnect) brings its proof.
+        assert_eq!(
+            admit(
+                &proving("client", "i1", "proof-1"),
+                held_by(&ours, elsewhere)
+            ),
+            Ok(())
+        );
+        // Another process under the same id, even with the proof, is not the holder.
+        assert_eq!(
+            admit(
+                &proving("client", "i2", "proof-1"),
+                held_by(&ours, elsewhere)
+            ),
+            Err(Refusal::DuplicateId)
+        );
+        // A holder that gave no proof yet cannot be taken over at all.
+        let unproven = Holder {
+            token: None,
+            ..elsewhere
+        };
+        assert_eq!(
+            admit(
+                &proving("client", "i1", "proof-1"),
+                held_by(&ours, unproven)
+            ),
+            Err(Refusal::DuplicateId)
+        );
+    }
+
+    #[test]
+    fn one_connection_joins_one_id() {
+        let ours = NodeId::from("server");
+        let first = NodeId::from("first");
+        let joined = Admission {
+            connection_joined: Some(&first),
+            ..admission(&ours)
+        };
+        assert_eq!(
+            admit(&hello("second", "i1"), joined),
+            Err(Refusal::AlreadyJoined)
+        );
+        assert_eq!(admit(&hello("first", "i1"), joined), Ok(()));
+    }
+
+    #[test]
+    fn a_key_not_allowed_for_the_id_is_refused() {
         let ours = NodeId::from("server");
         let key = transport::KeyPair::generate().expect("keys").public;
         let revoked = Admission {
@@ -397,8 +570,12 @@ mod tests {
 
     #[test]
     fn refusals_travel_as_system_errors() {
-        let remote = Refusal::DuplicateId.to_remote(&hello("client", "i1"));
+        let ours = NodeId::from("server");
+        let remote = Refusal::DuplicateId.to_remote(&hello("client", "i1"), &ours);
         assert!(remote.is_system(DUPLICATE_ID));
         assert_eq!(remote.message, "client");
+        let ask = Refusal::ProofRequired.to_remote(&hello("client", "i1"), &ours);
+        assert!(ask.is_system(PROOF_REQUIRED));
+        assert_eq!(ask.message, "server", "the id the proof is made for");
     }
 }

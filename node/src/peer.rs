@@ -143,6 +143,9 @@ pub(crate) struct Entry<L> {
     pub(crate) options: Options,
     /// The peer process's instance id: tells a restart (new instance) from a reconnect.
     pub(crate) instance: String,
+    /// The proof of identity the peer gave us (`Hello::token`), once it did: what a later
+    /// claim of its id on another connection must bring.
+    pub(crate) token: Option<String>,
     /// Whether the peer is a router node.
     pub(crate) router: bool,
     /// Its CURVE public key, on a secured connection.
@@ -228,23 +231,21 @@ impl<L: Clone> Registry<L> {
             .insert((entry.id.clone(), entry.direction), entry))
     }
 
-    /// The instance holding `id` among the joined peers (either direction), if any.
-    pub(crate) fn holder(&self, id: &NodeId) -> Option<&str> {
-        [Direction::Upstream, Direction::Downstream]
-            .into_iter()
-            .find_map(|d| self.entries.get(&(id.clone(), d)))
-            .map(|e| e.instance.as_str())
-    }
-
     /// Removes a peer (it left).
     pub(crate) fn leave(&mut self, id: &NodeId, direction: Direction) -> Option<Entry<L>> {
         self.entries.remove(&(id.clone(), direction))
     }
 
     /// The entry of a peer in a direction.
-    #[cfg(test)]
     pub(crate) fn get(&self, id: &NodeId, direction: Direction) -> Option<&Entry<L>> {
         self.entries.get(&(id.clone(), direction))
+    }
+
+    /// Records the proof of identity a peer gave after joining (kept once set).
+    pub(crate) fn set_token(&mut self, id: &NodeId, direction: Direction, token: String) {
+        if let Some(entry) = self.entries.get_mut(&(id.clone(), direction)) {
+            entry.token.get_or_insert(token);
+        }
     }
 
     /// The link of a peer in a direction.
@@ -431,6 +432,7 @@ mod tests {
             dead_after: Duration::from_millis(300),
             in_flight: Arc::new(AtomicUsize::new(0)),
             work: Arc::default(),
+            token: None,
         }
     }
 

@@ -23,7 +23,7 @@ use crate::config::ReconnectPolicy;
 use crate::dispatch::install_upstream;
 use crate::error::{Error, Result};
 use crate::events::{ErrorSource, LeaveReason, NodeEvent};
-use crate::handshake::{handshake_upstream, BYE};
+use crate::handshake::{handshake_upstream, BYE, PROOF};
 use crate::inner::Inner;
 use crate::link::{Left, Link, Signal};
 use crate::peer::{Direction, Entry, PeerInfo};
@@ -312,6 +312,8 @@ async fn supervise(
     let mut first = Some(first);
     let mut connection = client.watch_connection();
     let mut attempt = 0u32;
+    // The server's id once it joined: later handshakes bring our proof for it.
+    let mut known: Option<crate::peer::NodeId> = None;
     loop {
         // Wait for a live connection.
         loop {
@@ -340,11 +342,12 @@ async fn supervise(
             return;
         }
         left.clear();
-        let outcome = join(&inner, &client, &left, server_key).await;
+        let outcome = join(&inner, &client, &left, server_key, known.as_ref()).await;
         let reconnect = inner.config.reconnect;
         match (&outcome, first.take()) {
             (Ok(peer), first) => {
                 attempt = 0;
+                known = Some(peer.id.clone());
                 joined.send_replace(Some(peer.clone()));
                 if let Some(first) = first {
                     let _ = first.send(Ok(()));
@@ -396,7 +399,7 @@ async fn supervise(
                 Signal::Left(reason) => break reason,
                 Signal::Rejoin => {
                     let Some(inner) = weak.upgrade() else { return };
-                    match join(&inner, &client, &left, server_key).await {
+                    match join(&inner, &client, &left, server_key, known.as_ref()).await {
                         Ok(again) => {
                             joined.send_replace(Some(again));
                         }
@@ -443,13 +446,15 @@ async fn join(
     client: &Client,
     left: &Arc<Left>,
     server_key: Option<Key>,
+    known: Option<&crate::peer::NodeId>,
 ) -> Result<PeerInfo> {
-    let hello = handshake_upstream(inner, client).await?;
+    let (hello, proved) = handshake_upstream(inner, client, known).await?;
     let entry = Entry {
         id: hello.id.clone(),
         direction: Direction::Upstream,
         options: hello.options.clone(),
         instance: hello.instance.clone(),
+        token: (!hello.token.is_empty()).then(|| hello.token.clone()),
         router: hello.router,
         key: server_key,
         link: Link::Up {
@@ -479,6 +484,13 @@ async fn join(
                 direction: Direction::Upstream,
                 options: hello.options.clone(),
             });
+        }
+    }
+    if !proved {
+        // Now that we know who the server is: our proof, for a later claim of our id there
+        // on another connection (a reconnect).
+        if let Ok(token) = protocol::encode_value(&inner.token_for(&hello.id)) {
+            let _ = client.system_tick(PROOF, token).await;
         }
     }
     Ok(PeerInfo {

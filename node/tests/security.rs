@@ -317,3 +317,38 @@ async fn nothing_crosses_the_wire_in_clear() {
     assert!(marker_in_clear(false).await, "plaintext carries the marker");
     assert!(!marker_in_clear(true).await, "CURVE hides it");
 }
+
+/// With CURVE an id is bound to the key that first joined with it: another key on the
+/// allow-list cannot take the id over, even after its holder left.
+#[tokio::test]
+async fn an_id_is_bound_to_the_key_it_first_joined_with() {
+    let vault_keys = keys();
+    let (first_keys, second_keys) = (keys(), keys());
+    let (vault, _) = secured_server(
+        "vault",
+        &vault_keys,
+        Some(vec![first_keys.public, second_keys.public]),
+    )
+    .await;
+    let first = secured_client("teller", &first_keys).await;
+    first
+        .connect_secure(&address(&vault), vault_keys.public)
+        .await
+        .unwrap();
+    first.close().await;
+    within("the first teller left", async {
+        while vault.peer("teller").is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let impostor = secured_client("teller", &second_keys).await;
+    let err = refused(impostor.connect_secure(&address(&vault), vault_keys.public)).await;
+    assert!(matches!(err, Error::Refused { .. }), "{err:?}");
+    // The first key still may: the id is its.
+    let again = secured_client("teller", &first_keys).await;
+    again
+        .connect_secure(&address(&vault), vault_keys.public)
+        .await
+        .unwrap();
+}
