@@ -307,6 +307,12 @@ impl Error {
                     }
                 }
                 protocol::RemoteError::SHUTTING_DOWN => return Error::ShuttingDown,
+                protocol::RemoteError::PAYLOAD_TOO_LARGE => {
+                    let mut numbers = remote.message.split(' ').map(str::parse::<usize>);
+                    if let (Some(Ok(size)), Some(Ok(max))) = (numbers.next(), numbers.next()) {
+                        return Error::PayloadTooLarge { size, max };
+                    }
+                }
                 _ => {}
             }
         }
@@ -325,3 +331,61 @@ impl From<transport::Error> for Error {
 
 /// The node layer's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::RemoteError;
+
+    #[test]
+    fn the_frameworks_codes_are_typed_and_a_handlers_are_its_own() {
+        let busy = Error::from_remote(RemoteError::system_error("BUSY", "full"));
+        assert!(matches!(busy, Error::Busy { .. }), "{busy:?}");
+        let closing = Error::from_remote(RemoteError::system_error("SHUTTING_DOWN", ""));
+        assert!(matches!(closing, Error::ShuttingDown));
+        let big = Error::from_remote(RemoteError::system_error("PAYLOAD_TOO_LARGE", "9 8"));
+        assert!(
+            matches!(big, Error::PayloadTooLarge { size: 9, max: 8 }),
+            "{big:?}"
+        );
+        // The same codes from a handler are the handler's.
+        for code in ["BUSY", "SHUTTING_DOWN", "PAYLOAD_TOO_LARGE"] {
+            let own = Error::from_remote(RemoteError::new(code, "mine"));
+            assert!(
+                matches!(&own, Error::Handler { code: c, .. } if c == code),
+                "{own:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_code_has_a_distinct_name() {
+        let codes = [
+            ErrorCode::NodeNotFound,
+            ErrorCode::NoNodesMatchFilter,
+            ErrorCode::RequestTimeout,
+            ErrorCode::HandlerError,
+            ErrorCode::NoHandler,
+            ErrorCode::PeerLeft,
+            ErrorCode::NotConnected,
+            ErrorCode::Closed,
+            ErrorCode::DuplicateId,
+            ErrorCode::VersionMismatch,
+            ErrorCode::HandshakeFailed,
+            ErrorCode::Refused,
+            ErrorCode::Security,
+            ErrorCode::InvalidFilter,
+            ErrorCode::RouteLoop,
+            ErrorCode::InvalidEvent,
+            ErrorCode::Serialization,
+            ErrorCode::Address,
+            ErrorCode::InvalidEnvelope,
+            ErrorCode::Transport,
+            ErrorCode::Busy,
+            ErrorCode::ShuttingDown,
+            ErrorCode::PayloadTooLarge,
+        ];
+        let names: std::collections::HashSet<_> = codes.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names.len(), codes.len());
+    }
+}

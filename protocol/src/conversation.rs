@@ -17,8 +17,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use transport::{Key, PeerId};
 
-use crate::envelope::{check_event, encode_value, Encoded, Envelope, Kind};
-use crate::error::{Error, RemoteError, Result};
+use crate::envelope::{check_event, encode_value, request_id, Encoded, Envelope, Kind};
+use crate::error::{DecodeError, Error, RemoteError, Result};
 use crate::handler::{
     Abort, Answer, Answering, Handlers, Incoming, RequestHandler, Responder, TickHandler,
 };
@@ -585,6 +585,15 @@ impl<L: Link> Conversation<L> {
                 self.counters
                     .invalid_envelopes
                     .fetch_add(1, Ordering::Relaxed);
+                // A request refused for its size only is answered, so that its caller gets
+                // a typed error at once rather than its timeout.
+                if let (DecodeError::TooLarge { size, max }, Some(id)) = (&e, request_id(frames)) {
+                    let refusal = RemoteError::system_error(
+                        RemoteError::PAYLOAD_TOO_LARGE,
+                        format!("{size} {max}"),
+                    );
+                    self.answer(&peer, id, Err(refusal));
+                }
                 self.reject(&peer, Error::InvalidEnvelope(e));
                 return false;
             }

@@ -468,6 +468,21 @@ impl<'p, 'e> FrameList<'p, 'e> {
     }
 }
 
+/// The id of a request whose header is readable (magic, version, kind "request"), for
+/// answering it when the rest of it is refused (a payload over the limit): `None` for
+/// anything else.
+pub(crate) fn request_id(frames: &[Bytes]) -> Option<u64> {
+    let header = frames.first()?;
+    if header.len() < FIXED_HEADER || header[0] != MAGIC || header[1] != VERSION {
+        return None;
+    }
+    if header[2] != Kind::Request as u8 {
+        return None;
+    }
+    let id: [u8; 8] = header.get(4..12)?.try_into().ok()?;
+    Some(u64::from_be_bytes(id))
+}
+
 /// Encodes a value as MessagePack (maps with field names, as the JavaScript zeronode reads).
 pub fn encode_value<T: Serialize + ?Sized>(value: &T) -> Result<Bytes, Error> {
     rmp_serde::to_vec_named(value)

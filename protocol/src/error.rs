@@ -123,6 +123,9 @@ impl RemoteError {
     pub const HANDLER_FAILED: &'static str = "HANDLER_ERROR";
     /// Code sent when the server is closing and refuses new requests.
     pub const SHUTTING_DOWN: &'static str = "SHUTTING_DOWN";
+    /// Code sent for a request whose payload is over the receiver's limit (message:
+    /// `"SIZE MAX"`).
+    pub const PAYLOAD_TOO_LARGE: &'static str = "PAYLOAD_TOO_LARGE";
 
     /// An error with a code and a message.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> RemoteError {

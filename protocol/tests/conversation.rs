@@ -429,3 +429,49 @@ async fn timeouts_follow_tokio_time() {
     assert!(start.elapsed() >= Duration::from_secs(3600));
     assert!(wall.elapsed() < Duration::from_secs(60));
 }
+
+/// A request one byte over the server's payload limit is answered with a typed error at
+/// once (it used to be dropped with a warning, its caller waiting for its whole timeout),
+/// and the connection goes on serving.
+#[tokio::test]
+async fn a_request_over_the_payload_limit_is_answered_with_a_typed_error() {
+    let (server, _) = Server::bind_with("tcp://127.0.0.1:0", Default::default(), 1024)
+        .await
+        .unwrap();
+    server.on_request(
+        "echo",
+        request_fn(|req| async move { Ok(req.payload().clone()) }),
+    );
+    let client = Client::connect(server.endpoint(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = client
+        .request(
+            "echo",
+            Bytes::from(vec![1u8; 1025]),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered, not left to time out"
+    );
+    match err {
+        Error::Remote(remote) => {
+            assert!(
+                remote.is_system(RemoteError::PAYLOAD_TOO_LARGE),
+                "{remote:?}"
+            );
+            assert_eq!(remote.message, "1025 1024");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let fits = client
+        .request("echo", Bytes::from(vec![1u8; 1024]), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(fits.payload().len(), 1024);
+    assert_eq!(server.stats().invalid_envelopes, 1);
+}
