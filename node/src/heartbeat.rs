@@ -1,7 +1,8 @@
 //! Heartbeats: one task per node sends `_system:heartbeat` to every joined peer each
 //! interval and declares dead the peers gone silent.
 //!
-//! A heartbeat never waits on a peer's queue: it is sent only if the queue has room now
+//! Replies count as signs of life: an upstream peer is alive while its client receives
+//! anything from it. A heartbeat never waits on a peer's queue: it is sent only if the queue has room now
 //! (a peer that does not read gets none, and is the one that looks silent), so the others'
 //! heartbeats leave on time whatever one peer does.
 
@@ -13,6 +14,8 @@ use tokio::time::Instant;
 use crate::events::LeaveReason;
 use crate::handshake::HEARTBEAT;
 use crate::inner::Inner;
+use crate::link::Link;
+use crate::peer::Direction;
 
 /// Sends heartbeats to every peer and declares dead the ones gone silent, until the node
 /// closes or is gone.
@@ -39,11 +42,23 @@ pub(crate) async fn heartbeat_loop(weak: Weak<Inner>) {
             }
         }
         beat = beat.wrapping_add(1);
-        let dead = inner
-            .state
-            .lock()
-            .registry
-            .silent(Instant::now().into_std());
+        let dead = {
+            let state = inner.state.lock();
+            // Anything an upstream peer sent counts as a sign of life, its replies too (a
+            // busy peer's heartbeat may come late behind them).
+            let heard: Vec<_> = state
+                .registry
+                .all()
+                .filter_map(|e| match &e.link {
+                    Link::Up { client, .. } => Some((e.id.clone(), client.last_heard()?)),
+                    Link::Down { .. } => None,
+                })
+                .collect();
+            for (id, at) in heard {
+                state.registry.seen_at_least(&id, Direction::Upstream, at);
+            }
+            state.registry.silent(Instant::now().into_std())
+        };
         for (id, direction) in dead {
             inner.peer_left(&id, direction, LeaveReason::TimedOut);
         }

@@ -267,6 +267,16 @@ impl<L: Clone> Registry<L> {
         self.seen_work(id, direction, now);
     }
 
+    /// Records a sign of life of a peer at `at`, unless one is recorded later already.
+    pub(crate) fn seen_at_least(&self, id: &NodeId, direction: Direction, at: Instant) {
+        if let Some(entry) = self.entries.get(&(id.clone(), direction)) {
+            let mut last = entry.last_seen.lock();
+            if at > *last {
+                *last = at;
+            }
+        }
+    }
+
     /// Records traffic from a peer; the peer's work, if it is joined.
     pub(crate) fn seen_work(
         &self,

@@ -226,3 +226,53 @@ async fn events_report_stop() {
         Err(Error::Closed)
     ));
 }
+
+/// Replies count as signs of life: a server that answers every request but sends no
+/// heartbeat at all stays joined while its replies come (it would be declared dead after
+/// 2.5 heartbeat intervals otherwise).
+#[tokio::test]
+async fn replies_keep_a_peer_alive_without_its_heartbeats() {
+    #[derive(serde::Serialize)]
+    struct Hello {
+        id: String,
+        instance: String,
+        version: u32,
+        options: node::Options,
+    }
+    // A server that speaks the node handshake and answers `work`, and never beats.
+    let silent = protocol::Server::bind("tcp://127.0.0.1:0").await.unwrap();
+    silent.on_request(
+        "_system:handshake",
+        protocol::request_fn(|_req| async move {
+            protocol::encode_value(&Hello {
+                id: "quiet".into(),
+                instance: "q-1".into(),
+                version: node::PROTOCOL_VERSION,
+                options: node::Options::new(),
+            })
+            .map_err(|e| protocol::RemoteError::handler(e.to_string()))
+        }),
+    );
+    silent.on_request(
+        "work",
+        protocol::request_fn(|_req| async move {
+            protocol::encode_value(&"done")
+                .map_err(|e| protocol::RemoteError::handler(e.to_string()))
+        }),
+    );
+    let c = client("c").await;
+    let mut events = c.events();
+    c.connect(silent.endpoint()).await.unwrap();
+    // Three times the dead-peer timeout (2.5 x 200 ms), a request every 50 ms.
+    let until = tokio::time::Instant::now() + Duration::from_millis(1500);
+    while tokio::time::Instant::now() < until {
+        let done: String = c.request("quiet", "work", &()).await.unwrap();
+        assert_eq!(done, "done");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(c.peer("quiet").is_some(), "declared dead while answering");
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(10), events.recv()).await
+    {
+        assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
+    }
+}

@@ -329,6 +329,12 @@ impl Client {
         self.conversation.in_flight()
     }
 
+    /// When this client last received anything from its server (a reply, a request, a
+    /// tick), if it ever did: a sign of life of the server.
+    pub fn last_heard(&self) -> Option<std::time::Instant> {
+        self.conversation.last_heard()
+    }
+
     /// Counters.
     pub fn stats(&self) -> Stats {
         self.conversation.stats()

@@ -98,6 +98,9 @@ pub(crate) struct Conversation<L: Link> {
     /// Wakes the driver when the connection dropped (a Client's): it reads what had
     /// arrived, then fails what is still pending.
     lost: Notify,
+    /// When the driver last received anything (a batch), in nanoseconds since
+    /// [`EPOCH`] (0: never): on a Client, a sign of life of its server, replies included.
+    heard: AtomicU64,
     /// Signalled by the driver when it has finished.
     finished: Notify,
     finished_flag: AtomicBool,
@@ -130,6 +133,7 @@ impl<L: Link> Conversation<L> {
             idle: Notify::new(),
             close_requested: Notify::new(),
             lost: Notify::new(),
+            heard: AtomicU64::new(0),
             finished: Notify::new(),
             finished_flag: AtomicBool::new(false),
             counters: Counters::default(),
@@ -379,6 +383,16 @@ impl<L: Link> Conversation<L> {
         )
     }
 
+    /// When the driver last received a message, if it ever did.
+    pub(crate) fn last_heard(&self) -> Option<std::time::Instant> {
+        match self.heard.load(Ordering::Relaxed) {
+            0 => None,
+            nanos => {
+                Some(*EPOCH.get_or_init(std::time::Instant::now) + Duration::from_nanos(nanos))
+            }
+        }
+    }
+
     /// The connection dropped: the driver reads what had arrived, then fails every request
     /// still pending with `ConnectionLost` (their replies cannot come any more).
     pub(crate) fn connection_lost(&self) {
@@ -460,6 +474,7 @@ impl<L: Link> Conversation<L> {
                 biased;
                 received = self.link.recv_into(&mut frames) => match received {
                     Ok((peer, key)) => {
+                        self.heard.store(elapsed_nanos(), Ordering::Relaxed);
                         self.refresh_handlers(&mut handlers, &mut handlers_seen);
                         let mut answered = false;
                         let mut dispatched = self.on_message(&handlers, peer, key, &frames, closing, &mut answered);
@@ -758,6 +773,17 @@ fn remote_error(envelope: &Envelope, event: &str) -> Error {
         Ok(error) => Error::Remote(error),
         Err(_) => Error::Remote(RemoteError::handler("malformed error reply")),
     }
+}
+
+/// The origin of `heard` timestamps.
+static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// Nanoseconds since [`EPOCH`] (at least 1: 0 means "never").
+fn elapsed_nanos() -> u64 {
+    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
+    u64::try_from(epoch.elapsed().as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// A starting point for request ids that differs between runs.
