@@ -4,6 +4,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use node::{Direction, Error, ErrorCode, HandlerError, LeaveReason, NodeEvent, Request};
 use support::*;
 
@@ -275,4 +276,89 @@ async fn replies_keep_a_peer_alive_without_its_heartbeats() {
     {
         assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
     }
+}
+
+/// Peers that stop reading fill their queues, and the hub's heartbeats to them cannot be
+/// sent: that must not delay the hub's heartbeats to anyone else. A polite client never
+/// sees the hub leave while four stuck peers sit on full queues.
+#[tokio::test]
+async fn stuck_peers_do_not_make_a_healthy_hub_look_dead() {
+    #[derive(serde::Serialize)]
+    struct Hello {
+        id: String,
+        instance: String,
+        version: u32,
+        options: node::Options,
+    }
+    let hub = builder("hub")
+        .hwm(20)
+        .option("role", "hub")
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    // Four peers that join with a raw handshake and then never read anything.
+    let mut stuck = Vec::new();
+    for i in 0..4 {
+        let dealer =
+            transport::Dealer::with_options(transport::Options::default().hwm(20)).unwrap();
+        dealer.connect(&address(&hub)).unwrap();
+        let hello = protocol::encode_value(&Hello {
+            id: format!("stuck-{i}"),
+            instance: format!("s-{i}"),
+            version: node::PROTOCOL_VERSION,
+            options: node::Options::from([("role".to_owned(), node::Value::from("stuck"))]),
+        })
+        .unwrap();
+        let envelope = protocol::Envelope::new(
+            protocol::Kind::Request,
+            1,
+            "_system:handshake",
+            Bytes::new(),
+            hello,
+        );
+        within(
+            "a stuck peer's handshake",
+            dealer.send_frames(&envelope.encode()),
+        )
+        .await
+        .unwrap();
+        stuck.push(dealer);
+    }
+    within("the stuck peers joined", async {
+        while hub.peers().len() < 4 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // Fill their queues, each by a task of its own: the hub's sends to them block from
+    // now on.
+    let floods: Vec<_> = (0..4)
+        .map(|i| {
+            let flooder = hub.clone();
+            tokio::spawn(async move {
+                loop {
+                    let _ = flooder
+                        .tick_raw(format!("stuck-{i}"), "fill", Bytes::from(vec![0u8; 4096]))
+                        .await;
+                    // A send that fails at once must not keep others from running.
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    let polite = client("polite").await;
+    let mut events = polite.events();
+    polite.connect(&address(&hub)).await.unwrap();
+    // Six times the polite client's dead-peer timeout (2.5 x 200 ms).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(polite.peer("hub").is_some(), "the hub was declared dead");
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(10), events.recv()).await
+    {
+        assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
+    }
+    for flood in floods {
+        flood.abort();
+    }
+    drop(stuck);
 }
