@@ -45,14 +45,8 @@ pub(crate) const NOT_JOINED: &str = "NOT_JOINED";
 /// The handshake of a connection whose CURVE key is not (or no longer) on the allow-list.
 pub(crate) const NOT_AUTHORIZED: &str = "NOT_AUTHORIZED";
 const BAD_HANDSHAKE: &str = "BAD_HANDSHAKE";
-/// The id is held by a live connection: a new claim needs the proof its holder gave (its
-/// message is our id, which the proof is made for).
-pub(crate) const PROOF_REQUIRED: &str = "PROOF_REQUIRED";
 /// A connection that joined one id claims another.
 pub(crate) const ALREADY_JOINED: &str = "ALREADY_JOINED";
-/// Sent right after a first join by a client that did not know the server's id yet: the
-/// proof (see [`Hello::token`]) for later claims of its id.
-pub(crate) const PROOF: &str = "_system:proof";
 
 /// What each side tells the other in the handshake.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -74,11 +68,10 @@ pub(crate) struct Hello {
     /// a larger one before sending it.
     #[serde(default)]
     pub(crate) max_payload: u64,
-    /// The sender's proof of identity for this receiver: a keyed hash of the receiver's id
-    /// under a secret of the sender's process, never sent to anyone else (empty when the
-    /// sender does not know the receiver's id yet). A later claim of the sender's id at
-    /// this receiver, on another connection, must bring the same token: a peer that learned
-    /// our id and instance cannot take our place elsewhere.
+    /// A ticket: in a server's reply, a random value it issues to this join, sent only on
+    /// this connection; in a client's hello, the ticket this address gave it before (empty
+    /// on a first join). A claim of an id held on another connection must bring its
+    /// holder's ticket, which nobody but the holder ever saw.
     #[serde(default)]
     pub(crate) token: String,
 }
@@ -102,13 +95,10 @@ pub(crate) enum Refusal {
         /// Its version.
         theirs: u32,
     },
-    /// It claims our own id, or an id another live instance holds.
+    /// It claims our own id, or an id held on another connection without its ticket.
     DuplicateId,
     /// Its CURVE key is not on the allow-list (any more), or the id is bound to another key.
     NotAuthorized(Key),
-    /// The id is held by a live connection and the claim brought no proof: it may bring
-    /// it (the same node on a new connection), made for our id.
-    ProofRequired,
     /// The connection already joined another id: one connection joins one id.
     AlreadyJoined,
 }
@@ -121,7 +111,6 @@ impl std::fmt::Display for Refusal {
             }
             Refusal::DuplicateId => f.write_str("its id is ours or another node's"),
             Refusal::NotAuthorized(key) => write!(f, "key {key} is not allowed for it"),
-            Refusal::ProofRequired => f.write_str("its id is held, and it brought no proof"),
             Refusal::AlreadyJoined => f.write_str("its connection joined another id"),
         }
     }
@@ -129,7 +118,7 @@ impl std::fmt::Display for Refusal {
 
 impl Refusal {
     /// The error reply the server answers with.
-    pub(crate) fn to_remote(&self, hello: &Hello, ours: &NodeId) -> RemoteError {
+    pub(crate) fn to_remote(&self, hello: &Hello) -> RemoteError {
         match self {
             Refusal::VersionMismatch { .. } => {
                 RemoteError::system_error(VERSION_MISMATCH, PROTOCOL_VERSION.to_string())
@@ -138,7 +127,6 @@ impl Refusal {
             Refusal::NotAuthorized(key) => {
                 RemoteError::system_error(NOT_AUTHORIZED, key.to_string())
             }
-            Refusal::ProofRequired => RemoteError::system_error(PROOF_REQUIRED, ours.to_string()),
             Refusal::AlreadyJoined => {
                 RemoteError::system_error(ALREADY_JOINED, hello.id.to_string())
             }
@@ -151,8 +139,9 @@ impl Refusal {
 pub(crate) struct Holder<'a> {
     /// The holder's instance.
     pub(crate) instance: &'a str,
-    /// The proof the holder gave us, once it did.
-    pub(crate) token: Option<&'a str>,
+    /// The ticket we issued to the holder, when it joined us (downstream); `None` when we
+    /// hold the id only because we connected to it (upstream).
+    pub(crate) ticket: Option<&'a str>,
     /// Whether the claim comes on the holder's own connection (a new handshake there).
     pub(crate) same_connection: bool,
 }
@@ -174,10 +163,12 @@ pub(crate) struct Admission<'a> {
 /// The decision on a peer's hello, used by both sides:
 /// - the version must be ours, the id not ours;
 /// - one connection joins one id;
-/// - an id held by a live connection is taken only by a new handshake on that same
-///   connection from the same instance, or by a claim that brings the proof its holder
-///   gave (the same node on a new connection, after a reconnect); a claim without proof is
-///   told to bring it (`ProofRequired`), one with a wrong proof is a duplicate;
+/// - an id held by a live connection that joined us is taken only by a new handshake on
+///   that same connection from the same instance, or by a claim from the same instance
+///   that brings the ticket we issued to the holder (the holder itself on a new
+///   connection, after a reconnect); anything else is a duplicate;
+/// - an id we hold only because we connected to it may join us too from the same instance
+///   (two nodes connected both ways); plaintext cannot prove more here (ARCHITECTURE.md);
 /// - with CURVE, the key must be allowed for the id.
 pub(crate) fn admit(hello: &Hello, admission: Admission<'_>) -> std::result::Result<(), Refusal> {
     if hello.version != PROTOCOL_VERSION {
@@ -200,26 +191,19 @@ pub(crate) fn admit(hello: &Hello, admission: Admission<'_>) -> std::result::Res
     let Some(holder) = admission.holder else {
         return Ok(());
     };
-    if holder.same_connection && holder.instance == hello.instance {
-        return Ok(());
+    if holder.instance != hello.instance {
+        return Err(Refusal::DuplicateId);
     }
-    match (hello.token.as_str(), holder.token) {
-        ("", _) => Err(Refusal::ProofRequired),
-        (token, Some(proof)) if token == proof && holder.instance == hello.instance => Ok(()),
-        _ => Err(Refusal::DuplicateId),
+    match holder.ticket {
+        _ if holder.same_connection => Ok(()),
+        None => Ok(()),
+        Some(ticket) if !hello.token.is_empty() && hello.token == ticket => Ok(()),
+        Some(_) => Err(Refusal::DuplicateId),
     }
 }
 
 impl Inner {
-    /// Our hello for the peer `to` (with our proof for it), or for a peer not known yet.
-    pub(crate) fn hello_for(&self, to: Option<&NodeId>) -> Hello {
-        Hello {
-            token: to.map(|peer| self.token_for(peer)).unwrap_or_default(),
-            ..self.hello()
-        }
-    }
-
-    /// Our hello, without a proof.
+    /// Our hello, with no ticket.
     pub(crate) fn hello(&self) -> Hello {
         Hello {
             id: self.id.clone(),
@@ -255,6 +239,8 @@ pub(crate) fn handshake_downstream(
         (key, still)
     });
     let route = incoming.from.clone();
+    // The ticket this join gets: random, sent only on this connection.
+    let ticket = format!("{:032x}", rand::random::<u128>());
     let joined = {
         let mut state = inner.state.lock();
         let held = [Direction::Downstream, Direction::Upstream]
@@ -262,7 +248,7 @@ pub(crate) fn handshake_downstream(
             .find_map(|d| state.registry.get(&hello.id, d));
         let holder = held.map(|e| Holder {
             instance: &e.instance,
-            token: e.token.as_deref(),
+            ticket: e.token.as_deref(),
             same_connection: matches!(&e.link, Link::Down { route: r, .. } if r == &route),
         });
         let bound = key.is_none_or(|key| inner.key_may_claim(&hello.id, &key));
@@ -281,7 +267,7 @@ pub(crate) fn handshake_downstream(
                 direction: Direction::Downstream,
                 options: hello.options.clone(),
                 instance: hello.instance.clone(),
-                token: (!hello.token.is_empty()).then(|| hello.token.clone()),
+                token: Some(ticket.clone()),
                 router: hello.router,
                 key,
                 link: Link::Down {
@@ -310,7 +296,11 @@ pub(crate) fn handshake_downstream(
                     options: hello.options.clone(),
                 });
             }
-            encode_value(&inner.hello_for(Some(&hello.id)))
+            let reply = Hello {
+                token: ticket,
+                ..inner.hello()
+            };
+            encode_value(&reply)
                 .map(Answer::from)
                 .map_err(|e| RemoteError::handler(e.to_string()))
         }
@@ -319,67 +309,63 @@ pub(crate) fn handshake_downstream(
                 ErrorSource::Handshake,
                 format!("refused {}: {refusal}", hello.id),
             );
-            Err(refusal.to_remote(&hello, &inner.id))
+            Err(refusal.to_remote(&hello))
         }
     }
 }
 
-/// The client side: sends our hello (with our proof when we know the server's id, from
-/// an earlier join on this connection), checks the server's. A server that holds our id on
-/// another connection asks for the proof (`PROOF_REQUIRED`, with its id): it is sent once.
-/// Returns the server's hello and whether our proof went with ours (if not, the caller
-/// sends it once joined: `PROOF`).
+/// The client side: sends our hello (with the ticket this server gave us when we joined
+/// it before, if we did), checks the server's. Returns the server's hello, whose `token`
+/// is the ticket of this join.
 pub(crate) async fn handshake_upstream(
     inner: &Inner,
     client: &Client,
-    known: Option<&NodeId>,
-) -> Result<(Hello, bool)> {
-    let mut ours = inner.hello_for(known);
-    let reply = loop {
-        let payload = encode_value(&ours)?;
-        let refused = match client
-            .system_request(
-                HANDSHAKE,
-                Bytes::new(),
-                payload,
-                inner.config.handshake_timeout,
-            )
-            .await
-        {
-            Ok(reply) => break reply,
-            Err(protocol::Error::Remote(remote)) if remote.system => remote,
-            Err(protocol::Error::Remote(remote)) => {
-                return Err(Error::HandshakeRefused {
-                    reason: remote.to_string(),
-                })
-            }
-            Err(protocol::Error::Timeout { .. }) => {
-                return Err(Error::HandshakeTimeout {
+    ticket: Option<&str>,
+) -> Result<Hello> {
+    let ours = Hello {
+        token: ticket.unwrap_or_default().to_owned(),
+        ..inner.hello()
+    };
+    let payload = encode_value(&ours)?;
+    let reply = match client
+        .system_request(
+            HANDSHAKE,
+            Bytes::new(),
+            payload,
+            inner.config.handshake_timeout,
+        )
+        .await
+    {
+        Ok(reply) => reply,
+        Err(protocol::Error::Remote(remote)) if remote.system => {
+            return Err(match remote.code.as_str() {
+                DUPLICATE_ID | ALREADY_JOINED => Error::DuplicateId {
+                    id: inner.id.to_string(),
+                },
+                NOT_AUTHORIZED => Error::Refused {
                     endpoint: client.endpoint().to_owned(),
-                })
-            }
-            Err(e) => return Err(e.into()),
-        };
-        return Err(match refused.code.as_str() {
-            PROOF_REQUIRED if ours.token.is_empty() => {
-                ours.token = inner.token_for(&NodeId::from(refused.message.as_str()));
-                continue;
-            }
-            DUPLICATE_ID | PROOF_REQUIRED | ALREADY_JOINED => Error::DuplicateId {
-                id: inner.id.to_string(),
-            },
-            NOT_AUTHORIZED => Error::Refused {
+                    reason: transport::HandshakeFailure::Auth,
+                },
+                VERSION_MISMATCH => Error::VersionMismatch {
+                    ours: PROTOCOL_VERSION,
+                    theirs: remote.message.parse().unwrap_or(0),
+                },
+                _ => Error::HandshakeRefused {
+                    reason: remote.to_string(),
+                },
+            })
+        }
+        Err(protocol::Error::Remote(remote)) => {
+            return Err(Error::HandshakeRefused {
+                reason: remote.to_string(),
+            })
+        }
+        Err(protocol::Error::Timeout { .. }) => {
+            return Err(Error::HandshakeTimeout {
                 endpoint: client.endpoint().to_owned(),
-                reason: transport::HandshakeFailure::Auth,
-            },
-            VERSION_MISMATCH => Error::VersionMismatch {
-                ours: PROTOCOL_VERSION,
-                theirs: refused.message.parse().unwrap_or(0),
-            },
-            _ => Error::HandshakeRefused {
-                reason: refused.to_string(),
-            },
-        });
+            })
+        }
+        Err(e) => return Err(e.into()),
     };
     let hello: Hello = reply
         .decode_payload()
@@ -397,7 +383,7 @@ pub(crate) async fn handshake_upstream(
         },
     );
     match checked {
-        Ok(()) => Ok((hello, !ours.token.is_empty())),
+        Ok(()) => Ok(hello),
         Err(Refusal::VersionMismatch { theirs }) => Err(Error::VersionMismatch {
             ours: PROTOCOL_VERSION,
             theirs,
@@ -477,11 +463,11 @@ mod tests {
     }
 
     #[test]
-    fn a_held_id_is_taken_only_on_its_connection_or_with_its_proof() {
+    fn a_held_id_is_taken_only_on_its_connection_or_with_its_ticket() {
         let ours = NodeId::from("server");
         let on_its_connection = Holder {
             instance: "i1",
-            token: Some("proof-1"),
+            ticket: Some("proof-1"),
             same_connection: true,
         };
         // The same instance handshaking again on its connection.
@@ -493,18 +479,18 @@ mod tests {
             same_connection: false,
             ..on_its_connection
         };
-        // Another connection, no proof: told to bring it.
+        // Another connection, no ticket.
         assert_eq!(
             admit(&hello("client", "i1"), held_by(&ours, elsewhere)),
-            Err(Refusal::ProofRequired)
+            Err(Refusal::DuplicateId)
         );
         // The hijack: the holder's instance (which anyone it joined learned) without the
-        // proof it gave only to us.
+        // ticket we gave only to it.
         assert_eq!(
             admit(&proving("client", "i1", "guess"), held_by(&ours, elsewhere)),
             Err(Refusal::DuplicateId)
         );
-        // The holder itself on a new connection (a reconnect) brings its proof.
+        // The holder itself on a new connection (a reconnect) brings its ticket.
         assert_eq!(
             admit(
                 &proving("client", "i1", "proof-1"),
@@ -512,7 +498,7 @@ mod tests {
             ),
             Ok(())
         );
-        // Another process under the same id, even with the proof, is not the holder.
+        // Another process under the same id, even with the ticket, is not the holder.
         assert_eq!(
             admit(
                 &proving("client", "i2", "proof-1"),
@@ -520,16 +506,18 @@ mod tests {
             ),
             Err(Refusal::DuplicateId)
         );
-        // A holder that gave no proof yet cannot be taken over at all.
-        let unproven = Holder {
-            token: None,
+        // An id we hold only because we connected to it (no ticket of ours): the same
+        // instance may join us too (both ways), another may not.
+        let upstream = Holder {
+            ticket: None,
             ..elsewhere
         };
         assert_eq!(
-            admit(
-                &proving("client", "i1", "proof-1"),
-                held_by(&ours, unproven)
-            ),
+            admit(&hello("client", "i1"), held_by(&ours, upstream)),
+            Ok(())
+        );
+        assert_eq!(
+            admit(&hello("client", "i2"), held_by(&ours, upstream)),
             Err(Refusal::DuplicateId)
         );
     }
@@ -570,12 +558,8 @@ mod tests {
 
     #[test]
     fn refusals_travel_as_system_errors() {
-        let ours = NodeId::from("server");
-        let remote = Refusal::DuplicateId.to_remote(&hello("client", "i1"), &ours);
+        let remote = Refusal::DuplicateId.to_remote(&hello("client", "i1"));
         assert!(remote.is_system(DUPLICATE_ID));
         assert_eq!(remote.message, "client");
-        let ask = Refusal::ProofRequired.to_remote(&hello("client", "i1"), &ours);
-        assert!(ask.is_system(PROOF_REQUIRED));
-        assert_eq!(ask.message, "server", "the id the proof is made for");
     }
 }

@@ -12,7 +12,6 @@
 //!   step.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -24,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::events::{ErrorSource, LeaveReason, NodeEvent};
-use crate::handshake::{Hello, Refusal, BYE, HEARTBEAT, OPTIONS, PROOF, REJOIN};
+use crate::handshake::{Hello, Refusal, BYE, HEARTBEAT, OPTIONS, REJOIN};
 use crate::link::Link;
 use crate::middleware::Handlers;
 use crate::options::Options;
@@ -99,9 +98,6 @@ pub(crate) struct Inner {
     pub(crate) unjoined: AtomicU64,
     /// Router state: counters and the `tick_all` ids seen.
     pub(crate) routing: Routing,
-    /// The keys of this process's proofs of identity (`Hello::token`): two keyed SipHash
-    /// states with random keys (std's `RandomState`), never sent anywhere.
-    secret: (RandomState, RandomState),
     /// With CURVE: the key each id first joined with (an id is bound to it). Bounded: past
     /// `MAX_BOUND_KEYS` ids, new ones are not bound (the allow-list still applies).
     bound_keys: Mutex<HashMap<NodeId, transport::Key>>,
@@ -128,21 +124,8 @@ impl Inner {
             heartbeat: Mutex::new(None),
             unjoined: AtomicU64::new(0),
             routing: Routing::default(),
-            secret: (RandomState::new(), RandomState::new()),
             bound_keys: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// Our proof of identity for the peer `to`: a keyed hash of its id (128 bits), so that
-    /// what one peer learns from us proves nothing to another.
-    pub(crate) fn token_for(&self, to: &NodeId) -> String {
-        let hash = |state: &RandomState| {
-            let mut hasher = state.build_hasher();
-            hasher.write(b"zeronode-proof");
-            hasher.write(to.as_str().as_bytes());
-            hasher.finish()
-        };
-        format!("{:016x}{:016x}", hash(&self.secret.0), hash(&self.secret.1))
     }
 
     /// Whether `key` may join with `id`: the id has no key bound, or this one.
@@ -242,10 +225,6 @@ impl Inner {
                 Err(e) => self.report(ErrorSource::Peer, format!("bad options from {from}: {e}")),
             },
             BYE => self.peer_left(from, direction, LeaveReason::Stopped),
-            PROOF => match incoming.decode::<String>() {
-                Ok(token) => self.state.lock().registry.set_token(from, direction, token),
-                Err(e) => self.report(ErrorSource::Peer, format!("bad proof from {from}: {e}")),
-            },
             // The peer forgot us (it declared us dead, or restarted): our supervisor
             // handshakes again; the peer counts as left only if that fails (a rejoin request
             // that crossed our own new handshake changes nothing).

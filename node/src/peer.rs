@@ -143,8 +143,8 @@ pub(crate) struct Entry<L> {
     pub(crate) options: Options,
     /// The peer process's instance id: tells a restart (new instance) from a reconnect.
     pub(crate) instance: String,
-    /// The proof of identity the peer gave us (`Hello::token`), once it did: what a later
-    /// claim of its id on another connection must bring.
+    /// The ticket we issued to the peer when it joined us (downstream): what a later claim
+    /// of its id on another connection must bring. `None` upstream.
     pub(crate) token: Option<String>,
     /// Whether the peer is a router node.
     pub(crate) router: bool,
@@ -239,13 +239,6 @@ impl<L: Clone> Registry<L> {
     /// The entry of a peer in a direction.
     pub(crate) fn get(&self, id: &NodeId, direction: Direction) -> Option<&Entry<L>> {
         self.entries.get(&(id.clone(), direction))
-    }
-
-    /// Records the proof of identity a peer gave after joining (kept once set).
-    pub(crate) fn set_token(&mut self, id: &NodeId, direction: Direction, token: String) {
-        if let Some(entry) = self.entries.get_mut(&(id.clone(), direction)) {
-            entry.token.get_or_insert(token);
-        }
     }
 
     /// The link of a peer in a direction.

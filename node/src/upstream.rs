@@ -23,7 +23,7 @@ use crate::config::ReconnectPolicy;
 use crate::dispatch::install_upstream;
 use crate::error::{Error, Result};
 use crate::events::{ErrorSource, LeaveReason, NodeEvent};
-use crate::handshake::{handshake_upstream, BYE, PROOF};
+use crate::handshake::{handshake_upstream, BYE};
 use crate::inner::Inner;
 use crate::link::{Left, Link, Signal};
 use crate::peer::{Direction, Entry, PeerInfo};
@@ -312,8 +312,8 @@ async fn supervise(
     let mut first = Some(first);
     let mut connection = client.watch_connection();
     let mut attempt = 0u32;
-    // The server's id once it joined: later handshakes bring our proof for it.
-    let mut known: Option<crate::peer::NodeId> = None;
+    // The ticket the server gave our last join: later handshakes bring it.
+    let mut ticket: Option<String> = None;
     loop {
         // Wait for a live connection.
         loop {
@@ -342,12 +342,11 @@ async fn supervise(
             return;
         }
         left.clear();
-        let outcome = join(&inner, &client, &left, server_key, known.as_ref()).await;
+        let outcome = join(&inner, &client, &left, server_key, &mut ticket).await;
         let reconnect = inner.config.reconnect;
         match (&outcome, first.take()) {
             (Ok(peer), first) => {
                 attempt = 0;
-                known = Some(peer.id.clone());
                 joined.send_replace(Some(peer.clone()));
                 if let Some(first) = first {
                     let _ = first.send(Ok(()));
@@ -399,7 +398,7 @@ async fn supervise(
                 Signal::Left(reason) => break reason,
                 Signal::Rejoin => {
                     let Some(inner) = weak.upgrade() else { return };
-                    match join(&inner, &client, &left, server_key, known.as_ref()).await {
+                    match join(&inner, &client, &left, server_key, &mut ticket).await {
                         Ok(again) => {
                             joined.send_replace(Some(again));
                         }
@@ -446,15 +445,20 @@ async fn join(
     client: &Client,
     left: &Arc<Left>,
     server_key: Option<Key>,
-    known: Option<&crate::peer::NodeId>,
+    ticket: &mut Option<String>,
 ) -> Result<PeerInfo> {
-    let (hello, proved) = handshake_upstream(inner, client, known).await?;
+    let hello = handshake_upstream(inner, client, ticket.as_deref()).await?;
+    // This server's ticket for us: brought to our next handshake with it (a reconnect
+    // on a new connection takes our id over with it).
+    if !hello.token.is_empty() {
+        *ticket = Some(hello.token.clone());
+    }
     let entry = Entry {
         id: hello.id.clone(),
         direction: Direction::Upstream,
         options: hello.options.clone(),
         instance: hello.instance.clone(),
-        token: (!hello.token.is_empty()).then(|| hello.token.clone()),
+        token: None,
         router: hello.router,
         key: server_key,
         link: Link::Up {
@@ -484,13 +488,6 @@ async fn join(
                 direction: Direction::Upstream,
                 options: hello.options.clone(),
             });
-        }
-    }
-    if !proved {
-        // Now that we know who the server is: our proof, for a later claim of our id there
-        // on another connection (a reconnect).
-        if let Ok(token) = protocol::encode_value(&inner.token_for(&hello.id)) {
-            let _ = client.system_tick(PROOF, token).await;
         }
     }
     Ok(PeerInfo {

@@ -1,7 +1,6 @@
 //! Identity that cannot be taken over: a joined id is bound to its connection; a claim of
-//! it on another connection needs the proof its holder gave only to this node, which a
-//! peer that learned the holder's id and instance does not have; one connection joins one
-//! id.
+//! it on another connection needs the ticket this node issued to its holder, which a peer
+//! that learned the holder's id and instance never saw; one connection joins one id.
 
 mod support;
 
@@ -85,8 +84,8 @@ async fn a_stolen_instance_does_not_take_a_joined_id_over() {
     // Then it claims the victim's id at the hub, with that instance.
     let thief = raw_client(&address(&hub)).await;
     let refused = handshake(&thief, hello("victim", &learned.instance, "")).await;
-    assert_eq!(refused.err().as_deref(), Some("PROOF_REQUIRED"));
-    // A forged proof (it has the one the victim gave it, made for its own id) fails too.
+    assert_eq!(refused.err().as_deref(), Some("DUPLICATE_ID"));
+    // A ticket it has (the one the victim issued to its own join) proves nothing here.
     let forged = handshake(&thief, hello("victim", &learned.instance, &learned.token)).await;
     assert_eq!(forged.err().as_deref(), Some("DUPLICATE_ID"));
     let guessed = handshake(&thief, hello("victim", &learned.instance, &"0".repeat(32))).await;
@@ -136,19 +135,18 @@ fn drain(events: &mut node::EventStream) -> Vec<NodeEvent> {
 }
 
 /// The holder itself on a new connection (a reconnect whose old connection the hub has not
-/// seen go yet) brings the proof it gave, and takes its id over at once; the same instance
-/// with another proof does not.
+/// seen go yet) brings the ticket the hub issued to it, and takes its id over at once; the
+/// same instance with another ticket does not.
 #[tokio::test]
-async fn the_holder_on_a_new_connection_takes_its_id_over_with_its_proof() {
+async fn the_holder_on_a_new_connection_takes_its_id_over_with_its_ticket() {
     let hub = server("hub").await;
     let first = raw_client(&address(&hub)).await;
-    handshake(&first, hello("mobile", "m-1", "its-proof"))
-        .await
-        .unwrap();
+    let issued = handshake(&first, hello("mobile", "m-1", "")).await.unwrap();
+    assert_eq!(issued.token.len(), 32, "a 128-bit ticket");
     let second = raw_client(&address(&hub)).await;
-    let wrong = handshake(&second, hello("mobile", "m-1", "another-proof")).await;
+    let wrong = handshake(&second, hello("mobile", "m-1", &"0".repeat(32))).await;
     assert_eq!(wrong.err().as_deref(), Some("DUPLICATE_ID"));
-    handshake(&second, hello("mobile", "m-1", "its-proof"))
+    handshake(&second, hello("mobile", "m-1", &issued.token))
         .await
         .unwrap();
     // Still one peer of that id, now behind the new connection: the old one is refused.
