@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -44,20 +45,32 @@ impl State {
     /// routing id `route`; whether it is new (not the same instance rejoining).
     pub(crate) fn join_downstream(
         &mut self,
-        entry: Entry<Link>,
+        mut entry: Entry<Link>,
         route: PeerId,
     ) -> std::result::Result<bool, Refusal> {
         let id = entry.id.clone();
+        // The same connection handshaking again keeps its peer's work (and count); a
+        // takeover from another connection stops the old connection's work.
+        if let Some(old) = self.registry.get(&id, Direction::Downstream) {
+            if matches!(&old.link, Link::Down { route: r, .. } if r == &route) {
+                entry.work = Arc::clone(&old.work);
+            }
+        }
         let replaced = self
             .registry
             .join(entry)
             .map_err(|_| Refusal::DuplicateId)?;
-        if let Some(Entry {
-            link: Link::Down { route: old, .. },
-            ..
-        }) = &replaced
-        {
-            self.routes.remove(old);
+        if let Some(old) = &replaced {
+            if let Link::Down {
+                route: old_route, ..
+            } = &old.link
+            {
+                if old_route != &route {
+                    old.work.cancel();
+                    old.link.fail_pending();
+                }
+                self.routes.remove(old_route);
+            }
         }
         self.routes.insert(route, id);
         Ok(replaced.is_none())
@@ -252,7 +265,13 @@ impl Inner {
             return;
         }
         if !self.runtime.drain(self.config.close_grace).await {
-            tracing::warn!(node = %self.id, "close: grace period over with handlers still running");
+            tracing::warn!(node = %self.id, "close: grace period over with handlers still running; stopping them");
+            // Past the grace period the handlers still running stop (their callers get
+            // an error answer), so that the sockets' own graceful close does not wait
+            // for them.
+            for entry in self.state.lock().registry.all() {
+                entry.work.cancel();
+            }
         }
         self.say_bye(None).await;
         if let Some(heartbeat) = self.heartbeat.lock().take() {

@@ -106,7 +106,7 @@ impl Runtime {
 
     /// Takes a free slot, if there is one.
     fn try_take(&self) -> bool {
-        let mut taken = self.taken.load(Ordering::Acquire);
+        let mut taken = self.taken.load(Ordering::SeqCst);
         loop {
             if taken >= self.max {
                 return false;
@@ -114,8 +114,8 @@ impl Runtime {
             match self.taken.compare_exchange_weak(
                 taken,
                 taken + 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
             ) {
                 Ok(_) => return true,
                 Err(now) => taken = now,
@@ -123,10 +123,13 @@ impl Runtime {
         }
     }
 
-    /// Gives a slot back, waking a queued message if there is one.
+    /// Gives a slot back, waking a queued message if there is one. (Sequentially
+    /// consistent with `admit`'s count of the queued and `take`'s look at the slots: each
+    /// side writes one and reads the other, and weaker orders would let both read stale
+    /// values and lose the wake-up.)
     fn give_back(&self) {
-        self.taken.fetch_sub(1, Ordering::AcqRel);
-        if self.queued.load(Ordering::Acquire) > 0 {
+        self.taken.fetch_sub(1, Ordering::SeqCst);
+        if self.queued.load(Ordering::SeqCst) > 0 {
             self.freed.notify_one();
         }
     }
@@ -149,14 +152,14 @@ impl Runtime {
     /// `max_handlers_per_peer` jobs already (counted for it otherwise; the job's end gives
     /// it back), else as [`admit`](Self::admit) decides.
     fn admit_for(&self, peer: &PeerWork) -> Slot<()> {
-        let before = peer.active.fetch_add(1, Ordering::AcqRel);
+        let before = peer.active.fetch_add(1, Ordering::SeqCst);
         let decision = if before >= self.per_peer {
             Slot::Refuse
         } else {
             self.admit()
         };
         if matches!(decision, Slot::Refuse) {
-            peer.active.fetch_sub(1, Ordering::AcqRel);
+            peer.active.fetch_sub(1, Ordering::SeqCst);
         }
         decision
     }
@@ -168,10 +171,10 @@ impl Runtime {
         }
         // Counted first, so that two messages racing for the last queue place cannot both
         // take it.
-        let queued = self.queued.fetch_add(1, Ordering::AcqRel);
+        let queued = self.queued.fetch_add(1, Ordering::SeqCst);
         let decision = slot(None, queued, self.policy);
         if matches!(decision, Slot::Refuse) {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
+            self.queued.fetch_sub(1, Ordering::SeqCst);
         }
         decision
     }
@@ -221,26 +224,27 @@ pub(crate) struct Work {
 }
 
 impl Work {
-    fn start(inner: &Arc<Inner>, peer: Arc<PeerWork>) -> Work {
+    /// The hold of a job admitted as `admitted` (a slot taken, or a place in the queue):
+    /// given back by its drop even if the job never runs.
+    fn start(inner: &Arc<Inner>, peer: Arc<PeerWork>, admitted: &Slot<()>) -> Work {
         inner.runtime.active.fetch_add(1, Ordering::AcqRel);
         Work {
             inner: Arc::clone(inner),
             peer,
-            slot: false,
-            queued: false,
+            slot: matches!(admitted, Slot::Run(())),
+            queued: matches!(admitted, Slot::Queue),
         }
     }
 
-    /// Holds the slot the admission gave, or waits for one if it had to queue.
-    async fn slot(&mut self, admitted: Slot<()>) {
-        let runtime = &self.inner.runtime;
-        if matches!(admitted, Slot::Queue) {
-            self.queued = true;
+    /// Waits for a slot if the job had to queue.
+    async fn slot(&mut self) {
+        if self.queued {
+            let runtime = &self.inner.runtime;
             runtime.take().await;
             runtime.queued.fetch_sub(1, Ordering::AcqRel);
             self.queued = false;
+            self.slot = true;
         }
-        self.slot = true;
     }
 }
 
@@ -266,7 +270,6 @@ pub(crate) enum Job {
     /// A user request or a forward (`first: None`).
     Request {
         work: Work,
-        slot: Slot<()>,
         from: NodeId,
         incoming: Incoming,
         first: Option<First>,
@@ -275,7 +278,6 @@ pub(crate) enum Job {
     /// A user tick.
     Tick {
         work: Work,
-        slot: Slot<()>,
         from: NodeId,
         incoming: Incoming,
         first: First,
@@ -293,7 +295,6 @@ async fn run_job(job: Job) {
     match job {
         Job::Request {
             mut work,
-            slot,
             from,
             incoming,
             first,
@@ -302,7 +303,7 @@ async fn run_job(job: Job) {
             let peer = Arc::clone(&work.peer);
             let inner = Arc::clone(&work.inner);
             let handled = async {
-                work.slot(slot).await;
+                work.slot().await;
                 AssertUnwindSafe(work.inner.handle(from, incoming, first))
                     .catch_unwind()
                     .await
@@ -327,7 +328,6 @@ async fn run_job(job: Job) {
         }
         Job::Tick {
             mut work,
-            slot,
             from,
             incoming,
             first,
@@ -335,7 +335,7 @@ async fn run_job(job: Job) {
             let peer = Arc::clone(&work.peer);
             let inner = Arc::clone(&work.inner);
             let handled = async {
-                work.slot(slot).await;
+                work.slot().await;
                 AssertUnwindSafe(work.inner.handle_tick(from, incoming, first))
                     .catch_unwind()
                     .await
@@ -374,8 +374,7 @@ pub(crate) fn spawn_request(
         return;
     }
     inner.runtime.pool.run(Job::Request {
-        work: Work::start(inner, peer),
-        slot,
+        work: Work::start(inner, peer, &slot),
         from,
         incoming,
         first,
@@ -398,8 +397,7 @@ pub(crate) fn spawn_tick(
         return;
     }
     inner.runtime.pool.run(Job::Tick {
-        work: Work::start(inner, peer),
-        slot,
+        work: Work::start(inner, peer, &slot),
         from,
         incoming,
         first,

@@ -7,7 +7,7 @@
 //! bounded, jittered backoff between attempts. `connect` to an address that already has an
 //! `Upstream` shares it: it returns the joined peer, or waits for the attempt under way.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -27,6 +27,9 @@ use crate::handshake::{handshake_upstream, BYE};
 use crate::inner::Inner;
 use crate::link::{Left, Link, Signal};
 use crate::peer::{Direction, Entry, PeerInfo};
+
+/// Generations of upstream entries (see `Upstream::generation`).
+static GENERATIONS: AtomicU64 = AtomicU64::new(0);
 
 /// How long a dropped connection waits for a goodbye that may still be on its way before
 /// its peer counts as disconnected (see `supervise`).
@@ -65,6 +68,9 @@ impl ConnectOptions {
 
 /// One address this node connected to.
 pub(crate) struct Upstream {
+    /// Which `connect` made this entry: it installs its socket only into its own entry (a
+    /// `disconnect` and another `connect` may have replaced it meanwhile).
+    generation: u64,
     /// The socket, once made (`None` while the first `connect` is making it).
     connection: Option<(Client, JoinHandle<()>)>,
     /// Who is joined through it (`None` while not joined). Closed when the connection is
@@ -101,8 +107,9 @@ pub(crate) fn rejoins(policy: ReconnectPolicy, reason: LeaveReason) -> bool {
 
 /// What the first `connect` to an address has to do, or what a later one finds.
 enum Found {
-    /// Nobody is connected: we are first, with the sender of the new entry's `joined`.
-    First(watch::Sender<Option<PeerInfo>>),
+    /// Nobody is connected: we are first, with the sender of the new entry's `joined` and
+    /// the entry's generation.
+    First(watch::Sender<Option<PeerInfo>>, u64),
     /// Another call made it or is making it: wait on its `joined`.
     Shared(watch::Receiver<Option<PeerInfo>>),
 }
@@ -154,21 +161,29 @@ impl Inner {
                     Some(upstream) => Found::Shared(upstream.joined.clone()),
                     None => {
                         let (tx, rx) = watch::channel(None);
+                        let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
                         upstreams.insert(
                             address.to_owned(),
                             Upstream {
+                                generation,
                                 connection: None,
                                 joined: rx,
                             },
                         );
-                        Found::First(tx)
+                        Found::First(tx, generation)
                     }
                 }
             };
             match found {
-                Found::First(joined) => {
+                Found::First(joined, generation) => {
                     return self
-                        .connect_first(address, transport_options, options, joined, deadline)
+                        .connect_first(
+                            address,
+                            transport_options,
+                            options,
+                            (joined, generation),
+                            deadline,
+                        )
                         .await
                 }
                 Found::Shared(mut joined) => {
@@ -197,16 +212,28 @@ impl Inner {
         address: &str,
         transport_options: transport::Options,
         options: ConnectOptions,
-        joined: watch::Sender<Option<PeerInfo>>,
+        (joined, generation): (watch::Sender<Option<PeerInfo>>, u64),
         deadline: Instant,
     ) -> Result<PeerInfo> {
+        // Removes our entry (not one a later `connect` made).
+        let forget = |inner: &Inner| {
+            let mut upstreams = inner.upstreams.lock();
+            if upstreams
+                .get(address)
+                .is_some_and(|u| u.generation == generation)
+            {
+                upstreams.remove(address)
+            } else {
+                None
+            }
+        };
         let left = deadline.saturating_duration_since(Instant::now());
         let made =
             Client::connect_with(address, transport_options, self.config.max_payload, left).await;
         let client = match made {
             Ok(client) => client,
             Err(e) => {
-                self.upstreams.lock().remove(address);
+                forget(self);
                 return Err(match e {
                     protocol::Error::ConnectTimeout { endpoint } => {
                         Error::HandshakeTimeout { endpoint }
@@ -233,7 +260,7 @@ impl Inner {
         let kept = {
             let mut upstreams = self.upstreams.lock();
             match upstreams.get_mut(address) {
-                Some(upstream) if upstream.connection.is_none() => {
+                Some(upstream) if upstream.generation == generation => {
                     upstream.connection = Some((client.clone(), supervisor));
                     None
                 }
@@ -265,8 +292,7 @@ impl Inner {
             },
         };
         // The first handshake failed: give the connection up.
-        let removed = self.upstreams.lock().remove(address);
-        if let Some(upstream) = removed {
+        if let Some(upstream) = forget(self) {
             if let Some((_, supervisor)) = upstream.connection {
                 supervisor.abort();
             }
@@ -471,7 +497,17 @@ async fn join(
         in_flight: Arc::new(AtomicUsize::new(0)),
         work: Arc::default(),
     };
-    let joined = inner.state.lock().registry.join(entry);
+    let joined = {
+        let mut state = inner.state.lock();
+        let mut entry = entry;
+        // A new handshake on this same connection (a rejoin request) keeps the peer's work.
+        if let Some(old) = state.registry.get(&entry.id, Direction::Upstream) {
+            if matches!(&old.link, Link::Up { client: c, .. } if c.same_as(client)) {
+                entry.work = Arc::clone(&old.work);
+            }
+        }
+        state.registry.join(entry)
+    };
     match joined {
         Err(_) => {
             let _ = client.system_tick(BYE, Bytes::new()).await;

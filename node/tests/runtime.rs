@@ -880,3 +880,48 @@ async fn a_nested_calls_error_passes_through_a_handler_with_question_mark() {
         other => panic!("expected NODE_NOT_FOUND from b, got {other:?}"),
     }
 }
+
+/// A burst that lands in one receive batch: a slow handler at its head delays nothing
+/// behind it (each job gets a runner of its own, not the one idle runner in turn).
+#[tokio::test]
+async fn a_slow_handler_at_the_head_of_a_burst_delays_nothing_behind_it() {
+    let srv = server("srv").await;
+    srv.on_request("slow", |_req: Request| async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        Ok::<_, HandlerError>("slow")
+    });
+    srv.on_request("quick", |_req: Request| async move {
+        Ok::<_, HandlerError>("quick")
+    });
+    let c = client("c").await;
+    c.connect(&address(&srv)).await.unwrap();
+    // Warm: the runners of the first requests are idle now.
+    let _: String = c.request("srv", "quick", &()).await.unwrap();
+    let started = Instant::now();
+    let slow = {
+        let c = c.clone();
+        tokio::spawn(async move { c.request::<_, String>("srv", "slow", &()).await })
+    };
+    let quick: Vec<_> = (0..20)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { c.request::<_, String>("srv", "quick", &()).await })
+        })
+        .collect();
+    for q in quick {
+        assert_eq!(
+            within("a quick request", q).await.unwrap().unwrap(),
+            "quick"
+        );
+    }
+    // Well under the slow handler's 1.5 s (the quick ones take about a millisecond).
+    assert!(
+        started.elapsed() < Duration::from_millis(700),
+        "quick requests waited {:?} behind the slow one",
+        started.elapsed()
+    );
+    assert_eq!(
+        within("the slow request", slow).await.unwrap().unwrap(),
+        "slow"
+    );
+}

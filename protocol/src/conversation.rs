@@ -30,6 +30,9 @@ use crate::table::Table;
 /// Messages taken per wake-up of the driver, beyond the first.
 const BATCH: usize = 63;
 
+/// The most messages read after a lost connection before what is pending fails.
+const LOST_DRAIN: usize = 4096;
+
 /// A request waiting for its reply.
 struct Waiter {
     /// Who the request went to: only that peer may answer it.
@@ -527,8 +530,16 @@ impl<L: Link> Conversation<L> {
                     // replies (and a goodbye) are read first, only what is left unanswered
                     // fails.
                     self.refresh_handlers(&mut handlers, &mut handlers_seen);
-                    while let Ok(Some((peer, key))) = self.link.try_recv_into(&mut frames) {
-                        self.on_message(&handlers, peer, key, &frames, closing, &mut false);
+                    // Bounded: what arrived before the drop is at most a queue's worth; a
+                    // peer that keeps sending on the new connection must not hold the
+                    // driver here.
+                    for _ in 0..LOST_DRAIN {
+                        match self.link.try_recv_into(&mut frames) {
+                            Ok(Some((peer, key))) => {
+                                self.on_message(&handlers, peer, key, &frames, closing, &mut false);
+                            }
+                            _ => break,
+                        }
                     }
                     frames.clear();
                     let failed = self.fail_all(|| Error::ConnectionLost);
@@ -539,13 +550,16 @@ impl<L: Link> Conversation<L> {
         }
         if !self.aborting.load(Ordering::Acquire) {
             // Let the answers still owed go out (only reached when the socket died: a
-            // graceful close leaves the loop at zero).
+            // graceful close leaves the loop at zero), unless an abort comes meanwhile.
             loop {
                 let idle = self.idle.notified();
                 if self.responders.load(Ordering::Acquire) == 0 {
                     break;
                 }
-                idle.await;
+                tokio::select! {
+                    () = idle => {}
+                    () = self.aborted.wait() => break,
+                }
             }
         }
         self.closing.store(true, Ordering::Release);

@@ -40,6 +40,10 @@ pub struct Runners<J> {
     idle: AtomicUsize,
     /// Wakes one idle runner per job.
     work: Notify,
+    /// Set while a runner woken or started to take jobs left behind is on its way: until
+    /// it arrives no other is called (at most one more at a time, so that a burst of quick
+    /// jobs does not start a task per job). Every runner clears it when it looks.
+    helper: AtomicBool,
     /// Set when the node is gone: idle runners end.
     closed: AtomicBool,
 }
@@ -50,6 +54,7 @@ impl<J> Default for Runners<J> {
             jobs: Mutex::new(VecDeque::new()),
             idle: AtomicUsize::new(0),
             work: Notify::new(),
+            helper: AtomicBool::new(false),
             closed: AtomicBool::new(false),
         }
     }
@@ -76,11 +81,21 @@ impl<J: Job> Runners<J> {
         // A runner counts itself idle after registering for a wake-up and before its last
         // look at the queue: if it is counted here, it is woken or it finds the job; if it
         // is not, a new runner takes the job (at worst one runner too many).
+        self.wake_or_start();
+    }
+
+    /// Wakes an idle runner, or starts one when none is idle.
+    fn wake_or_start(self: &Arc<Self>) {
         if self.idle.load(Ordering::SeqCst) > 0 {
             self.work.notify_one();
         } else {
             tokio::spawn(runner(Arc::clone(self)));
         }
+    }
+
+    /// A runner started or woken is looking at the queue.
+    fn started(&self) {
+        self.helper.store(false, Ordering::SeqCst);
     }
 
     /// Ends every idle runner, now and as each busy one finishes (the owner is gone).
@@ -92,12 +107,37 @@ impl<J: Job> Runners<J> {
     fn next(&self) -> Option<J> {
         self.jobs.lock().pop_front()
     }
+
+    /// After a job was taken: if jobs are left and no runner is on its way, wakes or starts
+    /// one for them.
+    fn hand_on(self: &Arc<Self>) {
+        if !self.jobs.lock().is_empty() && !self.helper.swap(true, Ordering::SeqCst) {
+            self.wake_or_start();
+        }
+    }
+
+    /// Takes the next job, and hands the rest on: a burst pushed while one runner was idle
+    /// woke only that one (the wake-ups of one idle runner fold into one), so a runner that
+    /// leaves jobs behind wakes or starts another for them. Without this, a burst ran one
+    /// job at a time on one runner, a slow job holding up the rest.
+    fn take(self: &Arc<Self>) -> Option<J> {
+        let (job, more) = {
+            let mut jobs = self.jobs.lock();
+            let job = jobs.pop_front();
+            (job, !jobs.is_empty())
+        };
+        if job.is_some() && more && !self.helper.swap(true, Ordering::SeqCst) {
+            self.wake_or_start();
+        }
+        job
+    }
 }
 
 /// Runs jobs until none comes and enough runners are idle, or the pool closes.
 async fn runner<J: Job>(pool: Arc<Runners<J>>) {
+    pool.started();
     loop {
-        if let Some(job) = pool.next() {
+        if let Some(job) = pool.take() {
             job.run().await;
             continue;
         }
@@ -107,13 +147,16 @@ async fn runner<J: Job>(pool: Arc<Runners<J>>) {
         let idle = pool.idle.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(job) = pool.next() {
             pool.idle.fetch_sub(1, Ordering::SeqCst);
+            pool.hand_on();
             job.run().await;
             continue;
         }
         if idle > MAX_IDLE || pool.closed.load(Ordering::SeqCst) {
             pool.idle.fetch_sub(1, Ordering::SeqCst);
+            // Perhaps the one called: it looks before it goes.
+            pool.started();
             // A job pushed while we were counted idle is ours to run.
-            match pool.next() {
+            match pool.take() {
                 Some(job) => {
                     job.run().await;
                     continue;
@@ -123,5 +166,6 @@ async fn runner<J: Job>(pool: Arc<Runners<J>>) {
         }
         work.await;
         pool.idle.fetch_sub(1, Ordering::SeqCst);
+        pool.started();
     }
 }
