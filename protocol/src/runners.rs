@@ -108,28 +108,15 @@ impl<J: Job> Runners<J> {
         self.jobs.lock().pop_front()
     }
 
-    /// After a job was taken: if jobs are left and no runner is on its way, wakes or starts
-    /// one for them.
+    /// A job that had to wait holds this runner: if jobs are left behind it and no runner
+    /// is on its way, wakes or starts one for them. (A burst pushed while one runner was
+    /// idle woke only that one: the wake-ups of one idle runner fold into one. Without
+    /// this, the burst would wait behind a slow job; jobs that end at their first poll,
+    /// the common case, never call anyone, so a burst of quick jobs is not a task each.)
     fn hand_on(self: &Arc<Self>) {
         if !self.jobs.lock().is_empty() && !self.helper.swap(true, Ordering::SeqCst) {
             self.wake_or_start();
         }
-    }
-
-    /// Takes the next job, and hands the rest on: a burst pushed while one runner was idle
-    /// woke only that one (the wake-ups of one idle runner fold into one), so a runner that
-    /// leaves jobs behind wakes or starts another for them. Without this, a burst ran one
-    /// job at a time on one runner, a slow job holding up the rest.
-    fn take(self: &Arc<Self>) -> Option<J> {
-        let (job, more) = {
-            let mut jobs = self.jobs.lock();
-            let job = jobs.pop_front();
-            (job, !jobs.is_empty())
-        };
-        if job.is_some() && more && !self.helper.swap(true, Ordering::SeqCst) {
-            self.wake_or_start();
-        }
-        job
     }
 }
 
@@ -137,8 +124,8 @@ impl<J: Job> Runners<J> {
 async fn runner<J: Job>(pool: Arc<Runners<J>>) {
     pool.started();
     loop {
-        if let Some(job) = pool.take() {
-            job.run().await;
+        if let Some(job) = pool.next() {
+            run(&pool, job).await;
             continue;
         }
         let work = pool.work.notified();
@@ -147,8 +134,7 @@ async fn runner<J: Job>(pool: Arc<Runners<J>>) {
         let idle = pool.idle.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(job) = pool.next() {
             pool.idle.fetch_sub(1, Ordering::SeqCst);
-            pool.hand_on();
-            job.run().await;
+            run(&pool, job).await;
             continue;
         }
         if idle > MAX_IDLE || pool.closed.load(Ordering::SeqCst) {
@@ -156,9 +142,9 @@ async fn runner<J: Job>(pool: Arc<Runners<J>>) {
             // Perhaps the one called: it looks before it goes.
             pool.started();
             // A job pushed while we were counted idle is ours to run.
-            match pool.take() {
+            match pool.next() {
                 Some(job) => {
-                    job.run().await;
+                    run(&pool, job).await;
                     continue;
                 }
                 None => return,
@@ -167,5 +153,15 @@ async fn runner<J: Job>(pool: Arc<Runners<J>>) {
         work.await;
         pool.idle.fetch_sub(1, Ordering::SeqCst);
         pool.started();
+    }
+}
+
+/// Runs a job; if it has to wait at its first poll, hands the jobs behind it on.
+async fn run<J: Job>(pool: &Arc<Runners<J>>, job: J) {
+    let mut work = std::pin::pin!(job.run());
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(work.as_mut().poll(cx))).await;
+    if first.is_pending() {
+        pool.hand_on();
+        work.await;
     }
 }
