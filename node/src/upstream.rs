@@ -191,7 +191,10 @@ impl Inner {
                         tokio::time::timeout_at(deadline, joined.wait_for(|peer| peer.is_some()))
                             .await;
                     match waited {
-                        Ok(Ok(peer)) => return Ok(peer.clone().expect("waited for Some")),
+                        Ok(Ok(peer)) => match peer.clone() {
+                            Some(peer) => return Ok(peer),
+                            None => continue,
+                        },
                         // That attempt failed (or the connection was given up): try again
                         // ourselves, within our own deadline.
                         Ok(Err(_)) => continue,
