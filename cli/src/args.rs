@@ -61,8 +61,8 @@ pub(crate) struct SecurityArgs {
     pub(crate) key: Option<PathBuf>,
     /// The CURVE public key of the node(s) --connect reaches (40 characters of Z85, or a
     /// key file): every --connect is then secured. Without --key, a one-time key pair is
-    /// made for the connection.
-    #[arg(long, value_name = "KEY|FILE")]
+    /// made for the connection. (A Z85 key may start with `-`: taken as the value.)
+    #[arg(long, value_name = "KEY|FILE", allow_hyphen_values = true)]
     pub(crate) server_key: Option<String>,
 }
 
@@ -119,8 +119,9 @@ pub(crate) struct NodeArgs {
     #[command(flatten)]
     pub(crate) security: SecurityArgs,
     /// A client public key this node accepts (needs --key; Z85 or a key file); repeat it.
-    /// Without --allow, any node that knows this node's public key may connect.
-    #[arg(long, value_name = "KEY|FILE")]
+    /// Without --allow, any node that knows this node's public key may connect. (A Z85
+    /// key may start with `-`: taken as the value.)
+    #[arg(long, value_name = "KEY|FILE", allow_hyphen_values = true)]
     pub(crate) allow: Vec<String>,
 }
 
@@ -467,6 +468,28 @@ mod tests {
             Ok(kv) => kv.value,
             Err(e) => panic!("{arg}: {e}"),
         }
+    }
+
+    /// A Z85 key may start with `-` (one key in 85): it is the option's value, not a flag.
+    #[test]
+    fn a_key_that_starts_with_a_dash_is_a_value() {
+        use clap::Parser;
+        let key = "-i0Ao5A:rmEr4Av4PzL[b.(tBzH-NT$2i[w!z]x!";
+        let cli = Cli::try_parse_from([
+            "zeronode",
+            "request",
+            "--connect",
+            "tcp://127.0.0.1:1",
+            "--server-key",
+            key,
+            "ping",
+        ])
+        .expect("parsed");
+        let Command::Request(args) = cli.command else {
+            panic!("a request");
+        };
+        assert_eq!(args.connect.security.server_key.as_deref(), Some(key));
+        assert_eq!(args.event, "ping");
     }
 
     #[test]
