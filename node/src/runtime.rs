@@ -236,6 +236,24 @@ impl Work {
         }
     }
 
+    /// Waits for a slot if the job had to queue, unless its peer leaves first (counted as
+    /// cancelled); whether the job may run. A job admitted with a slot runs at once: only
+    /// the rare queued one pays for a second handle on its peer.
+    async fn slot_unless_gone(&mut self) -> bool {
+        if !self.queued {
+            return true;
+        }
+        let peer = Arc::clone(&self.peer);
+        tokio::select! {
+            biased;
+            () = self.slot() => true,
+            () = peer.gone() => {
+                self.inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
     /// Waits for a slot if the job had to queue.
     async fn slot(&mut self) {
         if self.queued {
@@ -300,14 +318,11 @@ async fn run_job(job: Job) {
             first,
             responder,
         } => {
-            let peer = Arc::clone(&work.peer);
-            let inner = Arc::clone(&work.inner);
-            let handled = async {
-                work.slot().await;
-                AssertUnwindSafe(work.inner.handle(from, incoming, first))
-                    .catch_unwind()
-                    .await
-            };
+            if !work.slot_unless_gone().await {
+                return;
+            }
+            let (inner, peer) = (&work.inner, &work.peer);
+            let handled = AssertUnwindSafe(inner.handle(from, incoming, first)).catch_unwind();
             tokio::select! {
                 biased;
                 result = handled => {
@@ -332,14 +347,11 @@ async fn run_job(job: Job) {
             incoming,
             first,
         } => {
-            let peer = Arc::clone(&work.peer);
-            let inner = Arc::clone(&work.inner);
-            let handled = async {
-                work.slot().await;
-                AssertUnwindSafe(work.inner.handle_tick(from, incoming, first))
-                    .catch_unwind()
-                    .await
-            };
+            if !work.slot_unless_gone().await {
+                return;
+            }
+            let (inner, peer) = (&work.inner, &work.peer);
+            let handled = AssertUnwindSafe(inner.handle_tick(from, incoming, first)).catch_unwind();
             tokio::select! {
                 biased;
                 result = handled => {
