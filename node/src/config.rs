@@ -56,6 +56,11 @@ pub struct Config {
     pub max_handlers_per_peer: usize,
     /// What an upstream connection does after its peer left.
     pub reconnect: Reconnect,
+    /// Limits on a message's metadata (entries and bytes, the framework's own entries
+    /// included): a call over them fails with [`Error::Metadata`](crate::Error::Metadata)
+    /// before anything is sent; a received request over them is answered with a typed
+    /// refusal, a tick over them is dropped and counted.
+    pub max_metadata: protocol::MetaLimits,
 }
 
 /// What a node does with a request or tick that arrives while its handlers are at
@@ -177,6 +182,7 @@ impl Default for Config {
             when_busy: BusyPolicy::Wait { max_queued: 8192 },
             max_handlers_per_peer: 4096,
             reconnect: Reconnect::default(),
+            max_metadata: protocol::MetaLimits::default(),
         }
     }
 }
@@ -395,6 +401,16 @@ impl NodeBuilder {
     pub fn max_concurrent_handlers(self, handlers: usize) -> Self {
         self.set(move |config| {
             config.max_concurrent_handlers = handlers.max(1);
+        })
+    }
+
+    /// Sets the limits on a message's metadata (see [`Config::max_metadata`]).
+    pub fn max_metadata(self, entries: usize, bytes: usize) -> Self {
+        self.set(move |config| {
+            config.max_metadata = protocol::MetaLimits {
+                max_entries: entries,
+                max_bytes: bytes,
+            };
         })
     }
 

@@ -3,14 +3,16 @@
 //! (handshake, heartbeat, options, goodbye) is handled there; a user request or tick is
 //! checked (joined? a handler? closing?) and handed to a handler task (`runtime.rs`).
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
-use protocol::{Answer, Client, Incoming, RemoteError, Responder, Server};
+use protocol::{Answer, Client, Incoming, Meta, RemoteError, Responder, Server};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use transport::Key;
 
+use crate::context::{deadline_of, BAD_METADATA};
 use crate::events::ErrorSource;
 use crate::forward::FORWARD;
 use crate::handler::{to_remote, Request};
@@ -27,15 +29,17 @@ impl Inner {
         &self,
         from: NodeId,
         incoming: Incoming,
+        received: Received,
         first: Option<First>,
     ) -> std::result::Result<Answer, RemoteError> {
         let Some(first) = first else {
             // Boxed: a forward's future is large, and without the box every handler task
             // would be that large (the task is copied into its allocation at each spawn:
             // 1.8% of an echo server's time in `memmove` under `spawn`, perf).
-            return Box::pin(self.handle_forward(from, incoming)).await;
+            return Box::pin(self.handle_forward(from, incoming, received)).await;
         };
-        match first.run(Request::new(from, incoming)).await {
+        let request = Request::new(from, incoming, received.meta, received.deadline);
+        match first.run(request).await {
             Ok(response) => Ok(Answer::from(response.payload().clone())),
             Err(error) => Err(to_remote(error)),
         }
@@ -43,9 +47,15 @@ impl Inner {
 
     /// The tick handlers for a user tick, through the middleware, as a handler task runs
     /// them.
-    pub(crate) async fn handle_tick(&self, from: NodeId, incoming: Incoming, first: First) {
+    pub(crate) async fn handle_tick(
+        &self,
+        from: NodeId,
+        incoming: Incoming,
+        meta: Meta,
+        first: First,
+    ) {
         let event = incoming.event().to_owned();
-        if let Err(error) = first.run(Request::new_tick(from, incoming)).await {
+        if let Err(error) = first.run(Request::new_tick(from, incoming, meta)).await {
             tracing::debug!(node = %self.id, %event, cause = %error, "tick refused by its middleware");
         }
     }
@@ -65,6 +75,21 @@ impl Inner {
             )));
             return;
         }
+        let meta = match incoming.meta(&self.config.max_metadata) {
+            Ok(meta) => meta,
+            Err(refused) => {
+                self.metadata_refused.fetch_add(1, Ordering::Relaxed);
+                responder.answer(Err(RemoteError::system_error(
+                    BAD_METADATA,
+                    refused.to_string(),
+                )));
+                return;
+            }
+        };
+        let received = Received {
+            deadline: deadline_of(Instant::now(), meta.budget()),
+            meta,
+        };
         let first = if incoming.event() == FORWARD {
             None
         } else {
@@ -77,7 +102,7 @@ impl Inner {
             };
             Some(first)
         };
-        spawn_request(self, (from, peer), incoming, first, responder);
+        spawn_request(self, (from, peer), incoming, received, first, responder);
     }
 
     /// A tick from a joined peer: system ticks here, user ticks as a task.
@@ -91,7 +116,13 @@ impl Inner {
             self.system_tick(&from, direction, &incoming);
         } else if self.is_closing() {
         } else if let Some(first) = self.handlers.first(incoming.event(), true) {
-            spawn_tick(self, (from, peer), incoming, first);
+            match incoming.meta(&self.config.max_metadata) {
+                Ok(meta) => spawn_tick(self, (from, peer), incoming, meta, first),
+                Err(refused) => {
+                    self.metadata_refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(node = %self.id, event = incoming.event(), %refused, "tick dropped");
+                }
+            }
         } else {
             tracing::trace!(node = %self.id, event = incoming.event(), "tick with no handler");
         }
@@ -120,6 +151,13 @@ impl Inner {
                 .seen_work(&id, Direction::Downstream, Instant::now().into_std())?;
         Some((id, work))
     }
+}
+
+/// What a request brought beside its payload, checked on the driver: its metadata and
+/// the deadline it arrived with.
+pub(crate) struct Received {
+    pub(crate) meta: Meta,
+    pub(crate) deadline: Option<Instant>,
 }
 
 /// The refusal of a message from a connection that has not joined.

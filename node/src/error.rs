@@ -52,6 +52,8 @@ pub enum ErrorCode {
     ShuttingDown,
     /// A payload is larger than its receiver accepts.
     PayloadTooLarge,
+    /// Metadata refused: a bad key, over the limits, or malformed.
+    Metadata,
 }
 
 impl ErrorCode {
@@ -83,6 +85,7 @@ impl ErrorCode {
             ErrorCode::Busy => "BUSY",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            ErrorCode::Metadata => "METADATA",
         }
     }
 }
@@ -218,6 +221,18 @@ pub enum Error {
     /// The remote node is closing and took no new request: nothing ran.
     #[error("the remote node is shutting down")]
     ShuttingDown,
+    /// Metadata refused: here before sending (a key that is empty, too long or reserved;
+    /// over [`Config::max_metadata`](crate::Config::max_metadata)), or by the receiver
+    /// (over its limits: nothing ran).
+    #[error("metadata refused: {0}")]
+    Metadata(protocol::MetaError),
+    /// The receiver refused the request's metadata (over its limits, or malformed): nothing
+    /// ran.
+    #[error("the receiver refused the metadata: {message}")]
+    MetadataRefused {
+        /// What the receiver said.
+        message: String,
+    },
     /// `connect` was given up: the node closed, or the connection to that address was
     /// dropped (`disconnect`) while it was being made.
     #[error("connecting to {address} was given up")]
@@ -258,6 +273,7 @@ impl Error {
             Error::Busy { .. } => ErrorCode::Busy,
             Error::ShuttingDown => ErrorCode::ShuttingDown,
             Error::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            Error::Metadata(_) | Error::MetadataRefused { .. } => ErrorCode::Metadata,
             Error::RouteLoop { .. } => ErrorCode::RouteLoop,
             Error::Protocol(e) => match e.code() {
                 protocol::ErrorCode::ReservedEvent | protocol::ErrorCode::InvalidEvent => {
@@ -307,6 +323,11 @@ impl Error {
                     }
                 }
                 protocol::RemoteError::SHUTTING_DOWN => return Error::ShuttingDown,
+                crate::context::BAD_METADATA => {
+                    return Error::MetadataRefused {
+                        message: remote.message,
+                    }
+                }
                 protocol::RemoteError::PAYLOAD_TOO_LARGE => {
                     let mut numbers = remote.message.split(' ').map(str::parse::<usize>);
                     if let (Some(Ok(size)), Some(Ok(max))) = (numbers.next(), numbers.next()) {
@@ -320,6 +341,12 @@ impl Error {
             code: remote.code,
             message: remote.message,
         }
+    }
+}
+
+impl From<protocol::MetaError> for Error {
+    fn from(e: protocol::MetaError) -> Error {
+        Error::Metadata(e)
     }
 }
 
@@ -384,6 +411,7 @@ mod tests {
             ErrorCode::Busy,
             ErrorCode::ShuttingDown,
             ErrorCode::PayloadTooLarge,
+            ErrorCode::Metadata,
         ];
         let names: std::collections::HashSet<_> = codes.iter().map(|c| c.as_str()).collect();
         assert_eq!(names.len(), codes.len());

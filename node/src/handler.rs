@@ -12,14 +12,16 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use protocol::{decode_value, encode_value, Incoming, RemoteError};
+use protocol::{decode_value, encode_value, Incoming, Meta, RemoteError};
 use regex::Regex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tower::util::BoxCloneSyncService;
+use tokio::time::Instant;
 use tower::{BoxError, Layer, Service};
 
 use crate::peer::NodeId;
@@ -30,23 +32,34 @@ pub struct Request {
     from: NodeId,
     incoming: Incoming,
     tick: bool,
+    meta: Meta,
+    deadline: Option<Instant>,
+    extensions: http::Extensions,
 }
 
 impl Request {
-    pub(crate) fn new(from: NodeId, incoming: Incoming) -> Request {
+    /// A request from `from` with its checked metadata and the deadline it arrived with.
+    pub(crate) fn new(
+        from: NodeId,
+        incoming: Incoming,
+        meta: Meta,
+        deadline: Option<Instant>,
+    ) -> Request {
         Request {
             from,
             incoming,
             tick: false,
+            meta,
+            deadline,
+            extensions: http::Extensions::new(),
         }
     }
 
     /// A tick (no answer expected): what tick handlers and middleware see.
-    pub(crate) fn new_tick(from: NodeId, incoming: Incoming) -> Request {
+    pub(crate) fn new_tick(from: NodeId, incoming: Incoming, meta: Meta) -> Request {
         Request {
-            from,
-            incoming,
             tick: true,
+            ..Request::new(from, incoming, meta, None)
         }
     }
 
@@ -80,18 +93,46 @@ impl Request {
         self.incoming.payload()
     }
 
-    /// The raw metadata.
-    pub fn metadata(&self) -> &Bytes {
-        self.incoming.metadata()
+    /// The metadata its caller set ([`Call::meta`](crate::Call::meta)), as it came through
+    /// any routers. [`Meta::iter`] lists the caller's entries; the framework's own (`:`
+    /// keys) are readable with [`Meta::get`].
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    /// When the caller stops waiting: the request's arrival plus the time its caller gave
+    /// it (the deadline rule: ARCHITECTURE.md, "Request context"). `None` for a tick.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline.map(Instant::into_std)
+    }
+
+    /// The time left before [`deadline`](Self::deadline) (zero once it passed).
+    pub fn remaining(&self) -> Option<Duration> {
+        self.deadline
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// The deadline as the runtime's clock sees it (for calls that inherit it).
+    pub(crate) fn tokio_deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Typed values middleware attached for the handler (an authenticated user, a parsed
+    /// token, a start time); empty when it arrives.
+    pub fn extensions(&self) -> &http::Extensions {
+        &self.extensions
+    }
+
+    /// Typed values for the layers behind this one: `req.extensions_mut().insert(user)`.
+    pub fn extensions_mut(&mut self) -> &mut http::Extensions {
+        &mut self.extensions
     }
 
     /// For a message that came through router nodes: the node that sent it first and the
     /// routers it went through (`from()` is then the last router). `None` for a direct one.
     pub fn route(&self) -> Option<Route> {
-        if self.incoming.metadata().is_empty() {
-            return None;
-        }
-        decode_value(self.incoming.metadata()).ok()
+        let route = self.meta.get(ROUTE)?;
+        decode_value(route.as_bytes()).ok()
     }
 
     /// Decodes the payload from MessagePack into `T`.
@@ -100,6 +141,9 @@ impl Request {
             .map_err(|e| HandlerError::new(HandlerError::BAD_REQUEST, e.to_string()))
     }
 }
+
+/// The metadata key of a forwarded message's [`Route`] (the framework's).
+pub(crate) const ROUTE: &str = ":route";
 
 /// How a forwarded message travelled.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -109,6 +109,8 @@ pub(crate) struct Inner {
     pub(crate) heartbeat: Mutex<Option<JoinHandle<()>>>,
     /// Messages refused because their connection had not joined.
     pub(crate) unjoined: AtomicU64,
+    /// Messages refused for their metadata (over the limits, or malformed).
+    pub(crate) metadata_refused: AtomicU64,
     /// Router state: counters and the `tick_all` ids seen.
     pub(crate) routing: Routing,
     /// With CURVE: the key each id first joined with (an id is bound to it). Bounded: past
@@ -136,6 +138,7 @@ impl Inner {
             closing: AtomicBool::new(false),
             heartbeat: Mutex::new(None),
             unjoined: AtomicU64::new(0),
+            metadata_refused: AtomicU64::new(0),
             routing: Routing::default(),
             bound_keys: Mutex::new(HashMap::new()),
         }

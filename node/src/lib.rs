@@ -42,7 +42,9 @@
 
 #![forbid(unsafe_code)]
 
+mod call;
 mod config;
+mod context;
 mod dispatch;
 mod error;
 mod events;

@@ -250,7 +250,7 @@ mod tests {
     use crate::handler::{boxed_layer, service_from_fn, to_remote, HandlerError};
     use crate::peer::NodeId;
     use bytes::Bytes;
-    use protocol::decode_value;
+    use protocol::{decode_value, Meta};
     use regex::Regex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
@@ -273,7 +273,7 @@ mod tests {
     }
 
     fn request(event: &str) -> Request {
-        Request::new(NodeId::from("peer"), incoming(event))
+        Request::new(NodeId::from("peer"), incoming(event), Meta::new(), None)
     }
 
     fn answering(text: &'static str) -> HandlerService {
@@ -418,7 +418,7 @@ mod tests {
             );
         }
         handlers.add_layer(None, recording("layer", &order));
-        let tick = Request::new_tick(NodeId::from("peer"), incoming("job:done"));
+        let tick = Request::new_tick(NodeId::from("peer"), incoming("job:done"), Meta::new());
         handlers.call(tick).await.unwrap();
         assert_eq!(*order.lock().unwrap(), ["layer", "first", "second"]);
     }

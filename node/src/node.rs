@@ -59,6 +59,12 @@ pub struct NodeStats {
     pub handlers_queued: usize,
     /// Handler jobs stopped because the peer they worked for left.
     pub handlers_cancelled: u64,
+    /// Requests whose deadline passed before their handler started (not run) or while it
+    /// ran (stopped); answered `DEADLINE_EXCEEDED`.
+    pub handlers_expired: u64,
+    /// Requests and ticks refused for their metadata (over
+    /// [`Config::max_metadata`](crate::Config::max_metadata), or malformed).
+    pub metadata_refused: u64,
 }
 
 /// A zeronode node: binds at most one address, connects to any number of nodes, and talks to
@@ -553,6 +559,8 @@ impl Node {
             handlers_active: self.inner.runtime.active(),
             handlers_queued: self.inner.runtime.queued(),
             handlers_cancelled: self.inner.runtime.cancelled.load(Ordering::Relaxed),
+            handlers_expired: self.inner.runtime.expired.load(Ordering::Relaxed),
+            metadata_refused: self.inner.metadata_refused.load(Ordering::Relaxed),
             unjoined_messages: self.inner.unjoined.load(Ordering::Relaxed),
             ..NodeStats::default()
         };

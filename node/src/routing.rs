@@ -12,16 +12,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use protocol::{decode_value, encode_value, Answer, Incoming, RemoteError};
+use protocol::{decode_value, encode_value, Answer, Incoming, Meta, MetaValue, RemoteError};
 use tokio::time::Instant;
 
+use crate::call::Outgoing;
+use crate::dispatch::Received;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::forward::{
     code, hop_budget, retry_elsewhere, undelivered, Action, Admission, Destination, Forward, Seen,
     FORWARD,
 };
-use crate::handler::Route;
+use crate::handler::{Route, ROUTE};
 use crate::inner::{millis, Inner};
 use crate::link::{Link, Target};
 use crate::peer::NodeId;
@@ -46,9 +48,10 @@ impl Inner {
         target: &Target,
         event: &str,
         payload: Bytes,
-        timeout: Duration,
+        outgoing: &Outgoing,
         local: Error,
     ) -> Result<(Bytes, usize)> {
+        let timeout = outgoing.timeout;
         let routers = self.state.lock().registry.routers();
         if routers.is_empty() {
             return Err(local);
@@ -71,19 +74,20 @@ impl Inner {
             visited: Vec::new(),
         };
         let deadline = Instant::now() + timeout;
-        self.forward_via(&forward, routers, payload, deadline)
+        self.forward_via(&forward, routers, payload, deadline, &outgoing.meta)
             .await
             .map_err(|remote| forward_error(remote, target, event, timeout))
     }
 
     /// Offers `forward` to `routers` in turn (all of them for `TickAll`), each with the time
-    /// left before `deadline`.
+    /// left before `deadline`, with the user's metadata `user`.
     async fn forward_via(
         &self,
         forward: &Forward,
         routers: Vec<(NodeId, Link)>,
         payload: Bytes,
         deadline: Instant,
+        user: &Meta,
     ) -> std::result::Result<(Bytes, usize), RemoteError> {
         let mut delivered = 0usize;
         let mut last: Option<RemoteError> = None;
@@ -100,8 +104,11 @@ impl Inner {
             }
             let mut header = forward.clone();
             header.remaining_ms = millis(left);
-            let metadata =
+            let header =
                 encode_value(&header).map_err(|e| RemoteError::handler(e.to_string()))?;
+            let mut meta = user.clone();
+            meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
+            let metadata = meta.as_bytes().clone();
             match link
                 .system_request(FORWARD, metadata, payload.clone(), left)
                 .await
@@ -162,6 +169,7 @@ impl Inner {
         &self,
         from: NodeId,
         incoming: Incoming,
+        received: Received,
     ) -> std::result::Result<Answer, RemoteError> {
         if !self.config.router {
             return Err(RemoteError::system_error(
@@ -169,8 +177,13 @@ impl Inner {
                 self.id.to_string(),
             ));
         }
-        let forward: Forward = decode_value(incoming.metadata())
+        let header = received
+            .meta
+            .get(FORWARD_KEY)
+            .ok_or_else(|| RemoteError::system_error("BAD_FORWARD", "no forward header"))?;
+        let forward: Forward = decode_value(header.as_bytes())
             .map_err(|e| RemoteError::system_error("BAD_FORWARD", e.to_string()))?;
+        let user = received.meta.user_only();
         let routing = &self.routing;
         let admission = forward.admit(&self.id, &mut routing.seen.lock());
         let left = match admission {
@@ -198,17 +211,19 @@ impl Inner {
             origin: forward.origin.clone(),
             via,
         };
-        let metadata = encode_value(&route).map_err(|e| RemoteError::handler(e.to_string()))?;
+        let route = encode_value(&route).map_err(|e| RemoteError::handler(e.to_string()))?;
+        let mut leaf = user.clone();
+        leaf.set(ROUTE, MetaValue::Bytes(&route));
         let payload = incoming.payload().clone();
+        let hop = Hop {
+            from: &from,
+            leaf: leaf.as_bytes().clone(),
+            user: &user,
+            deadline,
+        };
         let result = match forward.action {
-            Action::TickAll => {
-                self.forward_tick_all(&forward, &from, metadata, payload, deadline)
-                    .await
-            }
-            _ => {
-                self.forward_one(&forward, &from, metadata, payload, deadline)
-                    .await
-            }
+            Action::TickAll => self.forward_tick_all(&forward, hop, payload).await,
+            _ => self.forward_one(&forward, hop, payload).await,
         };
         let counter = match &result {
             Ok(_) => &routing.forwarded,
@@ -224,18 +239,24 @@ impl Inner {
     async fn forward_one(
         &self,
         forward: &Forward,
-        from: &NodeId,
-        metadata: Bytes,
+        hop: Hop<'_>,
         payload: Bytes,
-        deadline: Instant,
     ) -> std::result::Result<Answer, RemoteError> {
+        let Hop {
+            from,
+            leaf: metadata,
+            user,
+            deadline,
+        } = hop;
         let local = self.pick_for(forward, from)?;
         let left = deadline.saturating_duration_since(Instant::now());
         let Some(link) = local else {
             let next = forward.next_hop(&self.id, left);
             let routers = self.state.lock().registry.routers();
             let routers = routers.into_iter().filter(|(id, _)| id != from).collect();
-            let (reply, reached) = self.forward_via(&next, routers, payload, deadline).await?;
+            let (reply, reached) = self
+                .forward_via(&next, routers, payload, deadline, user)
+                .await?;
             return Ok(match forward.action {
                 Action::Request => Answer::from(reply),
                 _ => count_answer(reached as u64),
@@ -261,11 +282,15 @@ impl Inner {
     async fn forward_tick_all(
         &self,
         forward: &Forward,
-        from: &NodeId,
-        metadata: Bytes,
+        hop: Hop<'_>,
         payload: Bytes,
-        deadline: Instant,
     ) -> std::result::Result<Answer, RemoteError> {
+        let Hop {
+            from,
+            leaf: metadata,
+            user,
+            deadline,
+        } = hop;
         let Destination::Filter(spec, scope) = &forward.to else {
             return Err(RemoteError::system_error(
                 "BAD_FORWARD",
@@ -304,7 +329,10 @@ impl Inner {
             .filter(|(id, _)| id != from)
             .collect();
         if !routers.is_empty() && next.hops_left > 0 {
-            if let Ok((_, further)) = self.forward_via(&next, routers, payload, deadline).await {
+            if let Ok((_, further)) = self
+                .forward_via(&next, routers, payload, deadline, user)
+                .await
+            {
                 reached += further;
             }
         }
@@ -340,6 +368,19 @@ impl Inner {
             }
         })
     }
+}
+
+/// The metadata key of a forwarded message's [`Forward`] header (the framework's).
+const FORWARD_KEY: &str = ":forward";
+
+/// What a router passes on with a forwarded message: where it came from, the metadata for
+/// a local destination (the user's and the route) and for a next router (the user's), and
+/// when the origin stops waiting.
+struct Hop<'a> {
+    from: &'a NodeId,
+    leaf: Bytes,
+    user: &'a Meta,
+    deadline: Instant,
 }
 
 /// An answer carrying how many nodes a forwarded tick reached.
@@ -378,7 +419,7 @@ fn forward_error(remote: RemoteError, target: &Target, event: &str, timeout: Dur
                 Target::Any(..) => remote.message,
             },
         },
-        code::TIMEOUT => Error::Timeout {
+        code::TIMEOUT | crate::context::DEADLINE_EXCEEDED => Error::Timeout {
             event: event.to_owned(),
             timeout,
         },

@@ -22,10 +22,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use protocol::{Incoming, RemoteError, Responder};
+use protocol::{Incoming, Meta, RemoteError, Responder};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::config::{BusyPolicy, Config};
+use crate::context::{self, Context, Expiry, DEADLINE_EXCEEDED};
+use crate::dispatch::Received;
 use crate::inner::Inner;
 use crate::middleware::First;
 use crate::peer::{NodeId, PeerWork};
@@ -83,6 +86,8 @@ pub(crate) struct Runtime {
     pub(crate) ticks_dropped: AtomicU64,
     /// Jobs stopped because their peer left.
     pub(crate) cancelled: AtomicU64,
+    /// Requests not run, or stopped, because their deadline passed.
+    pub(crate) expired: AtomicU64,
 }
 
 impl Runtime {
@@ -100,6 +105,7 @@ impl Runtime {
             refused: AtomicU64::new(0),
             ticks_dropped: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
             pool: Runners::new(),
         }
     }
@@ -237,20 +243,21 @@ impl Work {
     }
 
     /// Waits for a slot if the job had to queue, unless its peer leaves first (counted as
-    /// cancelled); whether the job may run. A job admitted with a slot runs at once: only
-    /// the rare queued one pays for a second handle on its peer.
-    async fn slot_unless_gone(&mut self) -> bool {
+    /// cancelled) or `deadline` passes. A job admitted with a slot runs at once: only the
+    /// rare queued one pays for a second handle on its peer.
+    async fn slot_before(&mut self, deadline: Option<Instant>) -> Waited {
         if !self.queued {
-            return true;
+            return Waited::Slot;
         }
         let peer = Arc::clone(&self.peer);
         tokio::select! {
             biased;
-            () = self.slot() => true,
+            () = self.slot() => Waited::Slot,
             () = peer.gone() => {
                 self.inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
-                false
+                Waited::PeerGone
             }
+            () = Expiry::new(deadline) => Waited::Expired,
         }
     }
 
@@ -283,6 +290,23 @@ impl Drop for Work {
     }
 }
 
+/// How a queued job's wait for a slot ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Waited {
+    Slot,
+    PeerGone,
+    Expired,
+}
+
+/// Answers a request whose deadline passed before or while it ran (counted).
+fn expired(inner: &Inner, responder: Responder) {
+    inner.runtime.expired.fetch_add(1, Ordering::Relaxed);
+    responder.answer(Err(RemoteError::system_error(
+        DEADLINE_EXCEEDED,
+        "the request's deadline passed before its handler finished",
+    )));
+}
+
 /// One message's handler work, as a runner runs it (`pool.rs`).
 pub(crate) enum Job {
     /// A user request or a forward (`first: None`).
@@ -290,6 +314,7 @@ pub(crate) enum Job {
         work: Work,
         from: NodeId,
         incoming: Incoming,
+        received: Received,
         first: Option<First>,
         responder: Responder,
     },
@@ -298,6 +323,7 @@ pub(crate) enum Job {
         work: Work,
         from: NodeId,
         incoming: Incoming,
+        meta: Meta,
         first: First,
     },
 }
@@ -315,14 +341,26 @@ async fn run_job(job: Job) {
             mut work,
             from,
             incoming,
+            received,
             first,
             responder,
         } => {
-            if !work.slot_unless_gone().await {
-                return;
+            let deadline = received.deadline;
+            match work.slot_before(deadline).await {
+                Waited::Slot => {}
+                Waited::PeerGone => return,
+                Waited::Expired => return expired(&work.inner, responder),
+            }
+            if deadline.is_some_and(|deadline| deadline <= Instant::now()) {
+                return expired(&work.inner, responder);
             }
             let (inner, peer) = (&work.inner, &work.peer);
-            let handled = AssertUnwindSafe(inner.handle(from, incoming, first)).catch_unwind();
+            let context = Context { deadline };
+            let handled = AssertUnwindSafe(context::scope(
+                context,
+                inner.handle(from, incoming, received, first),
+            ))
+            .catch_unwind();
             tokio::select! {
                 biased;
                 result = handled => {
@@ -339,19 +377,23 @@ async fn run_job(job: Job) {
                 () = peer.gone() => {
                     inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
                 }
+                // Its caller has given up: the same.
+                () = Expiry::new(deadline) => expired(inner, responder),
             }
         }
         Job::Tick {
             mut work,
             from,
             incoming,
+            meta,
             first,
         } => {
-            if !work.slot_unless_gone().await {
+            if work.slot_before(None).await != Waited::Slot {
                 return;
             }
             let (inner, peer) = (&work.inner, &work.peer);
-            let handled = AssertUnwindSafe(inner.handle_tick(from, incoming, first)).catch_unwind();
+            let handled =
+                AssertUnwindSafe(inner.handle_tick(from, incoming, meta, first)).catch_unwind();
             tokio::select! {
                 biased;
                 result = handled => {
@@ -373,6 +415,7 @@ pub(crate) fn spawn_request(
     inner: &Arc<Inner>,
     (from, peer): (NodeId, Arc<PeerWork>),
     incoming: Incoming,
+    received: Received,
     first: Option<First>,
     responder: Responder,
 ) {
@@ -389,6 +432,7 @@ pub(crate) fn spawn_request(
         work: Work::start(inner, peer, &slot),
         from,
         incoming,
+        received,
         first,
         responder,
     });
@@ -400,6 +444,7 @@ pub(crate) fn spawn_tick(
     inner: &Arc<Inner>,
     (from, peer): (NodeId, Arc<PeerWork>),
     incoming: Incoming,
+    meta: Meta,
     first: First,
 ) {
     let slot = inner.runtime.admit_for(&peer);
@@ -412,6 +457,7 @@ pub(crate) fn spawn_tick(
         work: Work::start(inner, peer, &slot),
         from,
         incoming,
+        meta,
         first,
     });
 }

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use protocol::{decode_value, encode_value};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::call::Outgoing;
+use crate::context::DEADLINE_EXCEEDED;
 use crate::error::{Error, Result};
 use crate::events::LeaveReason;
 use crate::filter::Filter;
@@ -58,9 +59,7 @@ impl Node {
         T: Serialize + ?Sized,
         R: DeserializeOwned,
     {
-        let payload = encode_value(data)?;
-        let reply = self.request_raw(to, event, payload, timeout).await?;
-        Ok(decode_value(&reply)?)
+        self.call(to, event).timeout(timeout).send(data).await
     }
 
     /// Sends a request with a raw payload (passed through untouched) and returns the raw
@@ -73,23 +72,35 @@ impl Node {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Bytes> {
+        self.call(to, event).timeout(timeout).send_raw(payload).await
+    }
+
+    /// Sends a request as `outgoing` says (see [`Call`](crate::Call)).
+    pub(crate) async fn send_request(
+        &self,
+        target: Target,
+        event: &str,
+        payload: Bytes,
+        outgoing: &Outgoing,
+    ) -> Result<Bytes> {
         if self.is_closing() {
             return Err(Error::Closed);
         }
-        let target = to.into();
+        let timeout = outgoing.timeout;
         let (id, link, in_flight) = match self.resolve(&target) {
             Ok(found) => found,
             Err(local) => {
                 return self
                     .inner
-                    .forward_from_here(Action::Request, &target, event, payload, timeout, local)
+                    .forward_from_here(Action::Request, &target, event, payload, outgoing, local)
                     .await
                     .map(|(reply, _)| reply)
             }
         };
         link.check_size(&payload)?;
         let _counted = InFlight::start(in_flight);
-        match link.request(event, Bytes::new(), payload, timeout).await {
+        let metadata = outgoing.meta.as_bytes().clone();
+        match link.request(event, metadata, payload, timeout).await {
             Ok(reply) => Ok(reply.into_payload()),
             // The peer's connection dropped (before or while waiting): for the caller the
             // peer left, whether or not the node has noticed it yet.
@@ -103,6 +114,12 @@ impl Node {
                 self.inner
                     .peer_left(&id, link.direction(), LeaveReason::Disconnected);
                 Err(Error::PeerLeft { id: id.to_string() })
+            }
+            Err(protocol::Error::Remote(remote)) if remote.is_system(DEADLINE_EXCEEDED) => {
+                Err(Error::Timeout {
+                    event: event.to_owned(),
+                    timeout,
+                })
             }
             Err(e) => Err(e.into()),
         }
@@ -129,29 +146,37 @@ impl Node {
     where
         T: Serialize + ?Sized,
     {
-        self.tick_raw(to, event, encode_value(data)?).await
+        self.call(to, event).tick(data).await
     }
 
     /// Sends a tick with a raw payload.
     pub async fn tick_raw(&self, to: impl Into<Target>, event: &str, payload: Bytes) -> Result<()> {
+        self.call(to, event).tick_raw(payload).await
+    }
+
+    /// Sends a tick as `outgoing` says.
+    pub(crate) async fn send_tick(
+        &self,
+        target: Target,
+        event: &str,
+        payload: Bytes,
+        outgoing: &Outgoing,
+    ) -> Result<()> {
         if self.is_closing() {
             return Err(Error::Closed);
         }
-        let target = to.into();
         match self.resolve(&target) {
             Ok((_, link, _)) => {
                 link.check_size(&payload)?;
-                link.tick(event, Bytes::new(), payload)
+                link.tick(event, outgoing.meta.as_bytes().clone(), payload)
                     .await
                     .map_err(Error::from)
             }
-            Err(local) => {
-                let timeout = self.inner.config.request_timeout;
-                self.inner
-                    .forward_from_here(Action::Tick, &target, event, payload, timeout, local)
-                    .await
-                    .map(|_| ())
-            }
+            Err(local) => self
+                .inner
+                .forward_from_here(Action::Tick, &target, event, payload, outgoing, local)
+                .await
+                .map(|_| ()),
         }
     }
 
@@ -182,10 +207,23 @@ impl Node {
     where
         T: Serialize + ?Sized,
     {
+        self.call(Target::Any(filter.clone(), scope), event)
+            .tick_all(data)
+            .await
+    }
+
+    /// Sends a tick to every match, as `outgoing` says.
+    pub(crate) async fn send_tick_all(
+        &self,
+        filter: &Filter,
+        scope: Scope,
+        event: &str,
+        payload: Bytes,
+        outgoing: &Outgoing,
+    ) -> Result<usize> {
         if self.is_closing() {
             return Err(Error::Closed);
         }
-        let payload = encode_value(data)?;
         let links: Vec<Link> = self
             .inner
             .state
@@ -197,7 +235,6 @@ impl Node {
             .collect();
         if links.is_empty() {
             // Nobody here: the routers we are joined to deliver to their side of the mesh.
-            let timeout = self.inner.config.request_timeout;
             let target = Target::Any(filter.clone(), scope);
             return self
                 .inner
@@ -206,12 +243,13 @@ impl Node {
                     &target,
                     event,
                     payload,
-                    timeout,
+                    outgoing,
                     Error::NoNodesMatchFilter,
                 )
                 .await
                 .map(|(_, delivered)| delivered);
         }
+        let metadata = outgoing.meta.as_bytes();
         let mut sent = 0;
         let mut first_error = None;
         for link in &links {
@@ -219,7 +257,7 @@ impl Node {
                 first_error.get_or_insert(e);
                 continue;
             }
-            match link.tick(event, Bytes::new(), payload.clone()).await {
+            match link.tick(event, metadata.clone(), payload.clone()).await {
                 Ok(()) => sent += 1,
                 Err(e) => {
                     first_error.get_or_insert(Error::from(e));

@@ -233,7 +233,8 @@ impl<L: Link> Conversation<L> {
             id,
             armed: true,
         };
-        let encoded = Encoded::new(Kind::Request, id, event, &metadata, &payload);
+        let encoded =
+            Encoded::new(Kind::Request, id, event, &metadata, &payload).with_budget(timeout);
         // Whether the waker in the entry is the one of the poll we are in (nothing waited
         // since the insertion).
         let mut registered = true;

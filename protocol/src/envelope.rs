@@ -20,7 +20,7 @@
 //!     12     2  E          event name length in bytes
 //!     14     E  event      UTF-8
 //!   14+E     4  M          metadata length in bytes (0: none)
-//!   18+E     M  metadata   opaque to this layer (MessagePack by convention)
+//!   18+E     M  metadata   key/value entries (`meta.rs`); a request's time budget first
 //! 18+E+M     P  payload    only with the inline flag: the rest of the frame
 //! payload frame (only without the inline flag; absent when empty): the payload, raw
 //! ```
@@ -34,6 +34,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::{DecodeError, Error};
+use crate::meta::{budget_entry, BUDGET_ENTRY};
 
 /// The first byte of every zeronode header.
 pub const MAGIC: u8 = 0x5A;
@@ -376,6 +377,9 @@ pub(crate) struct Encoded<'a> {
     fixed: [u8; FIXED_HEADER],
     event: &'a [u8],
     metadata_len: [u8; 4],
+    /// A request's time budget, first in the metadata section (`meta.rs`); empty otherwise.
+    budget: [u8; BUDGET_ENTRY],
+    has_budget: bool,
     metadata: &'a [u8],
     payload: &'a [u8],
     /// The payload rides at the end of the header frame.
@@ -414,10 +418,22 @@ impl<'a> Encoded<'a> {
             fixed,
             event,
             metadata_len: (metadata.len() as u32).to_be_bytes(),
+            budget: [0; BUDGET_ENTRY],
+            has_budget: false,
             metadata,
             payload,
             inline,
         }
+    }
+
+    /// The same message carrying the time budget `budget` first in its metadata (a
+    /// request: its receiver sees how long its sender will wait).
+    pub(crate) fn with_budget(mut self, budget: std::time::Duration) -> Encoded<'a> {
+        self.budget = budget_entry(budget);
+        self.has_budget = true;
+        let len = (self.metadata.len() + BUDGET_ENTRY).min(u32::MAX as usize);
+        self.metadata_len = (len as u32).to_be_bytes();
+        self
     }
 
     /// The pieces of the header frame (with the payload last when it rides inline) and of
@@ -429,6 +445,7 @@ impl<'a> Encoded<'a> {
                 &self.fixed,
                 self.event,
                 &self.metadata_len,
+                if self.has_budget { &self.budget } else { &[] },
                 self.metadata,
                 inline,
             ],
@@ -440,7 +457,7 @@ impl<'a> Encoded<'a> {
 
 /// The pieces of one message's frames, borrowed from an [`Encoded`].
 pub(crate) struct Pieces<'e> {
-    header: [&'e [u8]; 5],
+    header: [&'e [u8]; 6],
     payload: [&'e [u8]; 1],
     separate_payload: bool,
 }

@@ -13,6 +13,7 @@ use transport::{Key, PeerId};
 
 use crate::envelope::{decode_value, Envelope};
 use crate::error::{RemoteError, Result};
+use crate::meta::{Meta, MetaError, MetaLimits};
 use crate::runners::{Job, Runners};
 
 /// A request or tick as a handler sees it: who sent it, the event, the metadata, and the
@@ -56,9 +57,20 @@ impl Incoming {
         self.envelope.id()
     }
 
-    /// The raw metadata.
+    /// The raw metadata section.
     pub fn metadata(&self) -> &Bytes {
         self.envelope.metadata()
+    }
+
+    /// The metadata, checked against `limits` (see [`Meta::parse`]).
+    pub fn meta(&self, limits: &MetaLimits) -> std::result::Result<Meta, MetaError> {
+        Meta::parse(self.envelope.metadata().clone(), limits)
+    }
+
+    /// The time its sender gives this request (its remaining timeout when it sent it), if
+    /// it said: the receiver's deadline is its arrival plus this.
+    pub fn budget(&self) -> Option<std::time::Duration> {
+        crate::meta::budget_of(self.envelope.metadata())
     }
 
     /// The raw payload, untouched.

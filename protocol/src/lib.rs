@@ -52,6 +52,7 @@ mod envelope;
 mod error;
 mod handler;
 mod link;
+mod meta;
 pub mod runners;
 mod server;
 mod stats;
@@ -68,6 +69,7 @@ pub use handler::{
     request_fn, tick_fn, Answer, Incoming, RequestFuture, RequestHandler, Responder, TickFuture,
     TickHandler,
 };
+pub use meta::{Meta, MetaError, MetaLimits, MetaValue, BUDGET, RESERVED_PREFIX};
 pub use runners::{Job, Runners};
 pub use server::Server;
 pub use transport::PeerId;

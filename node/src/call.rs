@@ -1,0 +1,214 @@
+//! A call being made: the request builder behind every send.
+//!
+//! ```no_run
+//! # async fn example(node: node::Node) -> node::Result<()> {
+//! use std::time::Duration;
+//!
+//! let total: u64 = node
+//!     .call("billing-1", "invoice:total")
+//!     .meta("auth", "t0k3n")
+//!     .timeout(Duration::from_secs(2))
+//!     .send(&"order-17")
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`Node::request`] and the other shorthands are calls with no metadata and the default
+//! timeout. Every call made while a request handler runs inherits that request's deadline
+//! (the smaller of the two wins) unless it is [`detached`](Call::detached): see
+//! ARCHITECTURE.md, "Request context".
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use protocol::{decode_value, encode_value, Meta, MetaError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::context::{self, call_timeout};
+use crate::error::{Error, Result};
+use crate::handler::Request;
+use crate::link::Target;
+use crate::node::Node;
+
+/// Which deadline a call inherits.
+#[derive(Debug, Clone, Copy)]
+enum Inherit {
+    /// The one of the request whose handler runs on this task, if any (the default).
+    Current,
+    /// This one (a request's, given with [`Call::parent`]).
+    From(Option<Instant>),
+    /// None ([`Call::detached`]).
+    Nothing,
+}
+
+/// A request or tick being built: target, event, metadata, timeout; sent by
+/// [`send`](Self::send) (and its raw and tick forms). Made by [`Node::call`].
+#[must_use = "a call does nothing until it is sent"]
+#[derive(Debug)]
+pub struct Call<'a> {
+    node: &'a Node,
+    to: Target,
+    event: &'a str,
+    meta: Meta,
+    /// The first bad metadata entry, reported when the call is sent.
+    invalid: Option<MetaError>,
+    timeout: Option<Duration>,
+    deadline: Option<Instant>,
+    inherit: Inherit,
+}
+
+/// What a call is sent with, once its settings are resolved.
+#[derive(Debug, Clone)]
+pub(crate) struct Outgoing {
+    /// The user's metadata (checked against the limits).
+    pub(crate) meta: Meta,
+    /// The timeout: the call's own, cut to any deadline it has or inherits.
+    pub(crate) timeout: Duration,
+}
+
+impl Node {
+    /// Starts a call to `to` (an id, or any node matching a filter) for `event`: set
+    /// metadata and a timeout, then [`send`](Call::send) it (or send it as a tick).
+    pub fn call<'a>(&'a self, to: impl Into<Target>, event: &'a str) -> Call<'a> {
+        Call {
+            node: self,
+            to: to.into(),
+            event,
+            meta: Meta::new(),
+            invalid: None,
+            timeout: None,
+            deadline: None,
+            inherit: Inherit::Current,
+        }
+    }
+}
+
+impl<'a> Call<'a> {
+    /// Adds the text metadata entry `key` = `value` (replacing an earlier one). A key that
+    /// is empty, longer than 255 bytes, or starts with `:` (the framework's) fails the call
+    /// with [`Error::Metadata`] when it is sent.
+    pub fn meta(mut self, key: &str, value: &str) -> Self {
+        if let Err(e) = self.meta.insert(key, value) {
+            self.invalid.get_or_insert(e);
+        }
+        self
+    }
+
+    /// Adds the raw-bytes metadata entry `key` = `value`.
+    pub fn meta_bytes(mut self, key: &str, value: &[u8]) -> Self {
+        if let Err(e) = self.meta.insert_bytes(key, value) {
+            self.invalid.get_or_insert(e);
+        }
+        self
+    }
+
+    /// Sends these entries (the user's of `meta`: a request's metadata passed on, for
+    /// example) in place of any set so far.
+    pub fn with_meta(mut self, meta: &Meta) -> Self {
+        self.meta = meta.user_only();
+        self
+    }
+
+    /// The time to wait for the answer (default: the node's
+    /// [`request_timeout`](crate::Config::request_timeout)), cut to any deadline.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Gives up at `deadline` at the latest.
+    pub fn deadline(mut self, deadline: std::time::Instant) -> Self {
+        self.deadline = Some(Instant::from_std(deadline));
+        self
+    }
+
+    /// Inherits the deadline of `request` (for a call made on another task than its
+    /// handler's, which does not inherit it by itself).
+    pub fn parent(mut self, request: &Request) -> Self {
+        self.inherit = Inherit::From(request.tokio_deadline());
+        self
+    }
+
+    /// Inherits no deadline, even inside a handler: the call has its own timeout only.
+    pub fn detached(mut self) -> Self {
+        self.inherit = Inherit::Nothing;
+        self
+    }
+
+    /// Sends the request with `data` encoded as MessagePack and decodes the reply.
+    pub async fn send<T, R>(self, data: &T) -> Result<R>
+    where
+        T: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        let payload = encode_value(data)?;
+        let reply = self.send_raw(payload).await?;
+        Ok(decode_value(&reply)?)
+    }
+
+    /// Sends the request with a raw payload (passed through untouched) and returns the raw
+    /// reply.
+    pub async fn send_raw(self, payload: Bytes) -> Result<Bytes> {
+        let (node, to, event) = (self.node, self.to.clone(), self.event);
+        let outgoing = self.resolve()?;
+        node.send_request(to, event, payload, &outgoing).await
+    }
+
+    /// Sends it as a tick (no answer) with `data` encoded as MessagePack.
+    pub async fn tick<T: Serialize + ?Sized>(self, data: &T) -> Result<()> {
+        let payload = encode_value(data)?;
+        self.tick_raw(payload).await
+    }
+
+    /// Sends it as a tick with a raw payload.
+    pub async fn tick_raw(self, payload: Bytes) -> Result<()> {
+        let (node, to, event) = (self.node, self.to.clone(), self.event);
+        let outgoing = self.resolve()?;
+        node.send_tick(to, event, payload, &outgoing).await
+    }
+
+    /// Sends it as a tick to every node the target matches (one for an id); how many it
+    /// reached.
+    pub async fn tick_all<T: Serialize + ?Sized>(self, data: &T) -> Result<usize> {
+        let payload = encode_value(data)?;
+        let (node, to, event) = (self.node, self.to.clone(), self.event);
+        let outgoing = self.resolve()?;
+        match to {
+            Target::Any(filter, scope) => {
+                node.send_tick_all(&filter, scope, event, payload, &outgoing)
+                    .await
+            }
+            id @ Target::Id(_) => node.send_tick(id, event, payload, &outgoing).await.map(|()| 1),
+        }
+    }
+
+    /// The metadata checked and the timeout cut to the deadline; a deadline that passed
+    /// already is a timeout, nothing sent.
+    fn resolve(self) -> Result<Outgoing> {
+        if let Some(invalid) = self.invalid {
+            return Err(Error::Metadata(invalid));
+        }
+        let config = &self.node.inner.config;
+        self.meta.check(&config.max_metadata)?;
+        let own = self.timeout.unwrap_or(config.request_timeout);
+        let inherited = match self.inherit {
+            Inherit::Current => context::current().and_then(|c| c.deadline),
+            Inherit::From(deadline) => deadline,
+            Inherit::Nothing => None,
+        };
+        let deadline = match (self.deadline, inherited) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timeout = call_timeout(own, deadline, Instant::now()).ok_or_else(|| Error::Timeout {
+            event: self.event.to_owned(),
+            timeout: Duration::ZERO,
+        })?;
+        Ok(Outgoing {
+            meta: self.meta,
+            timeout,
+        })
+    }
+}
