@@ -180,7 +180,10 @@ impl<'a> Call<'a> {
                 node.send_tick_all(&filter, scope, event, payload, &outgoing)
                     .await
             }
-            id @ Target::Id(_) => node.send_tick(id, event, payload, &outgoing).await.map(|()| 1),
+            id @ Target::Id(_) => node
+                .send_tick(id, event, payload, &outgoing)
+                .await
+                .map(|()| 1),
         }
     }
 
@@ -202,10 +205,11 @@ impl<'a> Call<'a> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let timeout = call_timeout(own, deadline, Instant::now()).ok_or_else(|| Error::Timeout {
-            event: self.event.to_owned(),
-            timeout: Duration::ZERO,
-        })?;
+        let timeout =
+            call_timeout(own, deadline, Instant::now()).ok_or_else(|| Error::Timeout {
+                event: self.event.to_owned(),
+                timeout: Duration::ZERO,
+            })?;
         Ok(Outgoing {
             meta: self.meta,
             timeout,

@@ -115,7 +115,11 @@ mod tests {
             call_timeout(second, Some(now + Duration::from_secs(5)), now),
             Some(second)
         );
-        assert_eq!(call_timeout(second, Some(now), now), None, "passed: not sent");
+        assert_eq!(
+            call_timeout(second, Some(now), now),
+            None,
+            "passed: not sent"
+        );
     }
 
     #[test]

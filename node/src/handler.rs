@@ -20,8 +20,8 @@ use protocol::{decode_value, encode_value, Incoming, Meta, RemoteError};
 use regex::Regex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tower::util::BoxCloneSyncService;
 use tokio::time::Instant;
+use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Layer, Service};
 
 use crate::peer::NodeId;

@@ -104,8 +104,7 @@ impl Inner {
             }
             let mut header = forward.clone();
             header.remaining_ms = millis(left);
-            let header =
-                encode_value(&header).map_err(|e| RemoteError::handler(e.to_string()))?;
+            let header = encode_value(&header).map_err(|e| RemoteError::handler(e.to_string()))?;
             let mut meta = user.clone();
             meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
             let metadata = meta.as_bytes().clone();

@@ -72,7 +72,10 @@ impl Node {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Bytes> {
-        self.call(to, event).timeout(timeout).send_raw(payload).await
+        self.call(to, event)
+            .timeout(timeout)
+            .send_raw(payload)
+            .await
     }
 
     /// Sends a request as `outgoing` says (see [`Call`](crate::Call)).

@@ -319,7 +319,9 @@ fn put_entry(out: &mut BytesMut, key: &str, value: MetaValue<'_>) {
 
 /// Splits the first entry off `raw`: its key, its value, and what follows.
 fn split_entry(raw: &[u8]) -> Result<(&str, MetaValue<'_>, &[u8]), MetaError> {
-    let (&key_len, rest) = raw.split_first().ok_or(MetaError::Malformed("empty entry"))?;
+    let (&key_len, rest) = raw
+        .split_first()
+        .ok_or(MetaError::Malformed("empty entry"))?;
     let key_len = usize::from(key_len);
     if key_len == 0 {
         return Err(MetaError::Malformed("empty key"));
@@ -439,11 +441,11 @@ mod tests {
     #[test]
     fn malformed_sections_are_refused_not_misread() {
         let cases: &[&[u8]] = &[
-            &[0],                          // empty key
-            &[3, b'a', b'b'],              // truncated key
-            &[1, b'a', 0, 0, 0, 0, 9, 1],  // truncated value
-            &[1, b'a', 7, 0, 0, 0, 0],     // unknown kind
-            &[1, 0xff, 0, 0, 0, 0, 0],     // key not UTF-8
+            &[0],                            // empty key
+            &[3, b'a', b'b'],                // truncated key
+            &[1, b'a', 0, 0, 0, 0, 9, 1],    // truncated value
+            &[1, b'a', 7, 0, 0, 0, 0],       // unknown kind
+            &[1, 0xff, 0, 0, 0, 0, 0],       // key not UTF-8
             &[1, b'a', 0, 0, 0, 0, 1, 0xff], // text not UTF-8
         ];
         for case in cases {
