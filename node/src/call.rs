@@ -31,6 +31,8 @@ use crate::error::{Error, Result};
 use crate::handler::Request;
 use crate::link::Target;
 use crate::node::Node;
+use crate::trace;
+use tracing::Instrument;
 
 /// Which deadline a call inherits.
 #[derive(Debug, Clone, Copy)]
@@ -152,8 +154,17 @@ impl<'a> Call<'a> {
     /// reply.
     pub async fn send_raw(self, payload: Bytes) -> Result<Bytes> {
         let (node, to, event) = (self.node, self.to.clone(), self.event);
-        let outgoing = self.resolve()?;
-        node.send_request(to, event, payload, &outgoing).await
+        let mut outgoing = self.resolve()?;
+        let span = trace::call_span(event, &to);
+        let started = trace::started(&span);
+        async move {
+            trace::inject_unless_set(&mut outgoing.meta);
+            let result = node.send_request(to, event, payload, &outgoing).await;
+            trace::finish(&tracing::Span::current(), trace::outcome(&result), started);
+            result
+        }
+        .instrument(span)
+        .await
     }
 
     /// Sends it as a tick (no answer) with `data` encoded as MessagePack.
@@ -165,8 +176,17 @@ impl<'a> Call<'a> {
     /// Sends it as a tick with a raw payload.
     pub async fn tick_raw(self, payload: Bytes) -> Result<()> {
         let (node, to, event) = (self.node, self.to.clone(), self.event);
-        let outgoing = self.resolve()?;
-        node.send_tick(to, event, payload, &outgoing).await
+        let mut outgoing = self.resolve()?;
+        let span = trace::call_span(event, &to);
+        let started = trace::started(&span);
+        async move {
+            trace::inject_unless_set(&mut outgoing.meta);
+            let result = node.send_tick(to, event, payload, &outgoing).await;
+            trace::finish(&tracing::Span::current(), trace::outcome(&result), started);
+            result
+        }
+        .instrument(span)
+        .await
     }
 
     /// Sends it as a tick to every node the target matches (one for an id); how many it
@@ -174,7 +194,8 @@ impl<'a> Call<'a> {
     pub async fn tick_all<T: Serialize + ?Sized>(self, data: &T) -> Result<usize> {
         let payload = encode_value(data)?;
         let (node, to, event) = (self.node, self.to.clone(), self.event);
-        let outgoing = self.resolve()?;
+        let mut outgoing = self.resolve()?;
+        trace::inject_unless_set(&mut outgoing.meta);
         match to {
             Target::Any(filter, scope) => {
                 node.send_tick_all(&filter, scope, event, payload, &outgoing)

@@ -34,6 +34,9 @@ pub(crate) const BAD_METADATA: &str = "BAD_METADATA";
 pub(crate) struct Context {
     /// When the request's caller stops waiting.
     pub(crate) deadline: Option<Instant>,
+    /// The trace the request belongs to, with its handler's span as the parent of the
+    /// calls it makes.
+    pub(crate) trace: Option<crate::trace::TraceParent>,
 }
 
 tokio::task_local! {
@@ -140,6 +143,7 @@ mod tests {
         let seen = scope(
             Context {
                 deadline: Some(deadline),
+                trace: None,
             },
             async { current().and_then(|c| c.deadline) },
         )

@@ -58,12 +58,16 @@ mod link;
 mod middleware;
 mod node;
 pub mod options;
+#[cfg(feature = "otel")]
+mod otel;
 mod peer;
 mod routing;
 mod runtime;
 mod send;
+mod trace;
 mod upstream;
 
+pub use call::Call;
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
 pub use error::{Error, ErrorCode, Result};
 pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent};
@@ -75,7 +79,9 @@ pub use link::Target;
 pub use node::{Node, NodeStats, WeakNode};
 pub use options::{Options, Value};
 pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
+pub use protocol::{Meta, MetaError, MetaLimits, MetaValue};
 pub use tower::BoxError;
+pub use trace::{TraceParent, TRACEPARENT};
 pub use transport::{HandshakeFailure, Key, KeyPair, SecretKey};
 pub use upstream::ConnectOptions;
 

@@ -238,6 +238,15 @@ pub enum Target {
     Any(Filter, Scope),
 }
 
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Id(id) => write!(f, "{id}"),
+            Target::Any(_, scope) => write!(f, "any matching node ({scope:?})"),
+        }
+    }
+}
+
 impl From<&str> for Target {
     fn from(id: &str) -> Target {
         Target::Id(NodeId::from(id))

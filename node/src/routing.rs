@@ -107,6 +107,7 @@ impl Inner {
             let header = encode_value(&header).map_err(|e| RemoteError::handler(e.to_string()))?;
             let mut meta = user.clone();
             meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
+            crate::trace::inject(&mut meta);
             let metadata = meta.as_bytes().clone();
             match link
                 .system_request(FORWARD, metadata, payload.clone(), left)
@@ -213,6 +214,8 @@ impl Inner {
         let route = encode_value(&route).map_err(|e| RemoteError::handler(e.to_string()))?;
         let mut leaf = user.clone();
         leaf.set(ROUTE, MetaValue::Bytes(&route));
+        // The hop carries the trace on under this router's span.
+        crate::trace::inject(&mut leaf);
         let payload = incoming.payload().clone();
         let hop = Hop {
             from: &from,

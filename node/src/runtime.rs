@@ -32,7 +32,9 @@ use crate::dispatch::Received;
 use crate::inner::Inner;
 use crate::middleware::First;
 use crate::peer::{NodeId, PeerWork};
+use crate::trace;
 use protocol::Runners;
+use tracing::Instrument;
 
 /// The error code of a request refused because the node's handlers are at their limit.
 pub(crate) const BUSY: &str = "BUSY";
@@ -355,13 +357,15 @@ async fn run_job(job: Job) {
                 return expired(&work.inner, responder);
             }
             let (inner, peer) = (&work.inner, &work.peer);
-            let context = Context { deadline };
-            let handled = AssertUnwindSafe(context::scope(
-                context,
-                inner.handle(from, incoming, received, first),
-            ))
+            let (span, trace) = trace::handle_span(incoming.event(), &from, &received.meta);
+            let started = trace::started(&span);
+            let context = Context { deadline, trace };
+            let handled = AssertUnwindSafe(
+                context::scope(context, inner.handle(from, incoming, received, first))
+                    .instrument(span.clone()),
+            )
             .catch_unwind();
-            tokio::select! {
+            let outcome = tokio::select! {
                 biased;
                 result = handled => {
                     let result = result.unwrap_or_else(|_| {
@@ -369,17 +373,28 @@ async fn run_job(job: Job) {
                         Err(RemoteError::handler("the handler panicked"))
                     });
                     inner.runtime.answered.fetch_add(1, Ordering::Relaxed);
+                    let outcome = match &result {
+                        Ok(_) => "ok",
+                        Err(e) if e.system => "refused",
+                        Err(_) => "error",
+                    };
                     responder.answer(result);
+                    outcome
                 }
                 // The socket was aborted, or the requester left: the answer would go
                 // nowhere; the handler stops and its memory goes.
-                () = responder.aborted() => {}
+                () = responder.aborted() => "aborted",
                 () = peer.gone() => {
                     inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
+                    "cancelled"
                 }
                 // Its caller has given up: the same.
-                () = Expiry::new(deadline) => expired(inner, responder),
-            }
+                () = Expiry::new(deadline) => {
+                    expired(inner, responder);
+                    "expired"
+                }
+            };
+            trace::finish(&span, outcome, started);
         }
         Job::Tick {
             mut work,

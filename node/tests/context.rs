@@ -359,3 +359,43 @@ async fn middleware_hands_typed_values_to_the_handler() {
         "{refused:?}"
     );
 }
+
+#[tokio::test]
+async fn a_trace_context_is_carried_on_by_the_calls_a_handler_makes() {
+    // a -> b -> c: a sets a traceparent; b's handler calls c without touching metadata.
+    let c = server("c").await;
+    c.on_request("leaf", |req: Request| async move {
+        Ok::<_, HandlerError>(req.meta().get_str("traceparent").map(str::to_owned))
+    });
+    let b = server("b").await;
+    b.connect(&address(&c)).await.unwrap();
+    let weak = b.downgrade();
+    b.on_request("relay", move |_req: Request| {
+        let node = weak.upgrade().expect("b is alive");
+        async move {
+            let seen: Option<String> = node.request("c", "leaf", &()).await?;
+            Ok::<_, HandlerError>(seen)
+        }
+    });
+    let a = client("a").await;
+    a.connect(&address(&b)).await.unwrap();
+    let sent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let seen: Option<String> = a
+        .call("b", "relay")
+        .meta("traceparent", sent)
+        .send(&())
+        .await
+        .unwrap();
+    let seen = node::TraceParent::parse(&seen.expect("c got a traceparent")).unwrap();
+    let sent = node::TraceParent::parse(sent).unwrap();
+    assert_eq!(seen.trace_id, sent.trace_id, "the same trace");
+    assert_ne!(
+        seen.parent_id, sent.parent_id,
+        "b's span is c's parent, not a's"
+    );
+    assert_eq!(seen.flags, sent.flags);
+    // Outside a handler nothing is added.
+    a.connect(&address(&c)).await.unwrap();
+    let none: Option<String> = a.request("c", "leaf", &()).await.unwrap();
+    assert!(none.is_none());
+}
