@@ -31,8 +31,37 @@ use crate::error::{Error, Result};
 use crate::handler::Request;
 use crate::link::Target;
 use crate::node::Node;
+use crate::observe::{Called, Outcome};
 use crate::trace;
 use tracing::Instrument;
+
+/// When a call started, if anything watches it (its span is recorded, or a hook or
+/// metrics watch the node): otherwise the clock is not read.
+fn watch_from(node: &Node, span: &tracing::Span) -> Option<std::time::Instant> {
+    (node.inner.observers.active() || !span.is_disabled()).then(std::time::Instant::now)
+}
+
+/// Records how a call ended: in its span (the current one), and for the hooks and metrics.
+fn finished<T>(
+    node: &Node,
+    event: &str,
+    tick: bool,
+    result: &Result<T>,
+    started: Option<std::time::Instant>,
+) {
+    let Some(started) = started else { return };
+    let outcome = Outcome::of(result);
+    trace::finish(&tracing::Span::current(), outcome.as_str(), Some(started));
+    let observers = &node.inner.observers;
+    if observers.active() {
+        observers.called(&Called {
+            event,
+            tick,
+            outcome,
+            duration: started.elapsed(),
+        });
+    }
+}
 
 /// Which deadline a call inherits.
 #[derive(Debug, Clone, Copy)]
@@ -156,11 +185,11 @@ impl<'a> Call<'a> {
         let (node, to, event) = (self.node, self.to.clone(), self.event);
         let mut outgoing = self.resolve()?;
         let span = trace::call_span(event, &to);
-        let started = trace::started(&span);
+        let started = watch_from(node, &span);
         async move {
             trace::inject_unless_set(&mut outgoing.meta);
             let result = node.send_request(to, event, payload, &outgoing).await;
-            trace::finish(&tracing::Span::current(), trace::outcome(&result), started);
+            finished(node, event, false, &result, started);
             result
         }
         .instrument(span)
@@ -178,11 +207,11 @@ impl<'a> Call<'a> {
         let (node, to, event) = (self.node, self.to.clone(), self.event);
         let mut outgoing = self.resolve()?;
         let span = trace::call_span(event, &to);
-        let started = trace::started(&span);
+        let started = watch_from(node, &span);
         async move {
             trace::inject_unless_set(&mut outgoing.meta);
             let result = node.send_tick(to, event, payload, &outgoing).await;
-            trace::finish(&tracing::Span::current(), trace::outcome(&result), started);
+            finished(node, event, true, &result, started);
             result
         }
         .instrument(span)

@@ -61,6 +61,9 @@ pub struct Config {
     /// before anything is sent; a received request over them is answered with a typed
     /// refusal, a tick over them is dropped and counted.
     pub max_metadata: protocol::MetaLimits,
+    /// Whether the node records metrics through the `metrics` facade (see
+    /// [`NodeBuilder::metrics`]).
+    pub metrics: bool,
 }
 
 /// What a node does with a request or tick that arrives while its handlers are at
@@ -183,6 +186,7 @@ impl Default for Config {
             max_handlers_per_peer: 4096,
             reconnect: Reconnect::default(),
             max_metadata: protocol::MetaLimits::default(),
+            metrics: false,
         }
     }
 }
@@ -402,6 +406,14 @@ impl NodeBuilder {
         self.set(move |config| {
             config.max_concurrent_handlers = handlers.max(1);
         })
+    }
+
+    /// Records metrics through the `metrics` facade, so any exporter works: requests and
+    /// ticks sent and handled by event and outcome, handler and round-trip latencies, in
+    /// flight, peers joined and left, refusals, queue waits (the series are listed in
+    /// ARCHITECTURE.md, "Metrics"). Install the recorder before building the node.
+    pub fn metrics(self, on: bool) -> Self {
+        self.set(move |config| config.metrics = on)
     }
 
     /// Sets the limits on a message's metadata (see [`Config::max_metadata`]).

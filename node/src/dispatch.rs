@@ -53,11 +53,13 @@ impl Inner {
         incoming: Incoming,
         meta: Meta,
         first: First,
-    ) {
+    ) -> bool {
         let event = incoming.event().to_owned();
         if let Err(error) = first.run(Request::new_tick(from, incoming, meta)).await {
             tracing::debug!(node = %self.id, %event, cause = %error, "tick refused by its middleware");
+            return false;
         }
+        true
     }
 
     /// A user request from a joined peer: refused at once when closing or when nothing
@@ -86,9 +88,11 @@ impl Inner {
                 return;
             }
         };
+        let arrived = Instant::now();
         let received = Received {
-            deadline: deadline_of(Instant::now(), meta.budget()),
+            deadline: deadline_of(arrived, meta.budget()),
             meta,
+            arrived,
         };
         let first = if incoming.event() == FORWARD {
             None
@@ -158,6 +162,7 @@ impl Inner {
 pub(crate) struct Received {
     pub(crate) meta: Meta,
     pub(crate) deadline: Option<Instant>,
+    pub(crate) arrived: Instant,
 }
 
 /// The refusal of a message from a connection that has not joined.

@@ -19,6 +19,19 @@ pub enum LeaveReason {
     Revoked,
 }
 
+impl LeaveReason {
+    /// A stable lower-case name (the metrics' `reason` label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaveReason::Stopped => "stopped",
+            LeaveReason::TimedOut => "timed_out",
+            LeaveReason::Disconnected => "disconnected",
+            LeaveReason::Local => "local",
+            LeaveReason::Revoked => "revoked",
+        }
+    }
+}
+
 /// Where an error event comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorSource {

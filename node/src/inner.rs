@@ -113,6 +113,8 @@ pub(crate) struct Inner {
     pub(crate) metadata_refused: AtomicU64,
     /// Router state: counters and the `tick_all` ids seen.
     pub(crate) routing: Routing,
+    /// Per-request hooks and metrics.
+    pub(crate) observers: crate::observe::Observers,
     /// With CURVE: the key each id first joined with (an id is bound to it). Bounded: past
     /// `MAX_BOUND_KEYS` ids, new ones are not bound (the allow-list still applies).
     bound_keys: Mutex<HashMap<NodeId, transport::Key>>,
@@ -124,6 +126,7 @@ const MAX_BOUND_KEYS: usize = 65_536;
 impl Inner {
     pub(crate) fn new(id: NodeId, options: Options, config: Config) -> Inner {
         let (events, _) = broadcast::channel(1024);
+        let observers = crate::observe::Observers::new(&id, config.metrics);
         Inner {
             id,
             instance: uuid::Uuid::new_v4().to_string(),
@@ -140,6 +143,7 @@ impl Inner {
             unjoined: AtomicU64::new(0),
             metadata_refused: AtomicU64::new(0),
             routing: Routing::default(),
+            observers,
             bound_keys: Mutex::new(HashMap::new()),
         }
     }
@@ -160,11 +164,55 @@ impl Inner {
         }
     }
 
+    /// The node's counters (see [`Node::stats`](crate::Node::stats)).
+    pub(crate) fn stats(&self) -> crate::NodeStats {
+        let mut stats = crate::NodeStats {
+            peers: self.state.lock().registry.all().count(),
+            requests_handled: self.runtime.answered.load(Ordering::Relaxed),
+            busy_refused: self.runtime.refused.load(Ordering::Relaxed),
+            ticks_dropped: self.runtime.ticks_dropped.load(Ordering::Relaxed),
+            handlers_active: self.runtime.active(),
+            handlers_queued: self.runtime.queued(),
+            handlers_cancelled: self.runtime.cancelled.load(Ordering::Relaxed),
+            handlers_expired: self.runtime.expired.load(Ordering::Relaxed),
+            metadata_refused: self.metadata_refused.load(Ordering::Relaxed),
+            unjoined_messages: self.unjoined.load(Ordering::Relaxed),
+            ..crate::NodeStats::default()
+        };
+        let server = self.server.lock().clone();
+        let clients: Vec<protocol::Client> = self
+            .upstreams
+            .lock()
+            .values()
+            .filter_map(|u| u.client().cloned())
+            .collect();
+        let conversations = server
+            .map(|s| s.stats())
+            .into_iter()
+            .chain(clients.iter().map(protocol::Client::stats));
+        for c in conversations {
+            stats.invalid_envelopes += c.invalid_envelopes;
+            stats.unmatched_replies += c.unmatched_replies;
+            stats.timeouts += c.timeouts;
+            stats.requests_sent += c.requests_sent;
+            stats.ticks_sent += c.ticks_sent;
+            stats.ticks_received += c.ticks_handled;
+        }
+        stats
+    }
+
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Acquire)
     }
 
     pub(crate) fn emit(&self, event: NodeEvent) {
+        if let Some(metrics) = &self.observers.metrics {
+            match &event {
+                NodeEvent::PeerJoined { .. } => metrics.joined(),
+                NodeEvent::PeerLeft { reason, .. } => metrics.left(reason.as_str()),
+                _ => {}
+            }
+        }
         // No receiver is fine.
         let _ = self.events.send(event);
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use protocol::{encode_value, Client, Server};
+use protocol::{encode_value, Server};
 use serde::Serialize;
 use tower::{BoxError, Layer, Service};
 use transport::{Curve, Key};
@@ -190,6 +190,9 @@ impl Node {
         ));
         let heartbeat = tokio::spawn(heartbeat_loop(Arc::downgrade(&inner)));
         *inner.heartbeat.lock() = Some(heartbeat);
+        if inner.observers.metrics.is_some() {
+            tokio::spawn(crate::observe::sample_metrics(Arc::downgrade(&inner)));
+        }
         let node = Node {
             alive: Arc::new(Alive {
                 inner: Arc::clone(&inner),
@@ -551,40 +554,7 @@ impl Node {
 
     /// Counters: what this node handled, refused and dropped.
     pub fn stats(&self) -> NodeStats {
-        let mut stats = NodeStats {
-            peers: self.inner.state.lock().registry.all().count(),
-            requests_handled: self.inner.runtime.answered.load(Ordering::Relaxed),
-            busy_refused: self.inner.runtime.refused.load(Ordering::Relaxed),
-            ticks_dropped: self.inner.runtime.ticks_dropped.load(Ordering::Relaxed),
-            handlers_active: self.inner.runtime.active(),
-            handlers_queued: self.inner.runtime.queued(),
-            handlers_cancelled: self.inner.runtime.cancelled.load(Ordering::Relaxed),
-            handlers_expired: self.inner.runtime.expired.load(Ordering::Relaxed),
-            metadata_refused: self.inner.metadata_refused.load(Ordering::Relaxed),
-            unjoined_messages: self.inner.unjoined.load(Ordering::Relaxed),
-            ..NodeStats::default()
-        };
-        let server = self.inner.server.lock().clone();
-        let clients: Vec<Client> = self
-            .inner
-            .upstreams
-            .lock()
-            .values()
-            .filter_map(|u| u.client().cloned())
-            .collect();
-        let conversations = server
-            .map(|s| s.stats())
-            .into_iter()
-            .chain(clients.iter().map(Client::stats));
-        for c in conversations {
-            stats.invalid_envelopes += c.invalid_envelopes;
-            stats.unmatched_replies += c.unmatched_replies;
-            stats.timeouts += c.timeouts;
-            stats.requests_sent += c.requests_sent;
-            stats.ticks_sent += c.ticks_sent;
-            stats.ticks_received += c.ticks_handled;
-        }
-        stats
+        self.inner.stats()
     }
 
     /// Forwarding counters (all zero unless this node is a router).

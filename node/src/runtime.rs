@@ -31,6 +31,7 @@ use crate::context::{self, Context, Expiry, DEADLINE_EXCEEDED};
 use crate::dispatch::Received;
 use crate::inner::Inner;
 use crate::middleware::First;
+use crate::observe::{Handled, Outcome};
 use crate::peer::{NodeId, PeerWork};
 use crate::trace;
 use protocol::Runners;
@@ -247,14 +248,19 @@ impl Work {
     /// Waits for a slot if the job had to queue, unless its peer leaves first (counted as
     /// cancelled) or `deadline` passes. A job admitted with a slot runs at once: only the
     /// rare queued one pays for a second handle on its peer.
-    async fn slot_before(&mut self, deadline: Option<Instant>) -> Waited {
+    async fn slot_before(&mut self, deadline: Option<Instant>, arrived: Instant) -> Waited {
         if !self.queued {
             return Waited::Slot;
         }
         let peer = Arc::clone(&self.peer);
         tokio::select! {
             biased;
-            () = self.slot() => Waited::Slot,
+            () = self.slot() => {
+                if let Some(metrics) = &self.inner.observers.metrics {
+                    metrics.queue_wait(arrived.elapsed());
+                }
+                Waited::Slot
+            }
             () = peer.gone() => {
                 self.inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
                 Waited::PeerGone
@@ -301,12 +307,13 @@ enum Waited {
 }
 
 /// Answers a request whose deadline passed before or while it ran (counted).
-fn expired(inner: &Inner, responder: Responder) {
+fn expired(inner: &Inner, responder: Responder) -> Outcome {
     inner.runtime.expired.fetch_add(1, Ordering::Relaxed);
     responder.answer(Err(RemoteError::system_error(
         DEADLINE_EXCEEDED,
         "the request's deadline passed before its handler finished",
     )));
+    Outcome::Timeout
 }
 
 /// One message's handler work, as a runner runs it (`pool.rs`).
@@ -347,54 +354,23 @@ async fn run_job(job: Job) {
             first,
             responder,
         } => {
-            let deadline = received.deadline;
-            match work.slot_before(deadline).await {
-                Waited::Slot => {}
-                Waited::PeerGone => return,
-                Waited::Expired => return expired(&work.inner, responder),
+            // Only while a hook or metrics watch: the event's name, who sent it, and when
+            // it arrived outlive the handler.
+            let watched = work
+                .inner
+                .observers
+                .active()
+                .then(|| (incoming.event().to_owned(), from.clone(), received.arrived));
+            let outcome = run_request(&mut work, from, incoming, received, first, responder).await;
+            if let Some((event, from, arrived)) = watched {
+                work.inner.observers.handled(&Handled {
+                    event: &event,
+                    from: &from,
+                    tick: false,
+                    outcome,
+                    duration: arrived.elapsed(),
+                });
             }
-            if deadline.is_some_and(|deadline| deadline <= Instant::now()) {
-                return expired(&work.inner, responder);
-            }
-            let (inner, peer) = (&work.inner, &work.peer);
-            let (span, trace) = trace::handle_span(incoming.event(), &from, &received.meta);
-            let started = trace::started(&span);
-            let context = Context { deadline, trace };
-            let handled = AssertUnwindSafe(
-                context::scope(context, inner.handle(from, incoming, received, first))
-                    .instrument(span.clone()),
-            )
-            .catch_unwind();
-            let outcome = tokio::select! {
-                biased;
-                result = handled => {
-                    let result = result.unwrap_or_else(|_| {
-                        tracing::error!(node = %inner.id, "request handler panicked");
-                        Err(RemoteError::handler("the handler panicked"))
-                    });
-                    inner.runtime.answered.fetch_add(1, Ordering::Relaxed);
-                    let outcome = match &result {
-                        Ok(_) => "ok",
-                        Err(e) if e.system => "refused",
-                        Err(_) => "error",
-                    };
-                    responder.answer(result);
-                    outcome
-                }
-                // The socket was aborted, or the requester left: the answer would go
-                // nowhere; the handler stops and its memory goes.
-                () = responder.aborted() => "aborted",
-                () = peer.gone() => {
-                    inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
-                    "cancelled"
-                }
-                // Its caller has given up: the same.
-                () = Expiry::new(deadline) => {
-                    expired(inner, responder);
-                    "expired"
-                }
-            };
-            trace::finish(&span, outcome, started);
         }
         Job::Tick {
             mut work,
@@ -403,25 +379,101 @@ async fn run_job(job: Job) {
             meta,
             first,
         } => {
-            if work.slot_before(None).await != Waited::Slot {
+            let watched = work
+                .inner
+                .observers
+                .active()
+                .then(|| (incoming.event().to_owned(), from.clone(), Instant::now()));
+            if work.slot_before(None, Instant::now()).await != Waited::Slot {
                 return;
             }
             let (inner, peer) = (&work.inner, &work.peer);
             let handled =
                 AssertUnwindSafe(inner.handle_tick(from, incoming, meta, first)).catch_unwind();
-            tokio::select! {
+            let outcome = tokio::select! {
                 biased;
-                result = handled => {
-                    if result.is_err() {
+                result = handled => match result {
+                    Ok(true) => Outcome::Ok,
+                    Ok(false) => Outcome::Error,
+                    Err(_) => {
                         tracing::error!(node = %inner.id, "tick handler panicked");
+                        Outcome::Error
                     }
-                }
+                },
                 () = peer.gone() => {
                     inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
+                    Outcome::Cancelled
                 }
+            };
+            if let Some((event, from, arrived)) = watched {
+                inner.observers.handled(&Handled {
+                    event: &event,
+                    from: &from,
+                    tick: true,
+                    outcome,
+                    duration: arrived.elapsed(),
+                });
             }
         }
     }
+}
+
+/// Runs one request to its answer (or its end): waits for a slot if it queued, checks its
+/// deadline, runs the handler in its span and context; how it ended.
+async fn run_request(
+    work: &mut Work,
+    from: NodeId,
+    incoming: Incoming,
+    received: Received,
+    first: Option<First>,
+    responder: Responder,
+) -> Outcome {
+    let deadline = received.deadline;
+    match work.slot_before(deadline, received.arrived).await {
+        Waited::Slot => {}
+        Waited::PeerGone => return Outcome::Cancelled,
+        Waited::Expired => return expired(&work.inner, responder),
+    }
+    if deadline.is_some_and(|deadline| deadline <= Instant::now()) {
+        return expired(&work.inner, responder);
+    }
+    let (inner, peer) = (&work.inner, &work.peer);
+    let (span, trace) = trace::handle_span(incoming.event(), &from, &received.meta);
+    let started = trace::started(&span);
+    let context = Context { deadline, trace };
+    let handled = AssertUnwindSafe(
+        context::scope(context, inner.handle(from, incoming, received, first))
+            .instrument(span.clone()),
+    )
+    .catch_unwind();
+    let outcome = tokio::select! {
+        biased;
+        result = handled => {
+            let result = result.unwrap_or_else(|_| {
+                tracing::error!(node = %inner.id, "request handler panicked");
+                Err(RemoteError::handler("the handler panicked"))
+            });
+            inner.runtime.answered.fetch_add(1, Ordering::Relaxed);
+            let outcome = match &result {
+                Ok(_) => Outcome::Ok,
+                Err(e) if e.system => Outcome::Refused,
+                Err(_) => Outcome::Error,
+            };
+            responder.answer(result);
+            outcome
+        }
+        // The socket was aborted, or the requester left: the answer would go nowhere; the
+        // handler stops and its memory goes.
+        () = responder.aborted() => Outcome::Cancelled,
+        () = peer.gone() => {
+            inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
+            Outcome::Cancelled
+        }
+        // Its caller has given up: the same.
+        () = Expiry::new(deadline) => expired(inner, responder),
+    };
+    trace::finish(&span, outcome.as_str(), started);
+    outcome
 }
 
 /// Runs a user request (or a forward, on a router) from the joined peer `from` on a runner,

@@ -160,16 +160,6 @@ pub(crate) fn inject_unless_set(meta: &mut Meta) {
     }
 }
 
-/// The outcome a span records for a call's result.
-pub(crate) fn outcome<T>(result: &crate::Result<T>) -> &'static str {
-    match result {
-        Ok(_) => "ok",
-        Err(crate::Error::Handler { .. }) => "error",
-        Err(e) if e.is_timeout() => "timeout",
-        Err(_) => "failed",
-    }
-}
-
 /// The span of a request being handled, and the trace its handler's calls carry on.
 pub(crate) fn handle_span(
     event: &str,

@@ -1,0 +1,220 @@
+//! Metrics through the `metrics` facade, so any exporter works (the `zeronode` command
+//! serves them in Prometheus text with `metrics-exporter-prometheus`). On with
+//! [`NodeBuilder::metrics`](crate::NodeBuilder::metrics); install the recorder before
+//! building the node (handles are taken from the recorder of the time).
+//!
+//! Every series has the label `node` (the node's id). Per event, with the labels `event`
+//! and `outcome` ([`Outcome::as_str`](crate::Outcome::as_str)):
+//! - `zeronode_requests_handled_total`, `zeronode_ticks_handled_total`, and the histogram
+//!   `zeronode_handler_seconds` (arrival to answer);
+//! - `zeronode_requests_sent_total`, `zeronode_ticks_sent_total`, and the histogram
+//!   `zeronode_request_seconds` (the round trip).
+//!
+//! Event names are chosen by peers: the first [`MAX_EVENT_LABELS`] distinct names get a
+//! label of their own, every later one is counted under `event="_other"`, so a peer cannot
+//! grow the series without bound.
+//!
+//! Node-wide, sampled from [`NodeStats`](crate::NodeStats) every second: the gauges
+//! `zeronode_peers`, `zeronode_in_flight`, `zeronode_handlers_active`,
+//! `zeronode_handlers_queued`; the counters `zeronode_refused_total{reason}` (`busy`,
+//! `metadata`, `unjoined`, `invalid_envelope`), `zeronode_ticks_dropped_total`,
+//! `zeronode_handlers_cancelled_total`, `zeronode_handlers_expired_total`,
+//! `zeronode_timeouts_total`, `zeronode_forwarded_total`, `zeronode_forward_failed_total`.
+//! As they happen: `zeronode_peers_joined_total`, `zeronode_peers_left_total{reason}`, and
+//! the histogram `zeronode_queue_wait_seconds` (a message's wait for a handler slot).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram, Counter, Histogram, Label, SharedString};
+use parking_lot::RwLock;
+
+use crate::observe::{Called, Handled, Outcome};
+use crate::peer::NodeId;
+
+/// The most distinct event names that get a label of their own, per node.
+pub const MAX_EVENT_LABELS: usize = 256;
+/// The label of every event past [`MAX_EVENT_LABELS`].
+const OTHER: &str = "_other";
+
+/// The handles of one event's series (taken once, then an atomic add per request).
+struct EventSeries {
+    handled: [Counter; 5],
+    ticks_handled: [Counter; 5],
+    handler_seconds: Histogram,
+    sent: [Counter; 5],
+    ticks_sent: [Counter; 5],
+    request_seconds: Histogram,
+}
+
+impl EventSeries {
+    fn new(node: &SharedString, event: &str) -> EventSeries {
+        let labels = |outcome: Outcome| {
+            vec![
+                Label::new("node", node.clone()),
+                Label::new("event", event.to_owned()),
+                Label::new("outcome", outcome.as_str()),
+            ]
+        };
+        let per_outcome =
+            |name: &'static str| Outcome::ALL.map(|outcome| counter!(name, labels(outcome)));
+        let timing = vec![
+            Label::new("node", node.clone()),
+            Label::new("event", event.to_owned()),
+        ];
+        EventSeries {
+            handled: per_outcome("zeronode_requests_handled_total"),
+            ticks_handled: per_outcome("zeronode_ticks_handled_total"),
+            handler_seconds: histogram!("zeronode_handler_seconds", timing.clone()),
+            sent: per_outcome("zeronode_requests_sent_total"),
+            ticks_sent: per_outcome("zeronode_ticks_sent_total"),
+            request_seconds: histogram!("zeronode_request_seconds", timing),
+        }
+    }
+}
+
+/// A node's metrics.
+pub(crate) struct Metrics {
+    node: SharedString,
+    events: RwLock<HashMap<Box<str>, Arc<EventSeries>>>,
+    other: Arc<EventSeries>,
+    queue_wait: Histogram,
+}
+
+impl Metrics {
+    pub(crate) fn new(node: &NodeId) -> Metrics {
+        let node = SharedString::from(node.to_string());
+        Metrics {
+            other: Arc::new(EventSeries::new(&node, OTHER)),
+            queue_wait: histogram!("zeronode_queue_wait_seconds", "node" => node.clone()),
+            node,
+            events: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The series of `event`: its own while there is room, else the shared `_other`.
+    fn series(&self, event: &str) -> Arc<EventSeries> {
+        if let Some(series) = self.events.read().get(event) {
+            return Arc::clone(series);
+        }
+        let mut events = self.events.write();
+        if let Some(series) = events.get(event) {
+            return Arc::clone(series);
+        }
+        if events.len() >= MAX_EVENT_LABELS {
+            return Arc::clone(&self.other);
+        }
+        let series = Arc::new(EventSeries::new(&self.node, event));
+        events.insert(event.into(), Arc::clone(&series));
+        series
+    }
+
+    pub(crate) fn handled(&self, handled: &Handled<'_>) {
+        let series = self.series(handled.event);
+        let i = handled.outcome.index();
+        if handled.tick {
+            series.ticks_handled[i].increment(1);
+        } else {
+            series.handled[i].increment(1);
+            series
+                .handler_seconds
+                .record(handled.duration.as_secs_f64());
+        }
+    }
+
+    pub(crate) fn called(&self, called: &Called<'_>) {
+        let series = self.series(called.event);
+        let i = called.outcome.index();
+        if called.tick {
+            series.ticks_sent[i].increment(1);
+        } else {
+            series.sent[i].increment(1);
+            series.request_seconds.record(called.duration.as_secs_f64());
+        }
+    }
+
+    /// A message waited `waited` for a handler slot.
+    pub(crate) fn queue_wait(&self, waited: Duration) {
+        self.queue_wait.record(waited.as_secs_f64());
+    }
+
+    /// A peer joined.
+    pub(crate) fn joined(&self) {
+        counter!("zeronode_peers_joined_total", "node" => self.node.clone()).increment(1);
+    }
+
+    /// A peer left, for `reason`.
+    pub(crate) fn left(&self, reason: &'static str) {
+        counter!("zeronode_peers_left_total", "node" => self.node.clone(), "reason" => reason)
+            .increment(1);
+    }
+
+    /// Records the node-wide numbers sampled from its stats.
+    pub(crate) fn sample(&self, sample: &Sample) {
+        let node = || self.node.clone();
+        gauge!("zeronode_peers", "node" => node()).set(sample.peers as f64);
+        gauge!("zeronode_in_flight", "node" => node()).set(sample.in_flight as f64);
+        gauge!("zeronode_handlers_active", "node" => node()).set(sample.handlers_active as f64);
+        gauge!("zeronode_handlers_queued", "node" => node()).set(sample.handlers_queued as f64);
+        for (reason, count) in [
+            ("busy", sample.busy),
+            ("metadata", sample.metadata),
+            ("unjoined", sample.unjoined),
+            ("invalid_envelope", sample.invalid_envelopes),
+        ] {
+            counter!("zeronode_refused_total", "node" => node(), "reason" => reason)
+                .absolute(count);
+        }
+        for (name, count) in [
+            ("zeronode_ticks_dropped_total", sample.ticks_dropped),
+            ("zeronode_handlers_cancelled_total", sample.cancelled),
+            ("zeronode_handlers_expired_total", sample.expired),
+            ("zeronode_timeouts_total", sample.timeouts),
+            ("zeronode_forwarded_total", sample.forwarded),
+            ("zeronode_forward_failed_total", sample.forward_failed),
+        ] {
+            counter!(name, "node" => node()).absolute(count);
+        }
+    }
+}
+
+/// The node-wide numbers [`Metrics::sample`] records.
+#[derive(Debug, Default)]
+pub(crate) struct Sample {
+    pub(crate) peers: usize,
+    pub(crate) in_flight: usize,
+    pub(crate) handlers_active: usize,
+    pub(crate) handlers_queued: usize,
+    pub(crate) busy: u64,
+    pub(crate) metadata: u64,
+    pub(crate) unjoined: u64,
+    pub(crate) invalid_envelopes: u64,
+    pub(crate) ticks_dropped: u64,
+    pub(crate) cancelled: u64,
+    pub(crate) expired: u64,
+    pub(crate) timeouts: u64,
+    pub(crate) forwarded: u64,
+    pub(crate) forward_failed: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_labels_are_bounded() {
+        let metrics = Metrics::new(&NodeId::from("n"));
+        for i in 0..MAX_EVENT_LABELS + 50 {
+            metrics.series(&format!("event-{i}"));
+        }
+        assert_eq!(metrics.events.read().len(), MAX_EVENT_LABELS);
+        let late = metrics.series("one-more");
+        assert!(Arc::ptr_eq(&late, &metrics.other), "folded into _other");
+        let early = metrics.series("event-3");
+        assert!(
+            !Arc::ptr_eq(&early, &metrics.other),
+            "the first keep theirs"
+        );
+    }
+}
