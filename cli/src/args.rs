@@ -111,6 +111,10 @@ pub(crate) struct NodeArgs {
     /// Print one line per request and tick received.
     #[arg(short, long)]
     pub(crate) verbose: bool,
+    /// Serve the node's metrics in Prometheus text format at `http://ADDR/metrics`, e.g.
+    /// `127.0.0.1:9100` (port 0 picks a free port; printed as `metrics on ...`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) metrics: Option<String>,
     /// Run as a router node: forward requests and ticks that its peers cannot deliver
     /// themselves (to ids they are not joined to, or filters nothing near them matches).
     #[arg(long)]
@@ -242,6 +246,11 @@ pub(crate) struct RequestArgs {
     /// The request's data as JSON (sent as MessagePack); `null` when absent.
     #[arg(value_name = "JSON")]
     pub(crate) data: Option<String>,
+    /// A metadata entry sent with the request (text); repeat it. The reply's metadata is
+    /// printed on stderr, one `meta KEY=VALUE` line each (`zeronode node`'s `echo` sends the
+    /// request's back).
+    #[arg(short = 'm', long = "meta", value_name = "KEY=VALUE", value_parser = parse_meta)]
+    pub(crate) meta: Vec<(String, String)>,
     /// How long to wait for the reply, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) timeout: u64,
@@ -265,6 +274,9 @@ pub(crate) struct TickArgs {
     /// The tick's data as JSON (sent as MessagePack); `null` when absent.
     #[arg(value_name = "JSON")]
     pub(crate) data: Option<String>,
+    /// A metadata entry sent with the tick (text); repeat it.
+    #[arg(short = 'm', long = "meta", value_name = "KEY=VALUE", value_parser = parse_meta)]
+    pub(crate) meta: Vec<(String, String)>,
 }
 
 /// `zeronode peers`.
@@ -343,6 +355,19 @@ pub(crate) fn parse_key_value(arg: &str) -> Result<KeyValue, String> {
         key: key.to_owned(),
         value: parse_value(raw),
     })
+}
+
+/// A `--meta KEY=VALUE`: the value is text, taken as it is.
+pub(crate) fn parse_meta(arg: &str) -> Result<(String, String), String> {
+    let (key, value) = arg
+        .split_once('=')
+        .ok_or_else(|| format!("expected KEY=VALUE, got {arg:?}"))?;
+    if key.is_empty() || key.starts_with(':') || key.len() > 255 {
+        return Err(format!(
+            "a metadata key is 1 to 255 bytes and does not start with ':', got {key:?}"
+        ));
+    }
+    Ok((key.to_owned(), value.to_owned()))
 }
 
 /// Types one value as [`parse_key_value`] describes.

@@ -52,6 +52,7 @@
 mod args;
 mod error;
 mod keys;
+mod metrics;
 mod output;
 mod peers;
 mod send;

@@ -20,14 +20,30 @@ pub(crate) async fn request(args: RequestArgs) -> Result<(), Error> {
     let timeout = Duration::from_millis(args.timeout);
     let session = Session::connect(&args.connect).await?;
     let target = session.target(&aim);
-    let reply = session
-        .node
-        .request_timeout::<_, serde_json::Value>(target, &args.event, &data, timeout)
+    let call = session.node.call(target, &args.event).timeout(timeout);
+    let reply = with_meta(call, &args.meta)
+        .send_reply(&data)
         .await
+        .and_then(|reply| Ok((reply.decode::<serde_json::Value>()?, reply)))
         .map_err(|source| session.send_error(&aim, source));
     session.close().await;
-    say(reply?);
+    let (value, reply) = reply?;
+    for (key, meta) in reply.meta().iter() {
+        match meta.as_str() {
+            Some(text) => eprintln!("meta {key}={text}"),
+            None => eprintln!("meta {key}=({} bytes)", meta.as_bytes().len()),
+        }
+    }
+    say(value);
     Ok(())
+}
+
+/// The call with the `--meta` entries.
+fn with_meta<'a>(mut call: node::Call<'a>, meta: &[(String, String)]) -> node::Call<'a> {
+    for (key, value) in meta {
+        call = call.meta(key, value);
+    }
+    call
 }
 
 /// Sends one tick and prints `sent` (or `sent to N nodes` with `--all`).
@@ -37,16 +53,18 @@ pub(crate) async fn tick(args: TickArgs) -> Result<(), Error> {
     let session = Session::connect(&args.connect).await?;
     let sent = match &aim {
         Aim::All(conditions, scope) => {
-            session
-                .node
-                .tick_all(&conditions.filter(), *scope, &args.event, &data)
+            let to = Target::Any(conditions.filter(), *scope);
+            with_meta(session.node.call(to, &args.event), &args.meta)
+                .tick_all(&data)
                 .await
         }
-        other => session
-            .node
-            .tick(session.target(other), &args.event, &data)
-            .await
-            .map(|()| 1),
+        other => with_meta(
+            session.node.call(session.target(other), &args.event),
+            &args.meta,
+        )
+        .tick(&data)
+        .await
+        .map(|()| 1),
     }
     .map_err(|source| session.send_error(&aim, source));
     // A graceful close flushes the tick before the connection goes.

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! listening on tcp://127.0.0.1:40123      (with --bind; the port resolved)
+//! metrics on http://127.0.0.1:9100/metrics (with --metrics)
 //! node api-1 ready                         (every --connect joined)
 //! peer joined w1 (downstream) role=worker
 //! peer left w1 (downstream, stopped)
@@ -12,7 +13,8 @@
 //! node api-1 stopped
 //! ```
 //!
-//! The built-in request handlers are `echo` (the data back, byte for byte), `ping`
+//! The built-in request handlers are `echo` (the data back, byte for byte, and the
+//! request's metadata as the reply's), `ping`
 //! (`"pong"`), `delay` (waits the number of milliseconds it is given, then returns it) and
 //! `zeronode:peers` (see [`crate::peers`]); every tick is accepted (and counted).
 
@@ -46,7 +48,13 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
             "--allow needs --key: only a secured node checks client keys".into(),
         ));
     }
+    // The recorder first: the node takes its metric handles from it.
+    let metrics = match &args.metrics {
+        Some(address) => Some(crate::metrics::serve(address).await?),
+        None => None,
+    };
     let mut builder = Node::builder()
+        .metrics(metrics.is_some())
         .options(args.options())
         .handshake_timeout(Duration::from_millis(args.connect_timeout))
         .close_grace(args.grace)
@@ -66,7 +74,16 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
     register_handlers(&node, &counters, args.verbose);
     // Subscribed before binding, so no join goes unlogged.
     let events = node.events();
-    let result = serve(&node, &args, &security, events, &counters, &mut signals).await;
+    let result = serve(
+        &node,
+        &args,
+        &security,
+        events,
+        &counters,
+        &mut signals,
+        metrics,
+    )
+    .await;
     // Idempotent: returns at once when `serve` already closed the node.
     if !matches!(result, Err(Error::Interrupted)) {
         node.close().await;
@@ -84,6 +101,7 @@ async fn serve(
     events: node::EventStream,
     counters: &Arc<Counters>,
     signals: &mut Signals,
+    metrics: Option<std::net::SocketAddr>,
 ) -> Result<(), Error> {
     if let Some(address) = &args.bind {
         let real = node.bind(address).await.map_err(|source| Error::Bind {
@@ -94,6 +112,9 @@ async fn serve(
         if let Some(key) = node.public_key() {
             say(format_args!("public key {key}"));
         }
+    }
+    if let Some(address) = metrics {
+        say(format_args!("metrics on http://{address}/metrics"));
     }
     let logger = tokio::spawn(log_events(events));
     let timeout = Duration::from_millis(args.connect_timeout);
@@ -181,7 +202,10 @@ fn register_handlers(node: &Node, counters: &Arc<Counters>, verbose: bool) {
         "echo",
         tower::service_fn(move |req: Request| {
             c.request(&req, verbose);
-            std::future::ready(Ok::<_, BoxError>(Response::raw(req.payload().clone())))
+            // The request's metadata goes back too (`zeronode request -m` prints it).
+            std::future::ready(Ok::<_, BoxError>(
+                Response::raw(req.payload().clone()).with_all_meta(req.meta()),
+            ))
         }),
     );
 

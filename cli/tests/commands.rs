@@ -482,3 +482,98 @@ fn sigterm_answers_every_request_in_flight_before_the_node_stops() {
     }
     assert_eq!(srv.wait_exit().code(), Some(0), "{srv}");
 }
+
+#[test]
+fn request_metadata_goes_out_and_echo_sends_it_back() {
+    let srv = server(&[]);
+    let run = zeronode(&[
+        "request",
+        "--connect",
+        &srv.address,
+        "-m",
+        "auth=t0k3n",
+        "--meta",
+        "tenant=acme corp",
+        "echo",
+        r#""x""#,
+    ]);
+    assert_eq!(run.ok(), r#""x""#);
+    assert!(run.stderr.contains("meta auth=t0k3n"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("meta tenant=acme corp"),
+        "{}",
+        run.stderr
+    );
+    let bad = zeronode(&[
+        "request",
+        "--connect",
+        &srv.address,
+        "-m",
+        ":budget=1",
+        "echo",
+    ]);
+    assert!(bad.failed().contains("metadata key"), "{}", bad.stderr);
+}
+
+/// `GET /metrics` from a `zeronode node --metrics`.
+fn scrape(url: &str) -> String {
+    use std::io::{Read, Write};
+    let address = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .expect("an http://HOST:PORT/metrics url");
+    let mut stream = std::net::TcpStream::connect(address).expect("the metrics port");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {address}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+    response
+}
+
+#[test]
+fn node_serves_prometheus_metrics_after_traffic() {
+    let mut srv = NodeProcess::start(&[
+        "--id",
+        "srv",
+        "--bind",
+        "tcp://127.0.0.1:0",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let line = srv.next_line();
+    let url = line
+        .strip_prefix("metrics on ")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_owned();
+    assert_eq!(srv.next_line(), "node srv ready");
+    for _ in 0..3 {
+        zeronode(&["request", "--connect", &srv.address, "echo", "1"]).ok();
+    }
+    zeronode(&["request", "--connect", &srv.address, "nothing-handles-this"]).failed();
+    let handled =
+        regex::Regex::new(r#"(?m)^zeronode_requests_handled_total\{[^}]*event="echo"[^}]*\} 3$"#)
+            .unwrap();
+    // The last answer and the counter race by a few microseconds: scrape until it shows
+    // (bounded: 100 tries, 5 s).
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = scrape(&url);
+        if handled.is_match(&text) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(handled.is_match(&text), "{text}");
+    assert!(text.contains(r#"node="srv""#), "{text}");
+    assert!(text.contains("zeronode_handler_seconds_bucket"), "{text}");
+    // The three `zeronode request` commands joined and left.
+    assert!(
+        regex::Regex::new(r#"(?m)^zeronode_peers_joined_total\{node="srv"\} [4-9]$"#)
+            .unwrap()
+            .is_match(&text),
+        "{text}"
+    );
+}

@@ -63,6 +63,44 @@ fn finished<T>(
     }
 }
 
+/// A reply: its payload and the metadata its handler set.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    payload: Bytes,
+    meta: Meta,
+}
+
+impl Reply {
+    /// The reply's metadata, checked (its size against
+    /// [`Config::max_metadata`](crate::Config::max_metadata)).
+    fn from_answer(answer: protocol::Answer, limits: &protocol::MetaLimits) -> Result<Reply> {
+        Ok(Reply {
+            meta: Meta::parse(answer.metadata, limits)?,
+            payload: answer.payload,
+        })
+    }
+
+    /// The raw payload.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// Takes the payload out.
+    pub fn into_payload(self) -> Bytes {
+        self.payload
+    }
+
+    /// The metadata the handler answered with.
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    /// Decodes the payload from MessagePack.
+    pub fn decode<R: DeserializeOwned>(&self) -> Result<R> {
+        Ok(decode_value(&self.payload)?)
+    }
+}
+
 /// Which deadline a call inherits.
 #[derive(Debug, Clone, Copy)]
 enum Inherit {
@@ -179,16 +217,33 @@ impl<'a> Call<'a> {
         Ok(decode_value(&reply)?)
     }
 
+    /// Sends the request with `data` encoded as MessagePack and returns the whole reply:
+    /// payload and metadata.
+    pub async fn send_reply<T: Serialize + ?Sized>(self, data: &T) -> Result<Reply> {
+        let payload = encode_value(data)?;
+        self.send_raw_reply(payload).await
+    }
+
     /// Sends the request with a raw payload (passed through untouched) and returns the raw
     /// reply.
     pub async fn send_raw(self, payload: Bytes) -> Result<Bytes> {
+        self.send_raw_reply(payload).await.map(Reply::into_payload)
+    }
+
+    /// Sends the request with a raw payload and returns the whole reply: its payload and
+    /// the metadata the handler set ([`Response::with_meta`](crate::Response::with_meta)).
+    pub async fn send_raw_reply(self, payload: Bytes) -> Result<Reply> {
+        let limits = self.node.inner.config.max_metadata;
         let (node, to, event) = (self.node, self.to.clone(), self.event);
         let mut outgoing = self.resolve()?;
         let span = trace::call_span(event, &to);
         let started = watch_from(node, &span);
         async move {
             trace::inject_unless_set(&mut outgoing.meta);
-            let result = node.send_request(to, event, payload, &outgoing).await;
+            let result = node
+                .send_request(to, event, payload, &outgoing)
+                .await
+                .and_then(|answer| Reply::from_answer(answer, &limits));
             finished(node, event, false, &result, started);
             result
         }

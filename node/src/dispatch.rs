@@ -40,7 +40,10 @@ impl Inner {
         };
         let request = Request::new(from, incoming, received.meta, received.deadline);
         match first.run(request).await {
-            Ok(response) => Ok(Answer::from(response.payload().clone())),
+            Ok(response) => Ok(Answer {
+                metadata: response.meta().as_bytes().clone(),
+                payload: response.payload().clone(),
+            }),
             Err(error) => Err(to_remote(error)),
         }
     }

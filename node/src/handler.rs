@@ -154,23 +154,51 @@ pub struct Route {
     pub via: Vec<NodeId>,
 }
 
-/// A request handler's answer.
+/// A request handler's answer: a payload, and metadata for the caller.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Response {
     payload: Bytes,
+    meta: Meta,
 }
 
 impl Response {
     /// A response carrying `value` encoded as MessagePack.
     pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Response, HandlerError> {
         encode_value(value)
-            .map(|payload| Response { payload })
+            .map(|payload| Response {
+                payload,
+                meta: Meta::new(),
+            })
             .map_err(|e| HandlerError::new(HandlerError::HANDLER_ERROR, e.to_string()))
     }
 
     /// A response carrying raw bytes, passed through untouched.
     pub fn raw(payload: Bytes) -> Response {
-        Response { payload }
+        Response {
+            payload,
+            meta: Meta::new(),
+        }
+    }
+
+    /// Adds the text metadata entry `key` = `value` for the caller
+    /// ([`Reply::meta`](crate::Reply::meta)); a key that is empty, too long or reserved is
+    /// a `HANDLER_ERROR`.
+    pub fn with_meta(mut self, key: &str, value: &str) -> Result<Response, HandlerError> {
+        self.meta
+            .insert(key, value)
+            .map_err(|e| HandlerError::new(HandlerError::HANDLER_ERROR, e.to_string()))?;
+        Ok(self)
+    }
+
+    /// Answers with these entries (the user's of `meta`: a request's, echoed back).
+    pub fn with_all_meta(mut self, meta: &Meta) -> Response {
+        self.meta = meta.user_only();
+        self
+    }
+
+    /// The metadata it answers with.
+    pub fn meta(&self) -> &Meta {
+        &self.meta
     }
 
     /// The payload.

@@ -69,7 +69,7 @@ mod send;
 mod trace;
 mod upstream;
 
-pub use call::Call;
+pub use call::{Call, Reply};
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
 pub use error::{Error, ErrorCode, Result};
 pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent};

@@ -50,7 +50,7 @@ impl Inner {
         payload: Bytes,
         outgoing: &Outgoing,
         local: Error,
-    ) -> Result<(Bytes, usize)> {
+    ) -> Result<(Answer, usize)> {
         let timeout = outgoing.timeout;
         let routers = self.state.lock().registry.routers();
         if routers.is_empty() {
@@ -88,7 +88,7 @@ impl Inner {
         payload: Bytes,
         deadline: Instant,
         user: &Meta,
-    ) -> std::result::Result<(Bytes, usize), RemoteError> {
+    ) -> std::result::Result<(Answer, usize), RemoteError> {
         let mut delivered = 0usize;
         let mut last: Option<RemoteError> = None;
         for (id, link) in routers {
@@ -121,7 +121,7 @@ impl Inner {
                         Action::Tick => decode_value::<u64>(reply.payload()).unwrap_or(1) as usize,
                         _ => 1,
                     };
-                    return Ok((reply.into_payload(), reached));
+                    return Ok((answer_of(reply), reached));
                 }
                 // This router's side of the mesh has nothing (it said so, as data): try the
                 // others.
@@ -152,7 +152,7 @@ impl Inner {
             }
         }
         if forward.action == Action::TickAll && delivered > 0 {
-            return Ok((Bytes::new(), delivered));
+            return Ok((Answer::default(), delivered));
         }
         Err(last
             .filter(|r| !r.is_system(code::NOT_A_ROUTER))
@@ -260,7 +260,7 @@ impl Inner {
                 .forward_via(&next, routers, payload, deadline, user)
                 .await?;
             return Ok(match forward.action {
-                Action::Request => Answer::from(reply),
+                Action::Request => reply,
                 _ => count_answer(reached as u64),
             });
         };
@@ -269,7 +269,7 @@ impl Inner {
         }
         match forward.action {
             Action::Request => match link.request(&forward.event, metadata, payload, left).await {
-                Ok(reply) => Ok(Answer::from(reply.into_payload())),
+                Ok(reply) => Ok(answer_of(reply)),
                 Err(e) => Err(hop_error(e)),
             },
             _ => match link.tick(&forward.event, metadata, payload).await {
@@ -383,6 +383,14 @@ struct Hop<'a> {
     leaf: Bytes,
     user: &'a Meta,
     deadline: Instant,
+}
+
+/// A reply passed back as it came: its payload and its metadata.
+fn answer_of(reply: protocol::Envelope) -> Answer {
+    Answer {
+        metadata: reply.metadata().clone(),
+        payload: reply.into_payload(),
+    }
 }
 
 /// An answer carrying how many nodes a forwarded tick reached.

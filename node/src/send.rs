@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use protocol::Answer;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -85,7 +86,7 @@ impl Node {
         event: &str,
         payload: Bytes,
         outgoing: &Outgoing,
-    ) -> Result<Bytes> {
+    ) -> Result<Answer> {
         if self.is_closing() {
             return Err(Error::Closed);
         }
@@ -104,7 +105,10 @@ impl Node {
         let _counted = InFlight::start(in_flight);
         let metadata = outgoing.meta.as_bytes().clone();
         match link.request(event, metadata, payload, timeout).await {
-            Ok(reply) => Ok(reply.into_payload()),
+            Ok(reply) => Ok(Answer {
+                metadata: reply.metadata().clone(),
+                payload: reply.into_payload(),
+            }),
             // The peer's connection dropped (before or while waiting): for the caller the
             // peer left, whether or not the node has noticed it yet.
             Err(protocol::Error::ConnectionLost | protocol::Error::NotConnected) => {

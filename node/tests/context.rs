@@ -183,7 +183,8 @@ async fn a_chain_of_three_nodes_gives_up_together() {
     .await;
     let b_done = began.elapsed();
     assert!(b_done < Duration::from_secs(3), "{b_done:?}");
-    match b_outcome.lock().unwrap().clone() {
+    let b_outcome = *b_outcome.lock().unwrap();
+    match b_outcome {
         Some((result, waited)) => {
             assert_eq!(result, Err(ErrorCode::RequestTimeout));
             assert!(waited < Duration::from_secs(3), "{waited:?}");
@@ -398,4 +399,60 @@ async fn a_trace_context_is_carried_on_by_the_calls_a_handler_makes() {
     a.connect(&address(&c)).await.unwrap();
     let none: Option<String> = a.request("c", "leaf", &()).await.unwrap();
     assert!(none.is_none());
+}
+
+#[tokio::test]
+async fn a_handler_answers_with_metadata_directly_and_through_a_router() {
+    let echo = |node: &Node| {
+        node.on_request_service(
+            "echo-meta",
+            tower::service_fn(|req: Request| async move {
+                node::Response::raw(req.payload().clone())
+                    .with_all_meta(req.meta())
+                    .with_meta("served-by", "worker")
+                    .map_err(node::BoxError::from)
+            }),
+        );
+    };
+    let worker = server("worker").await;
+    echo(&worker);
+    let caller = client("caller").await;
+    caller.connect(&address(&worker)).await.unwrap();
+    let reply = caller
+        .call("worker", "echo-meta")
+        .meta("auth", "t0k3n")
+        .send_raw_reply(bytes::Bytes::from_static(b"raw"))
+        .await
+        .unwrap();
+    assert_eq!(reply.payload().as_ref(), b"raw");
+    assert_eq!(reply.meta().get_str("auth"), Some("t0k3n"));
+    assert_eq!(reply.meta().get_str("served-by"), Some("worker"));
+
+    // Through a router, the reply's metadata comes back too.
+    let hub = router("hub").await;
+    let far = client("far").await;
+    echo(&far);
+    far.connect(&address(&hub)).await.unwrap();
+    caller.connect(&address(&hub)).await.unwrap();
+    let reply = within("far through the hub", async {
+        loop {
+            match caller
+                .call("far", "echo-meta")
+                .meta("k", "v")
+                .send_raw_reply(bytes::Bytes::from_static(b"x"))
+                .await
+            {
+                Ok(reply) => return reply,
+                Err(Error::NodeNotFound { .. }) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(reply.meta().get_str("k"), Some("v"));
+    assert_eq!(reply.meta().get_str("served-by"), Some("worker"));
+    let keys: Vec<&str> = reply.meta().iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["k", "served-by"], "no framework entry shows");
 }
