@@ -76,6 +76,10 @@ pub(crate) enum Layer {
     /// `#[tokio::main]` code runs it (the `node` row's loop is a spawned task). Not in
     /// [`Layer::ALL`].
     NodeBlockOn,
+    /// The `node` row with the request context on: two short metadata entries on every
+    /// request, `tracing` spans recorded (a subscriber with `zeronode=info`) and metrics
+    /// recorded into a Prometheus recorder, on both sides. Not in [`Layer::ALL`].
+    NodeCtx,
     /// The `node` row with a handler that does a fixed CPU-bound job of about 200 µs per
     /// request before answering the payload back; the server on a multi-thread runtime with
     /// one worker thread. Not in [`Layer::ALL`].
@@ -118,6 +122,7 @@ impl Layer {
             Layer::NodeTick => "node-tick",
             Layer::NodeCurve => "node-curve",
             Layer::NodeBlockOn => "node-block-on",
+            Layer::NodeCtx => "node-ctx",
             Layer::NodeCpu1 => "node-cpu-1",
             Layer::NodeCpu2 => "node-cpu-2",
             Layer::Nats => "nats",
@@ -191,6 +196,10 @@ pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
             runtime()?.block_on(node::serve(endpoint, false))
         }
         Layer::NodeCurve => runtime()?.block_on(node::serve(endpoint, true)),
+        Layer::NodeCtx => {
+            node::observe_everything();
+            runtime()?.block_on(node::serve_ctx(endpoint))
+        }
         Layer::NodeCpu1 => multi_thread_runtime(1)?.block_on(node::serve_cpu(endpoint)),
         Layer::NodeCpu2 => multi_thread_runtime(2)?.block_on(node::serve_cpu(endpoint)),
         // Each peer binds where it can: its own free loopback port.
@@ -216,6 +225,10 @@ pub(crate) fn client(job: &Job) -> Result<Point> {
         }
         Layer::NodeTick => runtime()?.block_on(node::tick_client(job)),
         Layer::NodeBlockOn => runtime()?.block_on(node::client(job)),
+        Layer::NodeCtx => {
+            node::observe_everything();
+            on_task(job, |job| async move { node::client(&job).await })
+        }
         #[cfg(feature = "peers")]
         Layer::Nats => on_task(job, |job| async move { peers::nats::client(&job).await }),
         #[cfg(feature = "peers")]

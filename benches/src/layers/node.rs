@@ -64,6 +64,37 @@ fn builder(id: String) -> NodeBuilder {
         .heartbeat_interval(HEARTBEAT)
 }
 
+/// The `node-ctx` row's process set-up: a `tracing` subscriber that records the node's
+/// spans (`zeronode=info`; an fmt layer into a sink: spans are created, entered and closed,
+/// nothing is printed) and a Prometheus recorder for the node's metrics.
+pub(super) fn observe_everything() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_subscriber::EnvFilter::new("zeronode=info"))
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink));
+    let _ = tracing::subscriber::set_global_default(subscriber);
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let _ = metrics::set_global_recorder(recorder);
+}
+
+/// The `node-ctx` row's server: the `node` row's echo with metrics on.
+pub(super) async fn serve_ctx(endpoint: &str) -> Result<()> {
+    let server = builder(SERVER_ID.to_owned())
+        .metrics(true)
+        .bind(endpoint)
+        .build()
+        .await?;
+    server.on_request_service(
+        ECHO,
+        tower::service_fn(|req: Request| async move {
+            Ok::<_, node::BoxError>(Response::raw(req.payload().clone()))
+        }),
+    );
+    announce(&server.address().ok_or(Error::NotBound)?)?;
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
 /// A node with an `echo` request handler, a `tick` counter and a `ticks` request that
 /// returns the count, until the process ends. With `curve`, the node has a fresh key pair
 /// and announces its public key after its endpoint (`ENDPOINT KEY`: Z85 has no space).
@@ -139,7 +170,8 @@ fn cpu_job() -> u64 {
 /// A client node connected to the server; returns it and the server's id. Over CURVE
 /// (`ENDPOINT KEY`, as `serve` announced it) the client has its own key pair.
 async fn connect(job: &Job) -> Result<(Node, NodeId)> {
-    let builder = builder(format!("bench-client-{}", std::process::id()));
+    let builder = builder(format!("bench-client-{}", std::process::id()))
+        .metrics(job.layer == super::Layer::NodeCtx);
     let (client, peer) = match job.endpoint.split_once(' ') {
         Some((endpoint, key)) => {
             let server_key = Key::from_z85(key)?;
@@ -162,10 +194,16 @@ pub(super) async fn client(job: &Job) -> Result<Point> {
     let method = if job.layer.is_cpu_bound() { WORK } else { ECHO };
     let payload = job.payload();
     let plan = Plan::starting_now(job.warmup, job.duration);
+    let context = job.layer == super::Layer::NodeCtx;
     let recorder = drive_concurrent(job.window, plan, || async {
-        let reply = client
-            .request_raw(&server, method, payload.clone(), REQUEST_TIMEOUT)
-            .await?;
+        let call = client.call(&server, method).timeout(REQUEST_TIMEOUT);
+        // The context row: two short metadata entries, as an auth token and a tenant.
+        let call = if context {
+            call.meta("auth", "t0k3n-5f3a9c").meta("tenant", "acme")
+        } else {
+            call
+        };
+        let reply = call.send_raw(payload.clone()).await?;
         job.check_reply(reply.len())
     })
     .await?;
