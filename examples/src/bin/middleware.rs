@@ -7,8 +7,9 @@
 //! token never reaches the handler and comes back with the code `UNAUTHORIZED`. Events that
 //! do not match (`status`) are not checked.
 //!
-//! A request carries no headers, so the token travels in the payload, in a `Signed`
-//! wrapper that the layer reads without knowing the body's type.
+//! The token travels in the request's metadata (`call(..).meta("token", ..)`), beside the
+//! payload; the layer gives the handler who the token stands for through the request's
+//! extensions, so the handler never sees the token.
 //!
 //! Run it with `cargo run -p examples --bin middleware`.
 
@@ -20,19 +21,14 @@ use examples::{address, init_tracing, unexpected, Result};
 use futures::future::BoxFuture;
 use node::{BoxError, Error, HandlerError, Node, Request, Response};
 use regex::Regex;
-use serde::de::IgnoredAny;
-use serde::{Deserialize, Serialize};
 use tower::timeout::TimeoutLayer;
 use tower::{Layer, Service};
 
-/// A payload with the caller's token beside it.
-#[derive(Debug, Serialize, Deserialize)]
-struct Signed<T> {
-    token: Option<String>,
-    body: T,
-}
+/// Who a valid token stands for: what the layer hands the handler.
+#[derive(Debug, Clone)]
+struct Operator(String);
 
-/// A tower layer that refuses requests whose payload does not carry `token`.
+/// A tower layer that refuses requests whose metadata does not carry `token`.
 #[derive(Clone)]
 struct RequireToken {
     token: Arc<str>,
@@ -69,19 +65,17 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request) -> Self::Future {
-        // Read only the token; `IgnoredAny` skips whatever the body is.
-        let token = req
-            .decode::<Signed<IgnoredAny>>()
-            .ok()
-            .and_then(|signed| signed.token);
-        if token.as_deref() != Some(&*self.token) {
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        let token = req.meta().get_str("token");
+        if token != Some(&*self.token) {
             let refusal = HandlerError::new(
                 "UNAUTHORIZED",
                 format!("{} needs a valid token", req.event()),
             );
             return Box::pin(async move { Err(refusal.into()) });
         }
+        req.extensions_mut()
+            .insert(Operator("ops-on-call".to_owned()));
         // The service that was made ready is the one that must be called (tower's rule);
         // keep a fresh clone in its place for the next request.
         let clone = self.inner.clone();
@@ -112,8 +106,13 @@ async fn main() -> Result {
         Ok::<_, HandlerError>(format!("report ready after {millis} ms"))
     });
     api.on_request(Regex::new("^admin:")?, |req: Request| async move {
-        let signed: Signed<String> = req.decode()?;
-        Ok::<_, HandlerError>(format!("{} {} done", req.event(), signed.body))
+        let target: String = req.decode()?;
+        let operator = req
+            .extensions()
+            .get::<Operator>()
+            .map_or("nobody", |o| o.0.as_str())
+            .to_owned();
+        Ok::<_, HandlerError>(format!("{} {target} done by {operator}", req.event()))
     });
     api.on_request("status", |_req: Request| async move {
         Ok::<_, HandlerError>("all good")
@@ -142,12 +141,13 @@ async fn main() -> Result {
         ("admin:restart", Some("guess"), false),
     ];
     for (event, token, allowed) in calls {
-        let signed = Signed {
-            token: token.map(str::to_owned),
-            body: "cache".to_owned(),
-        };
         let shown = format!("{event} token={}", token.unwrap_or("none"));
-        match client.request::<_, String>("api", event, &signed).await {
+        let call = client.call("api", event);
+        let call = match token {
+            Some(token) => call.meta("token", token),
+            None => call,
+        };
+        match call.send::<_, String>("cache").await {
             Ok(reply) if allowed => println!("{shown:<28} -> allowed: {reply}"),
             Err(Error::Handler { code, message }) if !allowed && code == "UNAUTHORIZED" => {
                 println!("{shown:<28} -> refused: {code}: {message}");
