@@ -294,6 +294,21 @@ impl Error {
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Timeout { .. })
     }
+
+    /// Whether the call provably reached no handler, so sending it again cannot run a
+    /// handler twice: no node found or matching, no connection, or the receiver refused it
+    /// before running anything (busy, shutting down). A timeout, a peer that left mid-call
+    /// or a handler's own error is not: the handler may have run.
+    pub fn is_retry_safe(&self) -> bool {
+        matches!(
+            self,
+            Error::NodeNotFound { .. }
+                | Error::NoNodesMatchFilter
+                | Error::NotConnected
+                | Error::Busy { .. }
+                | Error::ShuttingDown
+        )
+    }
 }
 
 impl From<protocol::Error> for Error {

@@ -42,7 +42,9 @@
 
 #![forbid(unsafe_code)]
 
+mod breaker;
 mod call;
+mod caller;
 mod config;
 mod context;
 mod dispatch;
@@ -69,7 +71,9 @@ mod send;
 mod trace;
 mod upstream;
 
+pub use breaker::{Breaker, BreakerFuture, CircuitBreaker, CircuitBreakerLayer, CircuitOpen};
 pub use call::{Call, Reply};
+pub use caller::{CallFuture, Caller, Outbound, RetrySafe};
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
 pub use error::{Error, ErrorCode, Result};
 pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent};
