@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use crate::context::{self, call_timeout};
 use crate::error::{Error, Result};
+use crate::fanout::Spread;
 use crate::handler::Request;
 use crate::link::Target;
 use crate::node::Node;
@@ -73,7 +74,10 @@ pub struct Reply {
 impl Reply {
     /// The reply's metadata, checked (its size against
     /// [`Config::max_metadata`](crate::Config::max_metadata)).
-    fn from_answer(answer: protocol::Answer, limits: &protocol::MetaLimits) -> Result<Reply> {
+    pub(crate) fn from_answer(
+        answer: protocol::Answer,
+        limits: &protocol::MetaLimits,
+    ) -> Result<Reply> {
         Ok(Reply {
             meta: Meta::parse(answer.metadata, limits)?,
             payload: answer.payload,
@@ -126,6 +130,10 @@ pub struct Call<'a> {
     timeout: Option<Duration>,
     deadline: Option<Instant>,
     inherit: Inherit,
+    /// For `tick_all` and `gather`: one member of each group (by this option key).
+    groups: Option<String>,
+    /// For `gather`: stop at this many replies.
+    min_replies: Option<usize>,
 }
 
 /// What a call is sent with, once its settings are resolved.
@@ -150,7 +158,28 @@ impl Node {
             timeout: None,
             deadline: None,
             inherit: Inherit::Current,
+            groups: None,
+            min_replies: None,
         }
+    }
+
+    /// Sends a request to every node matching `filter` in `scope` (here and through the
+    /// routers), under one deadline; each one's outcome, in the order they came. See
+    /// [`Call::gather`].
+    pub async fn request_all<T, R>(
+        &self,
+        filter: &crate::Filter,
+        scope: crate::Scope,
+        event: &str,
+        data: &T,
+    ) -> Result<Vec<(crate::NodeId, Result<R>)>>
+    where
+        T: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        self.call(Target::Any(filter.clone(), scope), event)
+            .gather(data)
+            .await
     }
 }
 
@@ -198,6 +227,83 @@ impl<'a> Call<'a> {
     pub fn parent(mut self, request: &Request) -> Self {
         self.inherit = Inherit::From(request.tokio_deadline());
         self
+    }
+
+    /// For [`tick_all`](Self::tick_all) and the gathers: one member of each group instead
+    /// of every match, where a group is the nodes with the same value of option `key`
+    /// (nodes without it are in no group); the node's strategy picks inside a group.
+    /// Across the mesh each group is served once.
+    pub fn groups(mut self, key: &str) -> Self {
+        self.groups = Some(key.to_owned());
+        self
+    }
+
+    /// For [`gather`](Self::gather): return as soon as `replies` successful replies came
+    /// (the first N); the others are not waited for.
+    pub fn min_replies(mut self, replies: usize) -> Self {
+        self.min_replies = Some(replies.max(1));
+        self
+    }
+
+    /// Scatter-gather: sends the request to every node the target's filter matches
+    /// (`Target::Any`; an id is [`Error::InvalidFilter`]), here and through the routers, under one deadline, and returns each one's
+    /// outcome in the order they came (a node that did not answer in time: its
+    /// `Error::Timeout`). No match anywhere is [`Error::NoNodesMatchFilter`].
+    pub async fn gather<T, R>(self, data: &T) -> Result<Vec<(crate::NodeId, Result<R>)>>
+    where
+        T: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        let payload = encode_value(data)?;
+        let gathered = self.gather_raw(payload).await?;
+        Ok(gathered
+            .into_iter()
+            .map(|(id, reply)| (id, reply.and_then(|r| r.decode())))
+            .collect())
+    }
+
+    /// [`gather`](Self::gather) with a raw payload and whole replies.
+    pub async fn gather_raw(self, payload: Bytes) -> Result<Vec<(crate::NodeId, Result<Reply>)>> {
+        let wanted = self.min_replies;
+        let mut stream = self.gather_stream(payload)?;
+        let mut all = Vec::new();
+        let mut replies = 0;
+        while let Some((id, outcome)) = futures::StreamExt::next(&mut stream).await {
+            replies += usize::from(outcome.is_ok());
+            all.push((id, outcome));
+            if wanted.is_some_and(|wanted| replies >= wanted) {
+                break;
+            }
+        }
+        if all.is_empty() {
+            return Err(Error::NoNodesMatchFilter);
+        }
+        Ok(all)
+    }
+
+    /// Scatter-gather as a stream: each node's outcome as it arrives (the ones reached
+    /// through a router come when that router answers). Empty when nothing matches.
+    pub fn gather_stream(
+        self,
+        payload: Bytes,
+    ) -> Result<impl futures::Stream<Item = (crate::NodeId, Result<Reply>)> + 'a> {
+        let (node, to, event) = (self.node, self.to.clone(), self.event);
+        let spread = match &self.groups {
+            Some(key) => Spread::Groups(key.clone()),
+            None => Spread::All,
+        };
+        let mut outgoing = self.resolve()?;
+        trace::inject_unless_set(&mut outgoing.meta);
+        let (filter, scope) = match to {
+            Target::Any(filter, scope) => (filter, scope),
+            Target::Id(_) => {
+                return Err(Error::InvalidFilter {
+                    reason: "a gather goes to the nodes matching a filter (Target::Any)".into(),
+                })
+            }
+        };
+        node.inner
+            .gather(&filter, scope, spread, event, payload, outgoing)
     }
 
     /// Inherits no deadline, even inside a handler: the call has its own timeout only.
@@ -278,13 +384,21 @@ impl<'a> Call<'a> {
     pub async fn tick_all<T: Serialize + ?Sized>(self, data: &T) -> Result<usize> {
         let payload = encode_value(data)?;
         let (node, to, event) = (self.node, self.to.clone(), self.event);
+        let groups = self.groups.clone();
         let mut outgoing = self.resolve()?;
         trace::inject_unless_set(&mut outgoing.meta);
         match to {
-            Target::Any(filter, scope) => {
-                node.send_tick_all(&filter, scope, event, payload, &outgoing)
-                    .await
-            }
+            Target::Any(filter, scope) => match groups {
+                Some(key) => {
+                    node.inner
+                        .tick_groups(&filter, scope, &key, event, payload, &outgoing)
+                        .await
+                }
+                None => {
+                    node.send_tick_all(&filter, scope, event, payload, &outgoing)
+                        .await
+                }
+            },
             id @ Target::Id(_) => node
                 .send_tick(id, event, payload, &outgoing)
                 .await

@@ -51,8 +51,11 @@ pub(crate) enum Action {
     Request,
     /// A tick to one node.
     Tick,
-    /// A tick to every matching node.
+    /// A tick to every matching node (with `groups`: to one member of each group).
     TickAll,
+    /// A request to every matching node (with `groups`: to one member of each group); the
+    /// answer lists each one's outcome (scatter-gather).
+    Gather,
 }
 
 /// Where it goes.
@@ -80,6 +83,15 @@ pub(crate) struct Forward {
     pub(crate) origin: NodeId,
     /// Routers the message went through, in order.
     pub(crate) visited: Vec<NodeId>,
+    /// For `TickAll` and `Gather` to groups: the option key whose values name the groups.
+    #[serde(default)]
+    pub(crate) groups: Option<String>,
+    /// Nodes already reached (a node joined to several routers is reached once).
+    #[serde(default)]
+    pub(crate) skip: Vec<NodeId>,
+    /// Groups already served (their values, as JSON), for `groups`.
+    #[serde(default)]
+    pub(crate) served: Vec<String>,
 }
 
 /// What a router decides before doing anything.
@@ -101,7 +113,7 @@ impl Forward {
         if self.visited.contains(me) || self.hops_left == 0 {
             return Admission::Loop;
         }
-        if self.action == Action::TickAll && !seen.insert(self.id) {
+        if matches!(self.action, Action::TickAll | Action::Gather) && !seen.insert(self.id) {
             return Admission::Duplicate;
         }
         if self.remaining_ms == 0 {
@@ -122,7 +134,7 @@ impl Forward {
     /// Whether `id` must not receive this message from us: its origin, or a router it went
     /// through.
     pub(crate) fn excludes(&self, id: &NodeId) -> bool {
-        &self.origin == id || self.visited.contains(id)
+        &self.origin == id || self.visited.contains(id) || self.skip.contains(id)
     }
 }
 
@@ -212,6 +224,9 @@ mod tests {
             hops_left: 2,
             origin: NodeId::from("leaf"),
             visited: vec![NodeId::from("r1")],
+            groups: None,
+            skip: Vec::new(),
+            served: Vec::new(),
         }
     }
 

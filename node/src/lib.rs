@@ -50,6 +50,7 @@ mod context;
 mod dispatch;
 mod error;
 mod events;
+mod fanout;
 pub mod filter;
 mod forward;
 mod handler;

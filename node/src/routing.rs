@@ -72,6 +72,9 @@ impl Inner {
             hops_left: self.config.hop_limit,
             origin: self.id.clone(),
             visited: Vec::new(),
+            groups: None,
+            skip: Vec::new(),
+            served: Vec::new(),
         };
         let deadline = Instant::now() + timeout;
         self.forward_via(&forward, routers, payload, deadline, &outgoing.meta)
@@ -188,6 +191,9 @@ impl Inner {
         let admission = forward.admit(&self.id, &mut routing.seen.lock());
         let left = match admission {
             Admission::Accept(left) => left,
+            Admission::Duplicate if fans_out(&forward) => {
+                return crate::fanout::Fanned::default().answer()
+            }
             Admission::Duplicate => return Ok(count_answer(0)),
             Admission::Loop => {
                 routing.looped.fetch_add(1, Ordering::Relaxed);
@@ -223,9 +229,13 @@ impl Inner {
             user: &user,
             deadline,
         };
-        let result = match forward.action {
-            Action::TickAll => self.forward_tick_all(&forward, hop, payload).await,
-            _ => self.forward_one(&forward, hop, payload).await,
+        let result = if fans_out(&forward) {
+            Box::pin(self.fan_here(&forward, &from, hop.leaf, &user, payload, deadline)).await
+        } else {
+            match forward.action {
+                Action::TickAll => self.forward_tick_all(&forward, hop, payload).await,
+                _ => self.forward_one(&forward, hop, payload).await,
+            }
         };
         let counter = match &result {
             Ok(_) => &routing.forwarded,
@@ -398,8 +408,14 @@ fn count_answer(count: u64) -> Answer {
     Answer::from(encode_value(&count).unwrap_or_default())
 }
 
+/// Whether a forward is a gather or a group tick (`fanout.rs` handles those).
+fn fans_out(forward: &Forward) -> bool {
+    forward.action == Action::Gather
+        || (forward.action == Action::TickAll && forward.groups.is_some())
+}
+
 /// What a router answers when the hop it forwarded to failed.
-fn hop_error(error: protocol::Error) -> RemoteError {
+pub(crate) fn hop_error(error: protocol::Error) -> RemoteError {
     match error {
         protocol::Error::Remote(remote) => remote,
         protocol::Error::Timeout { .. } => {
@@ -417,7 +433,12 @@ fn hop_error(error: protocol::Error) -> RemoteError {
 
 /// The caller's typed error for a forward that failed: the routers' own outcomes are typed;
 /// a handler's error (not a system error) is the handler's, whatever its code.
-fn forward_error(remote: RemoteError, target: &Target, event: &str, timeout: Duration) -> Error {
+pub(crate) fn forward_error(
+    remote: RemoteError,
+    target: &Target,
+    event: &str,
+    timeout: Duration,
+) -> Error {
     if !remote.system {
         return Error::from_remote(remote);
     }

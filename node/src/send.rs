@@ -37,6 +37,41 @@ impl Drop for InFlight {
     }
 }
 
+impl crate::inner::Inner {
+    /// The caller's error for a request to the joined peer `id` (through `link`) that
+    /// failed with `error`.
+    pub(crate) fn link_error(
+        &self,
+        id: &NodeId,
+        link: &Link,
+        event: &str,
+        timeout: Duration,
+        error: protocol::Error,
+    ) -> Error {
+        match error {
+            // The peer's connection dropped (before or while waiting): for the caller the
+            // peer left, whether or not the node has noticed it yet.
+            protocol::Error::ConnectionLost | protocol::Error::NotConnected => {
+                Error::PeerLeft { id: id.to_string() }
+            }
+            protocol::Error::Remote(remote) if remote.is_system(NOT_JOINED) => {
+                // The peer no longer counts us as joined (it declared us dead, or it
+                // restarted): it left, as far as we are concerned, and the connection's
+                // supervisor joins again.
+                self.peer_left(id, link.direction(), LeaveReason::Disconnected);
+                Error::PeerLeft { id: id.to_string() }
+            }
+            protocol::Error::Remote(remote) if remote.is_system(DEADLINE_EXCEEDED) => {
+                Error::Timeout {
+                    event: event.to_owned(),
+                    timeout,
+                }
+            }
+            e => e.into(),
+        }
+    }
+}
+
 impl Node {
     /// Sends a request and decodes the reply, with the default timeout.
     pub async fn request<T, R>(&self, to: impl Into<Target>, event: &str, data: &T) -> Result<R>
@@ -109,26 +144,7 @@ impl Node {
                 metadata: reply.metadata().clone(),
                 payload: reply.into_payload(),
             }),
-            // The peer's connection dropped (before or while waiting): for the caller the
-            // peer left, whether or not the node has noticed it yet.
-            Err(protocol::Error::ConnectionLost | protocol::Error::NotConnected) => {
-                Err(Error::PeerLeft { id: id.to_string() })
-            }
-            Err(protocol::Error::Remote(remote)) if remote.is_system(NOT_JOINED) => {
-                // The peer no longer counts us as joined (it declared us dead, or it
-                // restarted): it left, as far as we are concerned, and the connection's
-                // supervisor joins again.
-                self.inner
-                    .peer_left(&id, link.direction(), LeaveReason::Disconnected);
-                Err(Error::PeerLeft { id: id.to_string() })
-            }
-            Err(protocol::Error::Remote(remote)) if remote.is_system(DEADLINE_EXCEEDED) => {
-                Err(Error::Timeout {
-                    event: event.to_owned(),
-                    timeout,
-                })
-            }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(self.inner.link_error(&id, &link, event, timeout, e)),
         }
     }
 
