@@ -183,7 +183,7 @@ async fn a_chain_of_three_nodes_gives_up_together() {
     .await;
     let b_done = began.elapsed();
     assert!(b_done < Duration::from_secs(3), "{b_done:?}");
-    match b_outcome.lock().unwrap().clone() {
+    match *b_outcome.lock().unwrap() {
         Some((result, waited)) => {
             assert_eq!(result, Err(ErrorCode::RequestTimeout));
             assert!(waited < Duration::from_secs(3), "{waited:?}");
