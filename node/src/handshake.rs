@@ -25,7 +25,7 @@ use crate::events::{ErrorSource, NodeEvent};
 use crate::inner::Inner;
 use crate::link::Link;
 use crate::options::Options;
-use crate::peer::{Direction, Entry, NodeId};
+use crate::peer::{Direction, Entry, NodeId, PeerWork};
 
 /// The node protocol version exchanged in the handshake.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -262,6 +262,7 @@ pub(crate) fn handshake_downstream(
             },
         );
         decision.and_then(|()| {
+            let limit = hello.limit(inner.config.max_payload);
             let entry = Entry {
                 id: hello.id.clone(),
                 direction: Direction::Downstream,
@@ -273,12 +274,12 @@ pub(crate) fn handshake_downstream(
                 link: Link::Down {
                     server: server.clone(),
                     route: route.clone(),
-                    limit: hello.limit(inner.config.max_payload),
+                    limit,
                 },
                 last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
                 dead_after: inner.dead_after(&hello),
                 in_flight: Arc::new(AtomicUsize::new(0)),
-                work: Arc::default(),
+                work: Arc::new(PeerWork::new(limit)),
             };
             state.join_downstream(entry, route)
         })

@@ -2,7 +2,9 @@
 //! interval and declares dead the peers gone silent.
 //!
 //! Replies count as signs of life: an upstream peer is alive while its client receives
-//! anything from it. A heartbeat never waits on a peer's queue: it is sent only if the queue has room now
+//! anything from it; a downstream peer while it sends us anything, its replies to our
+//! requests included (our server keeps when each peer last answered, and each check
+//! drains it). A heartbeat never waits on a peer's queue: it is sent only if the queue has room now
 //! (a peer that does not read gets none, and is the one that looks silent), so the others'
 //! heartbeats leave on time whatever one peer does.
 
@@ -42,8 +44,18 @@ pub(crate) async fn heartbeat_loop(weak: Weak<Inner>) {
             }
         }
         beat = beat.wrapping_add(1);
+        // Replies from downstream peers to our requests, since the last check.
+        let bound = inner.server.lock().clone();
+        let answered = bound
+            .map(|server| server.take_answered())
+            .unwrap_or_default();
         let dead = {
             let state = inner.state.lock();
+            for (route, at) in answered {
+                if let Some(id) = state.routes.get(&route) {
+                    state.registry.seen_at_least(id, Direction::Downstream, at);
+                }
+            }
             // Anything an upstream peer sent counts as a sign of life, its replies too (a
             // busy peer's heartbeat may come late behind them).
             let heard: Vec<_> = state

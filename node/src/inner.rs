@@ -53,6 +53,7 @@ impl State {
         // takeover from another connection stops the old connection's work.
         if let Some(old) = self.registry.get(&id, Direction::Downstream) {
             if matches!(&old.link, Link::Down { route: r, .. } if r == &route) {
+                old.work.set_limit(entry.work.limit());
                 entry.work = Arc::clone(&old.work);
             }
         }

@@ -163,16 +163,48 @@ pub(crate) struct Entry<L> {
     pub(crate) work: Arc<PeerWork>,
 }
 
-/// What a node runs for one peer: how many handler jobs (running or queued), and whether
-/// the peer left (its jobs stop: their answers could go nowhere).
-#[derive(Debug, Default)]
+/// What a node runs for one peer: how many handler jobs (running or queued), whether
+/// the peer left (its jobs stop: their answers could go nowhere), and the largest answer
+/// it accepts.
+#[derive(Debug)]
 pub(crate) struct PeerWork {
     pub(crate) active: AtomicUsize,
     gone: std::sync::atomic::AtomicBool,
     notify: tokio::sync::Notify,
+    /// The largest payload the peer accepts (its handshake said): a larger answer is not
+    /// sent (its socket would drop the connection for it) but refused with a typed error.
+    /// Atomic: a new handshake on the same connection keeps the work and may change it.
+    limit: AtomicUsize,
+}
+
+impl Default for PeerWork {
+    /// No limit of its own (the receiving protocol still checks).
+    fn default() -> PeerWork {
+        PeerWork::new(usize::MAX)
+    }
 }
 
 impl PeerWork {
+    /// The work of a peer that accepts payloads up to `limit` bytes.
+    pub(crate) fn new(limit: usize) -> PeerWork {
+        PeerWork {
+            active: AtomicUsize::new(0),
+            gone: std::sync::atomic::AtomicBool::new(false),
+            notify: tokio::sync::Notify::new(),
+            limit: AtomicUsize::new(limit),
+        }
+    }
+
+    /// The largest payload the peer accepts.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// The peer's new handshake said another limit.
+    pub(crate) fn set_limit(&self, limit: usize) {
+        self.limit.store(limit, Ordering::Relaxed);
+    }
+
     /// The peer left: every job of its stops.
     pub(crate) fn cancel(&self) {
         self.gone.store(true, Ordering::Release);

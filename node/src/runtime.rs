@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use protocol::{Incoming, Meta, RemoteError, Responder};
+use protocol::{Answer, Incoming, Meta, RemoteError, Responder};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -316,6 +316,31 @@ fn expired(inner: &Inner, responder: Responder) -> Outcome {
     Outcome::Timeout
 }
 
+/// The answer to send to a requester that accepts payloads up to `limit` bytes: a larger
+/// one becomes the error reply `PAYLOAD_TOO_LARGE` (its caller's
+/// [`Error::PayloadTooLarge`](crate::Error::PayloadTooLarge)). Sent as it is, it would make
+/// the requester's socket drop the connection (ZMQ_MAXMSGSIZE), and libzmq does not
+/// reconnect after that.
+pub(crate) fn fitting(
+    answer: Result<Answer, RemoteError>,
+    limit: usize,
+) -> Result<Answer, RemoteError> {
+    match answer {
+        Ok(answer) if answer.payload.len() > limit => {
+            tracing::debug!(
+                size = answer.payload.len(),
+                limit,
+                "answer over the requester's limit refused"
+            );
+            Err(RemoteError::system_error(
+                RemoteError::PAYLOAD_TOO_LARGE,
+                format!("{} {limit}", answer.payload.len()),
+            ))
+        }
+        answer => answer,
+    }
+}
+
 /// One message's handler work, as a runner runs it (`pool.rs`).
 pub(crate) enum Job {
     /// A user request or a forward (`first: None`).
@@ -459,7 +484,7 @@ async fn run_request(
                 Err(e) if e.system => Outcome::Refused,
                 Err(_) => Outcome::Error,
             };
-            responder.answer(result);
+            responder.answer(fitting(result, peer.limit()));
             outcome
         }
         // The socket was aborted, or the requester left: the answer would go nowhere; the
@@ -534,6 +559,23 @@ mod tests {
     use super::*;
 
     const WAIT: BusyPolicy = BusyPolicy::Wait { max_queued: 2 };
+
+    #[test]
+    fn an_answer_over_the_requesters_limit_becomes_a_typed_error() {
+        let answer = |n: usize| Ok(Answer::from(bytes::Bytes::from(vec![0u8; n])));
+        assert_eq!(fitting(answer(8), 8), answer(8));
+        let refused = fitting(answer(9), 8).unwrap_err();
+        assert!(
+            refused.is_system(RemoteError::PAYLOAD_TOO_LARGE),
+            "{refused:?}"
+        );
+        assert!(matches!(
+            crate::Error::from_remote(refused),
+            crate::Error::PayloadTooLarge { size: 9, max: 8 }
+        ));
+        let error = Err(RemoteError::handler("no"));
+        assert_eq!(fitting(error.clone(), 0), error);
+    }
 
     #[test]
     fn a_free_slot_runs_whatever_the_policy() {

@@ -26,7 +26,7 @@ use crate::events::{ErrorSource, LeaveReason, NodeEvent};
 use crate::handshake::{handshake_upstream, BYE};
 use crate::inner::Inner;
 use crate::link::{Left, Link, Signal};
-use crate::peer::{Direction, Entry, PeerInfo};
+use crate::peer::{Direction, Entry, PeerInfo, PeerWork};
 
 /// Generations of upstream entries (see `Upstream::generation`).
 static GENERATIONS: AtomicU64 = AtomicU64::new(0);
@@ -482,6 +482,7 @@ async fn join(
     if !hello.token.is_empty() {
         *ticket = Some(hello.token.clone());
     }
+    let limit = hello.limit(inner.config.max_payload);
     let entry = Entry {
         id: hello.id.clone(),
         direction: Direction::Upstream,
@@ -493,12 +494,12 @@ async fn join(
         link: Link::Up {
             client: client.clone(),
             left: Arc::clone(left),
-            limit: hello.limit(inner.config.max_payload),
+            limit,
         },
         last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
         dead_after: inner.dead_after(&hello),
         in_flight: Arc::new(AtomicUsize::new(0)),
-        work: Arc::default(),
+        work: Arc::new(PeerWork::new(limit)),
     };
     let joined = {
         let mut state = inner.state.lock();
@@ -506,6 +507,7 @@ async fn join(
         // A new handshake on this same connection (a rejoin request) keeps the peer's work.
         if let Some(old) = state.registry.get(&entry.id, Direction::Upstream) {
             if matches!(&old.link, Link::Up { client: c, .. } if c.same_as(client)) {
+                old.work.set_limit(limit);
                 entry.work = Arc::clone(&old.work);
             }
         }

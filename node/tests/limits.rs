@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use node::{Error, ErrorCode, Filter, Request, Response, Scope};
+use node::{Error, ErrorCode, Filter, NodeEvent, Request, Response, Scope};
 use support::*;
 
 #[tokio::test]
@@ -183,4 +183,120 @@ async fn one_peer_is_held_to_its_share_of_the_handlers() {
     }
     assert_eq!((answered, busy), (5, 7));
     assert_eq!(srv.stats().busy_refused, 7);
+}
+
+/// A handler's answer over the requester's limit is not sent (the requester's socket would
+/// drop the connection for it): the requester gets a typed error, and the link stays.
+#[tokio::test]
+async fn a_reply_over_the_requesters_limit_is_a_typed_error_and_the_link_stays() {
+    let srv = server("srv").await;
+    srv.on_request_service(
+        "big",
+        tower::service_fn(|_req: Request| async move {
+            Ok::<_, node::BoxError>(Response::raw(Bytes::from(vec![7u8; 2 << 20])))
+        }),
+    );
+    srv.on_request_service(
+        "small",
+        tower::service_fn(|_req: Request| async move {
+            Ok::<_, node::BoxError>(Response::raw(Bytes::from_static(b"ok")))
+        }),
+    );
+    let small = builder("small").max_payload(1 << 20).build().await.unwrap();
+    let mut events = small.events();
+    small.connect(&address(&srv)).await.unwrap();
+    let err = small
+        .request_raw("srv", "big", Bytes::new(), LIMIT)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::PayloadTooLarge {
+                size: 2097152,
+                max: 1048576
+            }
+        ),
+        "{err:?}"
+    );
+    let ok = small
+        .request_raw("srv", "small", Bytes::new(), LIMIT)
+        .await
+        .unwrap();
+    assert_eq!(ok, Bytes::from_static(b"ok"));
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(10), events.recv()).await
+    {
+        assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
+    }
+    assert!(small.peer("srv").is_some());
+}
+
+/// A peer that does not check our limit (an older node, a raw one) can still send a
+/// message over it: libzmq then drops the connection and, for that error, never reconnects
+/// it by itself. The node must connect again and rejoin.
+#[tokio::test]
+async fn a_connection_dropped_for_an_oversized_message_is_made_again_and_rejoined() {
+    #[derive(serde::Serialize)]
+    struct Hello {
+        id: String,
+        instance: String,
+        version: u32,
+        options: node::Options,
+    }
+    // A server that speaks the node handshake but says nothing of its limits (as an older
+    // node), and answers `big` with 2 MiB whatever the requester's limit.
+    let raw = protocol::Server::bind("tcp://127.0.0.1:0").await.unwrap();
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&handshakes);
+    raw.on_request(
+        "_system:handshake",
+        protocol::request_fn(move |_req| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                protocol::encode_value(&Hello {
+                    id: "raw".into(),
+                    instance: "r-1".into(),
+                    version: node::PROTOCOL_VERSION,
+                    options: node::Options::new(),
+                })
+                .map_err(|e| protocol::RemoteError::handler(e.to_string()))
+            }
+        }),
+    );
+    raw.on_request(
+        "big",
+        protocol::request_fn(|_req| async move {
+            Ok::<_, protocol::RemoteError>(Bytes::from(vec![7u8; 2 << 20]))
+        }),
+    );
+    raw.on_request(
+        "work",
+        protocol::request_fn(|_req| async move {
+            Ok::<_, protocol::RemoteError>(Bytes::from_static(b"done"))
+        }),
+    );
+    let small = builder("small").max_payload(1 << 20).build().await.unwrap();
+    let mut events = small.events();
+    small.connect(raw.endpoint()).await.unwrap();
+    assert_eq!(handshakes.load(Ordering::SeqCst), 1);
+    // libzmq drops the connection for the message (ZMQ_MAXMSGSIZE): the request fails.
+    let err = small
+        .request_raw("raw", "big", Bytes::new(), Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(!matches!(err, Error::Timeout { .. }), "{err:?}");
+    wait_for(&mut events, "the peer leaves", |e| {
+        matches!(e, NodeEvent::PeerLeft { id, .. } if id.as_str() == "raw").then_some(())
+    })
+    .await;
+    wait_for(&mut events, "the peer joins again", |e| {
+        matches!(e, NodeEvent::PeerJoined { id, .. } if id.as_str() == "raw").then_some(())
+    })
+    .await;
+    assert_eq!(handshakes.load(Ordering::SeqCst), 2);
+    let done = small
+        .request_raw("raw", "work", Bytes::new(), LIMIT)
+        .await
+        .unwrap();
+    assert_eq!(done, Bytes::from_static(b"done"));
 }

@@ -2,6 +2,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -276,6 +277,89 @@ async fn replies_keep_a_peer_alive_without_its_heartbeats() {
     {
         assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
     }
+}
+
+/// Replies count as signs of life downstream too: a client that never beats but answers
+/// the requests its server sends it stays joined for several dead-peer timeouts; once it
+/// stops answering (and still does not beat) it is declared dead.
+#[tokio::test]
+async fn a_downstream_peer_answering_our_requests_stays_alive_without_heartbeats() {
+    #[derive(serde::Serialize)]
+    struct Hello {
+        id: String,
+        instance: String,
+        version: u32,
+        options: node::Options,
+    }
+    let srv = server("srv").await;
+    let mut events = srv.events();
+    // A client that speaks the node handshake and answers `work`, and never beats (a
+    // protocol client sends nothing by itself).
+    let quiet = protocol::Client::connect(&address(&srv), LIMIT)
+        .await
+        .unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
+    quiet.on_request(
+        "work",
+        protocol::request_fn(move |_req| {
+            let stopped = stopped.load(std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if stopped {
+                    tokio::time::sleep(Duration::from_secs(600)).await;
+                }
+                protocol::encode_value(&"done")
+                    .map_err(|e| protocol::RemoteError::handler(e.to_string()))
+            }
+        }),
+    );
+    let hello = protocol::encode_value(&Hello {
+        id: "quiet".into(),
+        instance: "q-1".into(),
+        version: node::PROTOCOL_VERSION,
+        options: node::Options::new(),
+    })
+    .unwrap();
+    quiet
+        .system_request("_system:handshake", Bytes::new(), hello, LIMIT)
+        .await
+        .unwrap();
+    within("quiet joins", async {
+        while srv.peer("quiet").is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // Three times the dead-peer timeout (2.5 x 200 ms), a request every 50 ms.
+    let until = tokio::time::Instant::now() + Duration::from_millis(1500);
+    while tokio::time::Instant::now() < until {
+        let done: String = srv.request("quiet", "work", &()).await.unwrap();
+        assert_eq!(done, "done");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(srv.peer("quiet").is_some(), "declared dead while answering");
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(10), events.recv()).await
+    {
+        assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
+    }
+    // The control: no answers and no heartbeats, and it is dead.
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let parked = {
+        let srv = srv.clone();
+        tokio::spawn(async move { srv.request::<_, String>("quiet", "work", &()).await })
+    };
+    wait_for(
+        &mut events,
+        "quiet declared dead",
+        left("quiet", LeaveReason::TimedOut),
+    )
+    .await;
+    assert!(within("the parked request ends", parked)
+        .await
+        .unwrap()
+        .is_err());
+    // Not a graceful close: that would wait for the parked handler.
+    quiet.abort().await;
 }
 
 /// Peers that stop reading fill their queues, and the hub's heartbeats to them cannot be

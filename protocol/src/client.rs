@@ -75,6 +75,32 @@ impl LinkState {
     }
 }
 
+/// How long after a lost connection a Client waits for libzmq to say it reconnects before
+/// it connects again itself. libzmq says so within microseconds (the reconnection is
+/// scheduled on its I/O thread right after the drop); half a second leaves room for a
+/// loaded machine, and a reconnection we make needlessly only replaces libzmq's.
+const REVIVE_AFTER: Duration = Duration::from_millis(500);
+
+/// Sleeps until `at`, or forever when there is no `at`.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Connects the dealer to `endpoint` again, replacing whatever libzmq kept of the old
+/// connection (a disconnect first, so that there is never a second connection to the same
+/// server: a dealer would share its messages between them).
+fn reconnect(dealer: &Dealer, endpoint: &str) -> transport::Result<()> {
+    tracing::debug!(endpoint, "connection given up by libzmq; connecting again");
+    match dealer.disconnect(endpoint) {
+        Ok(()) | Err(transport::Error::NotConnected { .. }) => {}
+        Err(e) => tracing::debug!(endpoint, cause = %e, "disconnect before reconnecting"),
+    }
+    dealer.connect(endpoint)
+}
+
 /// The server, as seen from a Client's Dealer: the only remote.
 fn server() -> &'static PeerId {
     static SERVER: PeerId = PeerId(Bytes::new());
@@ -106,14 +132,47 @@ impl Client {
         // (the server's reply would go to a connection that no longer exists), so once
         // what had arrived is read they fail at once instead of waiting for their timeout.
         let watched = Arc::downgrade(&conversation);
+        let address = endpoint.to_owned();
         tokio::spawn(async move {
-            while let Some(event) = events.recv().await {
+            // Set after a drop that libzmq may not follow with a reconnection (see
+            // `REVIVE_AFTER`): when to connect again ourselves.
+            let mut revive: Option<tokio::time::Instant> = None;
+            loop {
+                let event = tokio::select! {
+                    event = events.recv() => match event {
+                        Some(event) => event,
+                        None => break,
+                    },
+                    () = sleep_until(revive) => {
+                        revive = None;
+                        let Some(conversation) = watched.upgrade() else { break };
+                        match reconnect(&conversation.link, &address) {
+                            Ok(()) => {}
+                            Err(transport::Error::Closed) => break,
+                            Err(e) => {
+                                tracing::warn!(endpoint = %address, cause = %e, "reconnect failed");
+                                revive = Some(tokio::time::Instant::now() + REVIVE_AFTER);
+                            }
+                        }
+                        continue;
+                    }
+                };
                 let Some(conversation) = watched.upgrade() else {
                     break;
                 };
                 let next = match event {
-                    Event::HandshakeSucceeded { .. } => Connection::Connected,
+                    Event::HandshakeSucceeded { .. } => {
+                        revive = None;
+                        Connection::Connected
+                    }
                     Event::HandshakeFailed { reason, .. } => Connection::Refused(reason),
+                    // libzmq is connecting again: nothing for us to do.
+                    Event::ConnectRetried { .. }
+                    | Event::ConnectDelayed { .. }
+                    | Event::Connected { .. } => {
+                        revive = None;
+                        continue;
+                    }
                     Event::Disconnected { .. } => {
                         // Through the driver: the replies that arrived before the drop are
                         // read before the rest fail.
@@ -124,6 +183,11 @@ impl Client {
                         if matches!(*state_tx.borrow(), Connection::Refused(_)) {
                             continue;
                         }
+                        // libzmq announces its reconnection at once (CONNECT_RETRIED) after
+                        // a lost connection; after a protocol error (a message over
+                        // ZMQ_MAXMSGSIZE, a malformed frame) it gives the endpoint up for
+                        // good (session_base.cpp `engine_error`): then we connect again.
+                        revive = Some(tokio::time::Instant::now() + REVIVE_AFTER);
                         Connection::Connecting
                     }
                     _ => continue,

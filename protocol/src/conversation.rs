@@ -67,6 +67,11 @@ struct Pending {
     /// timer then fires for nothing and is set again, which is cheaper than moving it on
     /// every request.
     armed: Option<std::time::Instant>,
+    /// On a Server: the peers whose replies completed a request since the last
+    /// `take_answered`, with when the batch holding the last one was received (nanoseconds
+    /// since [`EPOCH`]). Signs of life a liveness check drains: at most one entry per peer
+    /// we had a request pending with, updated under the lock the reply takes anyway.
+    answered_by: std::collections::HashMap<PeerId, u64>,
 }
 
 /// Why a received message was dropped, for whoever listens (the node layer's error events).
@@ -398,6 +403,17 @@ impl<L: Link> Conversation<L> {
         }
     }
 
+    /// The peers whose replies completed one of our requests since the last call, each
+    /// with when the last one arrived (see `Pending::answered_by`); drained.
+    pub(crate) fn take_answered(&self) -> Vec<(PeerId, std::time::Instant)> {
+        let answered = std::mem::take(&mut self.pending.lock().answered_by);
+        let epoch = *EPOCH.get_or_init(std::time::Instant::now);
+        answered
+            .into_iter()
+            .map(|(peer, nanos)| (peer, epoch + Duration::from_nanos(nanos)))
+            .collect()
+    }
+
     /// The connection dropped: the driver reads what had arrived, then fails every request
     /// still pending with `ConnectionLost` (their replies cannot come any more).
     pub(crate) fn connection_lost(&self) {
@@ -722,7 +738,18 @@ impl<L: Link> Conversation<L> {
                         Kind::Error => Outcome::ErrorReply(envelope),
                         _ => Outcome::Reply(envelope),
                     });
-                    waiter.waker.take()
+                    let waker = waiter.waker.take();
+                    // A Dealer's one remote has an empty id: only a Server keeps these.
+                    if !peer.0.is_empty() {
+                        let at = self.heard.load(Ordering::Relaxed);
+                        match pending.answered_by.get_mut(&peer) {
+                            Some(last) => *last = at,
+                            None => {
+                                pending.answered_by.insert(peer, at);
+                            }
+                        }
+                    }
+                    waker
                 }
                 None => {
                     drop(pending);

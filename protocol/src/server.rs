@@ -172,6 +172,15 @@ impl Server {
         self.conversation.fail_pending(peer, error)
     }
 
+    /// The clients whose replies answered one of our requests since the last call, each
+    /// with when the last one arrived: signs of life beside their own messages (a client
+    /// busy answering us may send its heartbeats late). Drained by the call, so what the
+    /// server keeps is at most one entry per client it had a request pending with; a
+    /// liveness check calls it periodically.
+    pub fn take_answered(&self) -> Vec<(PeerId, std::time::Instant)> {
+        self.conversation.take_answered()
+    }
+
     /// Requests waiting for their reply.
     pub fn in_flight(&self) -> usize {
         self.conversation.in_flight()

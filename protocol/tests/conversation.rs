@@ -475,3 +475,42 @@ async fn a_request_over_the_payload_limit_is_answered_with_a_typed_error() {
     assert_eq!(fits.payload().len(), 1024);
     assert_eq!(server.stats().invalid_envelopes, 1);
 }
+
+/// A message over the client's ZMQ_MAXMSGSIZE makes libzmq drop the connection, and for
+/// that error (a protocol error) libzmq never reconnects by itself: the Client does.
+#[tokio::test]
+async fn a_connection_dropped_for_an_oversized_message_comes_back() {
+    let server = Server::bind("tcp://127.0.0.1:0").await.unwrap();
+    server.on_request(
+        "big",
+        request_fn(|_req| async move { Ok(Bytes::from(vec![7u8; 2 << 20])) }),
+    );
+    server.on_request(
+        "echo",
+        request_fn(|req| async move { Ok(req.payload().clone()) }),
+    );
+    let options = transport::Options::default().max_message_size(Some(1 << 20));
+    let client = Client::connect_with(server.endpoint(), options, 1 << 20, LIMIT)
+        .await
+        .unwrap();
+    let mut connection = client.watch_connection();
+    let err = client
+        .request("big", Bytes::new(), LIMIT)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ConnectionLost), "{err:?}");
+    within("the connection comes back", async {
+        loop {
+            if *connection.borrow_and_update() == Connection::Connected {
+                if let Ok(reply) = client
+                    .request("echo", Bytes::from_static(b"hi"), SECOND)
+                    .await
+                {
+                    return reply;
+                }
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), connection.changed()).await;
+        }
+    })
+    .await;
+}
