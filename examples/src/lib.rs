@@ -15,6 +15,8 @@
 //! cargo run -p examples --bin ring            # a message forwarded round a ring of nodes
 //! cargo run -p examples --bin reconnect       # a client rejoins a restarted server
 //! cargo run -p examples --bin secure          # CURVE, an allow-list, authorization by key
+//! cargo run -p examples --bin caller          # outgoing calls under retry, timeout, limits, a breaker
+//! cargo run -p examples --bin gather          # scatter-gather, the first N, balanced groups
 //! cargo run --release -p examples --bin mesh  # a small service mesh at work
 //! ```
 //!

@@ -213,3 +213,31 @@ fn secure_serves_the_listed_key_and_refuses_the_rest() {
         ],
     );
 }
+
+#[test]
+fn caller_retries_limits_and_opens_its_breaker() {
+    run(
+        env!("CARGO_BIN_EXE_caller"),
+        &[
+            "price 21 -> 42",
+            "20 of 20 answered; at most 4 ran at once",
+            "broken -> OUT_OF_STOCK, sent once",
+            "refused at once: circuit open",
+        ],
+    );
+}
+
+#[test]
+fn gather_asks_all_the_first_two_and_one_per_group() {
+    run(
+        env!("CARGO_BIN_EXE_gather"),
+        &[
+            "stock-south-5: request \"count\" timed out",
+            "5 of 6 answered in time",
+            "got 2 answers",
+            "asked 2 nodes, one per group",
+            "north: 600 restocks, spread [200, 200, 200]",
+            "south: 600 restocks, spread [200, 200, 200]",
+        ],
+    );
+}
