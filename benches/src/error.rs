@@ -19,6 +19,9 @@ pub(crate) enum Error {
     /// The node crate failed.
     #[error("node: {0}")]
     Node(#[from] node::Error),
+    /// A call through the `node-caller` row's tower stack failed.
+    #[error("caller: {0}")]
+    Caller(String),
     /// Reading or writing a pipe, a process or a file failed.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),

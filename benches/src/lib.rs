@@ -13,9 +13,11 @@
 //! | `node-curve` | the `node` row's server with a CURVE key pair | `connect_secure`, then as `node` |
 //! | `node-cpu-1`, `node-cpu-2` | `Node`, a ~200 µs CPU-bound handler, 1 or 2 worker threads | as `node` |
 //! | `node-ctx` | the `node` row's server with metrics on, spans recorded | `Node::call` with two metadata entries, metrics on, spans recorded |
+//! | `node-caller` | the `node` row's server | `Node::caller()` under retry, timeout and concurrency-limit layers |
 //!
-//! `node-ctx` is not in the default set either: `--layers node,node-ctx` shows what the
-//! request context (metadata, tracing spans, metrics) costs beside the plain row.
+//! `node-ctx` and `node-caller` are not in the default set either: `--layers
+//! node,node-ctx,node-caller` shows what the request context (metadata, tracing spans,
+//! metrics) and the caller's tower stack cost beside the plain row.
 //!
 //! The CPU-bound rows are not in the default set: `--layers node-cpu-1,node-cpu-2` measures
 //! both in one run (side by side at every size and window), to show whether a second worker

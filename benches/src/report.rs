@@ -343,6 +343,7 @@ fn colour(layer: Layer) -> RGBColor {
         Layer::NodeCurve => RGBColor(140, 86, 75),
         Layer::NodeBlockOn => RGBColor(127, 127, 127),
         Layer::NodeCtx => RGBColor(255, 187, 120),
+        Layer::NodeCaller => RGBColor(152, 223, 138),
         Layer::NodeCpu1 => RGBColor(227, 119, 194),
         Layer::NodeCpu2 => RGBColor(188, 189, 34),
         Layer::Nats => RGBColor(23, 190, 207),

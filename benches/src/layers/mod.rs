@@ -80,6 +80,9 @@ pub(crate) enum Layer {
     /// request, `tracing` spans recorded (a subscriber with `zeronode=info`) and metrics
     /// recorded into a Prometheus recorder, on both sides. Not in [`Layer::ALL`].
     NodeCtx,
+    /// The `node` row's requests sent through `Node::caller()` under tower's retry
+    /// (`RetrySafe`), timeout and concurrency-limit layers. Not in [`Layer::ALL`].
+    NodeCaller,
     /// The `node` row with a handler that does a fixed CPU-bound job of about 200 µs per
     /// request before answering the payload back; the server on a multi-thread runtime with
     /// one worker thread. Not in [`Layer::ALL`].
@@ -123,6 +126,7 @@ impl Layer {
             Layer::NodeCurve => "node-curve",
             Layer::NodeBlockOn => "node-block-on",
             Layer::NodeCtx => "node-ctx",
+            Layer::NodeCaller => "node-caller",
             Layer::NodeCpu1 => "node-cpu-1",
             Layer::NodeCpu2 => "node-cpu-2",
             Layer::Nats => "nats",
@@ -192,7 +196,7 @@ pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
         Layer::Transport => runtime()?.block_on(transport::serve(endpoint)),
         Layer::Protocol => runtime()?.block_on(protocol::serve(endpoint)),
         // One node server answers both the request/reply and the tick rows.
-        Layer::Node | Layer::NodeTick | Layer::NodeBlockOn => {
+        Layer::Node | Layer::NodeTick | Layer::NodeBlockOn | Layer::NodeCaller => {
             runtime()?.block_on(node::serve(endpoint, false))
         }
         Layer::NodeCurve => runtime()?.block_on(node::serve(endpoint, true)),
@@ -223,6 +227,7 @@ pub(crate) fn client(job: &Job) -> Result<Point> {
         Layer::Node | Layer::NodeCurve | Layer::NodeCpu1 | Layer::NodeCpu2 => {
             on_task(job, |job| async move { node::client(&job).await })
         }
+        Layer::NodeCaller => on_task(job, |job| async move { node::caller_client(&job).await }),
         Layer::NodeTick => runtime()?.block_on(node::tick_client(job)),
         Layer::NodeBlockOn => runtime()?.block_on(node::client(job)),
         Layer::NodeCtx => {

@@ -211,6 +211,33 @@ pub(super) async fn client(job: &Job) -> Result<Point> {
     Ok(recorder.finish(job.layer, job.size, job.window.max(1)))
 }
 
+/// Request/reply through `Node::caller()` under retry, timeout and concurrency-limit
+/// layers (the limit far above the window: it is the layer's cost that is measured, not
+/// its limiting).
+pub(super) async fn caller_client(job: &Job) -> Result<Point> {
+    use tower::ServiceExt;
+    let (client, server) = connect(job).await?;
+    let stack = tower::ServiceBuilder::new()
+        .retry(node::RetrySafe::new(3))
+        .timeout(REQUEST_TIMEOUT)
+        .concurrency_limit(job.window.max(1) * 4)
+        .service(client.caller());
+    let payload = job.payload();
+    let plan = Plan::starting_now(job.warmup, job.duration);
+    let recorder = drive_concurrent(job.window, plan, || async {
+        let request = node::Outbound::new(&server, ECHO, payload.clone());
+        let reply = stack
+            .clone()
+            .oneshot(request)
+            .await
+            .map_err(|e| Error::Caller(e.to_string()))?;
+        job.check_reply(reply.payload().len())
+    })
+    .await?;
+    client.close().await;
+    Ok(recorder.finish(job.layer, job.size, job.window.max(1)))
+}
+
 /// One-way ticks: one point, throughput as counted by the receiver.
 ///
 /// The client sends ticks as fast as the socket takes them (backpressure at the high-water
