@@ -591,7 +591,7 @@ impl<L: Link> Conversation<L> {
     }
 
     fn reject(&self, peer: &PeerId, error: Error) {
-        tracing::debug!(%peer, cause = %error, "message dropped");
+        tracing::debug!(peer = %peer.short(), cause = %error, "message dropped");
         if let Some(tx) = &*self.rejected.lock() {
             let _ = tx.send((peer.clone(), error));
         }
@@ -628,7 +628,7 @@ impl<L: Link> Conversation<L> {
                 return false;
             }
         };
-        tracing::trace!(%peer, kind = ?envelope.kind(), id = envelope.id(), event = envelope.event(), "received");
+        tracing::trace!(peer = %peer.short(), kind = ?envelope.kind(), id = envelope.id(), event = envelope.event(), "received");
         match envelope.kind() {
             Kind::Reply | Kind::Error => {
                 self.on_answer(peer, envelope);
@@ -705,7 +705,7 @@ impl<L: Link> Conversation<L> {
             self.counters
                 .replies_dropped
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%peer, id, cause = %e, "reply not delivered");
+            tracing::debug!(peer = %peer.short(), id, cause = %e, "reply not delivered");
         }
     }
 
@@ -728,7 +728,7 @@ impl<L: Link> Conversation<L> {
                     self.counters
                         .unmatched_replies
                         .fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(%peer, id, "reply matched no pending request; dropped");
+                    tracing::debug!(peer = %peer.short(), id, "reply matched no pending request; dropped");
                     return;
                 }
             }
