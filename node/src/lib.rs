@@ -57,10 +57,12 @@ mod middleware;
 mod node;
 pub mod options;
 mod peer;
+mod ratelimit;
 mod routing;
 mod runtime;
 mod send;
 mod upstream;
+mod watch;
 
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
 pub use error::{Error, ErrorCode, Result};

@@ -644,6 +644,8 @@ async fn a_zmtp_1_0_peer_is_refused() {
     let dealer = Dealer::new().unwrap();
     dealer.connect(&endpoint).unwrap();
     dealer.send(frames(&[b"real"])).await.unwrap();
-    let (_, got) = within("a real peer's message", router.recv()).await.unwrap();
+    let (_, got) = within("a real peer's message", router.recv())
+        .await
+        .unwrap();
     assert_eq!(got, frames(&[b"real"]));
 }
