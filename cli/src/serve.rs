@@ -285,6 +285,10 @@ async fn log_events(mut events: node::EventStream) {
             Some(NodeEvent::ConnectionRefused { endpoint, reason }) => {
                 say(format_args!("connection refused on {endpoint}: {reason}"))
             }
+            Some(NodeEvent::AcceptPaused { endpoint, retry_in }) => say(format_args!(
+                "not accepting on {endpoint} for {} ms: out of file descriptors",
+                retry_in.as_millis()
+            )),
             Some(NodeEvent::Error { source, message }) => {
                 tracing::warn!(?source, "{message}");
             }

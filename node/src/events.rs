@@ -73,8 +73,13 @@ pub enum NodeEvent {
         reason: LeaveReason,
     },
     /// Our bound address refused a connection during the security handshake (CURVE): a key
-    /// not on the allow-list, a plaintext client, or a client that has another server key.
-    /// Nothing it sent reached a handler.
+    /// not on the allow-list, a plaintext client, or a client that has another server key;
+    /// or, on any node, a connection that did not finish its handshake. Nothing it sent
+    /// reached a handler.
+    ///
+    /// Rate-limited, so that a flood of hostile connections cannot flood the event stream:
+    /// the first 10 of every 10 s come one by one, the rest as one [`NodeEvent::Error`]
+    /// (source [`ErrorSource::Handshake`]) saying "suppressed K more in the last S s".
     ConnectionRefused {
         /// Our endpoint that refused it.
         endpoint: String,
@@ -82,11 +87,29 @@ pub enum NodeEvent {
         reason: transport::HandshakeFailure,
     },
     /// Something went wrong that no caller is waiting for.
+    ///
+    /// Rate-limited per source: the first 20 of every 10 s come one by one, then one event
+    /// says how many more there were ("suppressed K more in the last S s"). The counters
+    /// ([`Node::stats`](crate::Node::stats)) count every one.
     Error {
         /// Where.
         source: ErrorSource,
         /// What, as text (the typed error went to whoever could act on it).
         message: String,
+    },
+    /// Our bound address cannot accept connections because the process (or the system) is
+    /// out of file descriptors, so the node stopped listening on it for `retry_in`, then
+    /// listens again; the pause doubles, from 100 ms up to 5 s, while accepting keeps
+    /// failing. Connections already made are not affected; new ones are refused by the
+    /// system meanwhile and should retry (a node's `connect` does).
+    ///
+    /// Without the pause, libzmq's listener would be woken again and again by the
+    /// connection it cannot take, spinning a CPU.
+    AcceptPaused {
+        /// Our endpoint.
+        endpoint: String,
+        /// How long until it listens again.
+        retry_in: std::time::Duration,
     },
     /// The node closed.
     Stopped,

@@ -29,6 +29,7 @@ use crate::link::Link;
 use crate::middleware::Handlers;
 use crate::options::Options;
 use crate::peer::{Direction, Entry, NodeId, Registry};
+use crate::ratelimit::{RateLimit, Suppressed, Verdict};
 use crate::routing::Routing;
 use crate::runtime::Runtime;
 use crate::upstream::Upstream;
@@ -119,6 +120,21 @@ pub(crate) struct Inner {
     /// With CURVE: the key each id first joined with (an id is bound to it). Bounded: past
     /// `MAX_BOUND_KEYS` ids, new ones are not bound (the allow-list still applies).
     bound_keys: Mutex<HashMap<NodeId, transport::Key>>,
+    /// How many error events each [`ErrorSource`] may make (ratelimit.rs): hostile peers
+    /// can cause them at the rate they send.
+    reports: [Arc<Mutex<RateLimit>>; 3],
+}
+
+/// Error events of one source let through per interval, before they are counted.
+const REPORTS_BURST: u32 = 20;
+const REPORTS_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The event that tells how many errors of `source` were not reported one by one.
+fn summary_event(source: ErrorSource, told: Suppressed) -> NodeEvent {
+    NodeEvent::Error {
+        source,
+        message: format!("{source:?} errors: {told}"),
+    }
 }
 
 /// The most ids whose CURVE key a node remembers.
@@ -146,6 +162,9 @@ impl Inner {
             routing: Routing::default(),
             observers,
             bound_keys: Mutex::new(HashMap::new()),
+            reports: std::array::from_fn(|_| {
+                Arc::new(Mutex::new(RateLimit::new(REPORTS_BURST, REPORTS_INTERVAL)))
+            }),
         }
     }
 
@@ -218,9 +237,50 @@ impl Inner {
         let _ = self.events.send(event);
     }
 
+    /// Reports an error as a [`NodeEvent::Error`], rate-limited per source: past the burst,
+    /// errors are counted, and one event tells the count when the interval is over.
     pub(crate) fn report(&self, source: ErrorSource, message: String) {
-        tracing::debug!(node = %self.id, ?source, %message, "error event");
-        self.emit(NodeEvent::Error { source, message });
+        let limit = &self.reports[match source {
+            ErrorSource::Handshake => 0,
+            ErrorSource::Peer => 1,
+            ErrorSource::Send => 2,
+        }];
+        let (verdict, first_held, due) = {
+            let mut limit = limit.lock();
+            let verdict = limit.check(tokio::time::Instant::now());
+            (verdict, limit.held() == 1, limit.due())
+        };
+        match verdict {
+            Verdict::Report(told) => {
+                if let Some(told) = told {
+                    self.emit_summary(source, told);
+                }
+                tracing::debug!(node = %self.id, ?source, %message, "error event");
+                self.emit(NodeEvent::Error { source, message });
+            }
+            // The first one held back: tell the count at the interval's end, even if no
+            // error follows to carry it.
+            Verdict::Suppress if first_held => {
+                let (Some(due), Ok(runtime)) = (due, tokio::runtime::Handle::try_current()) else {
+                    return;
+                };
+                let (limit, events, id) = (Arc::clone(limit), self.events.clone(), self.id.clone());
+                runtime.spawn(async move {
+                    tokio::time::sleep_until(due).await;
+                    let told = limit.lock().summary(tokio::time::Instant::now());
+                    if let Some(told) = told {
+                        tracing::debug!(node = %id, ?source, "error events {told}");
+                        let _ = events.send(summary_event(source, told));
+                    }
+                });
+            }
+            Verdict::Suppress => {}
+        }
+    }
+
+    fn emit_summary(&self, source: ErrorSource, told: Suppressed) {
+        tracing::debug!(node = %self.id, ?source, "error events {told}");
+        self.emit(summary_event(source, told));
     }
 
     /// How long a peer may stay silent: our dead-peer timeout, stretched to two and a half of

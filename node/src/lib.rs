@@ -66,11 +66,13 @@ pub mod options;
 #[cfg(feature = "otel")]
 mod otel;
 mod peer;
+mod ratelimit;
 mod routing;
 mod runtime;
 mod send;
 mod trace;
 mod upstream;
+mod watch;
 
 pub use breaker::{Breaker, BreakerFuture, CircuitBreaker, CircuitBreakerLayer, CircuitOpen};
 pub use call::{Call, Reply};

@@ -17,7 +17,7 @@ use transport::{Curve, Key};
 use crate::config::{Config, NodeBuilder};
 use crate::dispatch::install_downstream;
 use crate::error::{Error, Result};
-use crate::events::{ErrorSource, EventStream, LeaveReason, NodeEvent};
+use crate::events::{ErrorSource, EventStream, LeaveReason};
 use crate::forward::RouterStats;
 use crate::handler::{self, HandlerError, HandlerService, Pattern, Request, Response};
 use crate::handshake::{BYE, OPTIONS};
@@ -239,7 +239,7 @@ impl Node {
 
     /// The events: peers joining and leaving, errors, stop, as a stream. Each call gives a
     /// new stream that sees events from now on; one that falls more than 1,024 events
-    /// behind gets [`NodeEvent::Lagged`] with the count it lost.
+    /// behind gets [`NodeEvent::Lagged`](crate::NodeEvent::Lagged) with the count it lost.
     pub fn events(&self) -> EventStream {
         EventStream::new(self.inner.events.subscribe())
     }
@@ -281,7 +281,11 @@ impl Node {
         if let (Some(_), Some(keys)) = (&inner.config.curve, &inner.config.allowed_keys) {
             server.allow_keys(keys.iter().copied())?;
         }
-        tokio::spawn(report_refusals(Arc::downgrade(inner), events));
+        tokio::spawn(crate::watch::watch_server(
+            Arc::downgrade(inner),
+            server.clone(),
+            events,
+        ));
         install_downstream(inner, &server);
         // Invalid messages are counted by the server; each is also reported as an event.
         let mut rejected = server.rejected();
@@ -289,7 +293,10 @@ impl Node {
         tokio::spawn(async move {
             while let Some((route, error)) = rejected.recv().await {
                 let Some(inner) = weak.upgrade() else { break };
-                inner.report(ErrorSource::Peer, format!("from {route}: {error}"));
+                inner.report(
+                    ErrorSource::Peer,
+                    format!("from {}: {error}", route.short()),
+                );
             }
         });
         let endpoint = server.endpoint().to_owned();
@@ -581,21 +588,8 @@ impl Node {
     /// Graceful close: new requests are refused (callers get a typed error), requests being
     /// handled finish (up to the configured grace period), peers are told we are stopping
     /// (they see peer left, stopped, at once), then every socket closes and
-    /// [`NodeEvent::Stopped`] is emitted. Idempotent.
+    /// [`NodeEvent::Stopped`](crate::NodeEvent::Stopped) is emitted. Idempotent.
     pub async fn close(&self) {
         self.inner.close().await
-    }
-}
-
-/// Reports the connections our server refused (CURVE: a key not on the allow-list, a
-/// plaintext client, a client with another server key) as events, until the socket closes.
-async fn report_refusals(weak: Weak<Inner>, mut events: transport::Events) {
-    while let Some(event) = events.recv().await {
-        let transport::Event::HandshakeFailed { endpoint, reason } = event else {
-            continue;
-        };
-        let Some(inner) = weak.upgrade() else { return };
-        tracing::info!(node = %inner.id, %endpoint, %reason, "connection refused");
-        inner.emit(NodeEvent::ConnectionRefused { endpoint, reason });
     }
 }

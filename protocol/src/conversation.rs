@@ -608,7 +608,7 @@ impl<L: Link> Conversation<L> {
     }
 
     fn reject(&self, peer: &PeerId, error: Error) {
-        tracing::debug!(%peer, cause = %error, "message dropped");
+        tracing::debug!(peer = %peer.short(), cause = %error, "message dropped");
         if let Some(tx) = &*self.rejected.lock() {
             let _ = tx.send((peer.clone(), error));
         }
@@ -645,7 +645,7 @@ impl<L: Link> Conversation<L> {
                 return false;
             }
         };
-        tracing::trace!(%peer, kind = ?envelope.kind(), id = envelope.id(), event = envelope.event(), "received");
+        tracing::trace!(peer = %peer.short(), kind = ?envelope.kind(), id = envelope.id(), event = envelope.event(), "received");
         match envelope.kind() {
             Kind::Reply | Kind::Error => {
                 self.on_answer(peer, envelope);
@@ -722,7 +722,7 @@ impl<L: Link> Conversation<L> {
             self.counters
                 .replies_dropped
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%peer, id, cause = %e, "reply not delivered");
+            tracing::debug!(peer = %peer.short(), id, cause = %e, "reply not delivered");
         }
     }
 
@@ -756,7 +756,7 @@ impl<L: Link> Conversation<L> {
                     self.counters
                         .unmatched_replies
                         .fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(%peer, id, "reply matched no pending request; dropped");
+                    tracing::debug!(peer = %peer.short(), id, "reply matched no pending request; dropped");
                     return;
                 }
             }

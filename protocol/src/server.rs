@@ -212,6 +212,22 @@ impl Server {
         Ok(self.conversation.link.allowed_keys()?)
     }
 
+    /// Stops listening on [`endpoint`](Self::endpoint): no new connection is accepted, the
+    /// ones made stay and keep talking. For a server that cannot accept for now (out of
+    /// file descriptors: libzmq's listener would be woken again and again by the connection
+    /// it cannot take). [`resume`](Self::resume) listens again on the same endpoint.
+    pub async fn pause(&self) -> Result<()> {
+        Ok(self.conversation.link.unbind(&self.endpoint).await?)
+    }
+
+    /// Listens again on [`endpoint`](Self::endpoint) after [`pause`](Self::pause). Fails
+    /// like a bind: the port may have been taken meanwhile, or descriptors may still be
+    /// short.
+    pub fn resume(&self) -> Result<()> {
+        self.conversation.link.bind(&self.endpoint)?;
+        Ok(())
+    }
+
     /// Counters.
     pub fn stats(&self) -> Stats {
         self.conversation.stats()

@@ -68,6 +68,15 @@
 //! was refused, so `disconnect` (which also ends the endless retries of the wrong-key case)
 //! and report the reason. To try again after the server changed its allow-list, `connect`
 //! again.
+//!
+//! ## Legacy peers are refused
+//!
+//! A Router speaks ZMTP 3 only: libzmq would take a connection whose first byte is not
+//! 0xFF for a ZMTP 1.0 peer and its bytes for messages, so any stray connection could send
+//! a Router messages under an arbitrary routing id, and each cost a pipe pair while it
+//! lived. Every Router has a ZAP domain (a CURVE server its own, a plaintext one
+//! `zeronode-plaintext`), which makes libzmq refuse ZMTP 1.0 and 2.0 peers: they are
+//! accepted and dropped (`Accepted`, `Disconnected`, no `HandshakeFailed`).
 
 //! ## Example
 //!

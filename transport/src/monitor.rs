@@ -78,6 +78,15 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// libzmq's id of a failed `accept` on a listening endpoint, in [`Event::Failed`]
+    /// (ZMQ_EVENT_ACCEPT_FAILED); its errno is EMFILE or ENFILE when the process or the
+    /// system is out of file descriptors.
+    pub const ACCEPT_FAILED: u16 = 0x0040;
+    /// libzmq's id of a failed bind, in [`Event::Failed`] (ZMQ_EVENT_BIND_FAILED).
+    pub const BIND_FAILED: u16 = 0x0010;
+}
+
 /// Why a ZMTP handshake failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HandshakeFailure {
@@ -85,8 +94,13 @@ pub enum HandshakeFailure {
     Protocol,
     /// The security mechanism refused the peer (wrong key, not on the allow-list).
     Auth,
-    /// libzmq gave no detail (often: the peer closed during the handshake).
+    /// libzmq gave no detail on a CURVE socket: a wrong server key (the server hangs up),
+    /// or the peer closed or went silent during the handshake.
     NoDetail,
+    /// The handshake did not finish on a plaintext socket: the peer closed the connection
+    /// or went silent before it completed (libzmq's "no detail" failure; no key is
+    /// involved without CURVE).
+    Interrupted,
 }
 
 impl std::fmt::Display for HandshakeFailure {
@@ -98,6 +112,9 @@ impl std::fmt::Display for HandshakeFailure {
             HandshakeFailure::Auth => "not authorized (key not on the allow-list)",
             HandshakeFailure::NoDetail => {
                 "handshake failed (a wrong server key, or the peer closed during the handshake)"
+            }
+            HandshakeFailure::Interrupted => {
+                "handshake not completed (the peer closed the connection or went silent)"
             }
         })
     }
@@ -142,9 +159,9 @@ const HANDSHAKE_FAILED_PROTOCOL: u16 = 0x2000;
 const HANDSHAKE_FAILED_AUTH: u16 = 0x4000;
 const ALL_EVENTS: i32 = 0xFFFF;
 
-/// Parses one monitor message. `None` for a malformed one (never expected from libzmq) and
-/// for MONITOR_STOPPED.
-pub(crate) fn parse(frames: &[Bytes]) -> Option<Event> {
+/// Parses one monitor message of a socket that uses CURVE (`curve`) or not. `None` for a
+/// malformed one (never expected from libzmq) and for MONITOR_STOPPED.
+pub(crate) fn parse(frames: &[Bytes], curve: bool) -> Option<Event> {
     let head = frames.first()?;
     if head.len() < 6 {
         return None;
@@ -168,7 +185,9 @@ pub(crate) fn parse(frames: &[Bytes]) -> Option<Event> {
         CLOSED => Event::Closed { endpoint },
         DISCONNECTED => Event::Disconnected { endpoint },
         HANDSHAKE_SUCCEEDED => Event::HandshakeSucceeded { endpoint },
-        HANDSHAKE_FAILED_NO_DETAIL => handshake_failed(HandshakeFailure::NoDetail),
+        // Without CURVE no key can be wrong: the handshake was cut short.
+        HANDSHAKE_FAILED_NO_DETAIL if curve => handshake_failed(HandshakeFailure::NoDetail),
+        HANDSHAKE_FAILED_NO_DETAIL => handshake_failed(HandshakeFailure::Interrupted),
         HANDSHAKE_FAILED_PROTOCOL => handshake_failed(HandshakeFailure::Protocol),
         HANDSHAKE_FAILED_AUTH => handshake_failed(HandshakeFailure::Auth),
         MONITOR_STOPPED => return None,
@@ -182,6 +201,10 @@ pub(crate) fn parse(frames: &[Bytes]) -> Option<Event> {
 
 /// Starts monitoring `socket` and returns its event stream.
 pub(crate) fn start(socket: &zmq::Socket) -> Result<Events> {
+    let curve = socket
+        .get_mechanism()
+        .map_err(socket_error("read ZMQ_MECHANISM"))?
+        == zmq::Mechanism::ZMQ_CURVE;
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let address = format!(
         "inproc://zeronode-monitor-{}",
@@ -196,7 +219,7 @@ pub(crate) fn start(socket: &zmq::Socket) -> Result<Events> {
     pair.connect(&address)
         .map_err(socket_error("connect monitor socket"))?;
     let (tx, rx) = mpsc::unbounded_channel();
-    hub()?.register(pair, tx)?;
+    hub()?.register(Monitor { pair, tx, curve })?;
     Ok(Events { rx })
 }
 
@@ -212,7 +235,17 @@ struct Hub {
     /// Connected to the hub thread's wake-up socket; a byte on it means "new monitors".
     wake: Mutex<zmq::Socket>,
     /// Monitors registered but not yet picked up by the hub thread.
-    incoming: Mutex<Vec<(zmq::Socket, mpsc::UnboundedSender<Event>)>>,
+    incoming: Mutex<Vec<Monitor>>,
+}
+
+/// One monitored socket, as the hub thread reads it.
+struct Monitor {
+    /// Connected to the socket's monitor.
+    pair: zmq::Socket,
+    /// Where its events go.
+    tx: mpsc::UnboundedSender<Event>,
+    /// Whether the socket uses CURVE (what a failure without detail means depends on it).
+    curve: bool,
 }
 
 const HUB_ADDRESS: &str = "inproc://zeronode-monitor-hub";
@@ -253,8 +286,8 @@ fn hub() -> Result<&'static Hub> {
 }
 
 impl Hub {
-    fn register(&self, pair: zmq::Socket, tx: mpsc::UnboundedSender<Event>) -> Result<()> {
-        self.incoming.lock().push((pair, tx));
+    fn register(&self, monitor: Monitor) -> Result<()> {
+        self.incoming.lock().push(monitor);
         self.wake
             .lock()
             .send(&[0u8][..], 0)
@@ -263,12 +296,12 @@ impl Hub {
 }
 
 fn run_hub(receiver: zmq::Socket, hub: &'static Hub) {
-    let mut monitors: Vec<(zmq::Socket, mpsc::UnboundedSender<Event>)> = Vec::new();
+    let mut monitors: Vec<Monitor> = Vec::new();
     loop {
         let ready: Vec<bool> = {
             let mut items = Vec::with_capacity(monitors.len() + 1);
             items.push(receiver.as_poll_item(zmq::POLLIN));
-            items.extend(monitors.iter().map(|(m, _)| m.as_poll_item(zmq::POLLIN)));
+            items.extend(monitors.iter().map(|m| m.pair.as_poll_item(zmq::POLLIN)));
             if zmq::poll(&mut items, -1).is_err() {
                 continue;
             }
@@ -279,21 +312,21 @@ fn run_hub(receiver: zmq::Socket, hub: &'static Hub) {
             monitors.append(&mut hub.incoming.lock());
         }
         let mut stopped = Vec::new();
-        for (index, (monitor, tx)) in monitors.iter().enumerate() {
+        for (index, monitor) in monitors.iter().enumerate() {
             if !ready.get(index + 1).copied().unwrap_or(false) {
                 continue;
             }
-            while let Ok(frames) = monitor.recv_multipart(zmq::DONTWAIT) {
+            while let Ok(frames) = monitor.pair.recv_multipart(zmq::DONTWAIT) {
                 let frames: Vec<Bytes> = frames.into_iter().map(Bytes::from).collect();
                 let Some(head) = frames.first() else { continue };
                 if head.len() >= 2 && u16::from_le_bytes([head[0], head[1]]) == MONITOR_STOPPED {
                     stopped.push(index);
                     break;
                 }
-                if let Some(event) = parse(&frames) {
-                    tracing::debug!(?event, "socket event");
+                if let Some(event) = parse(&frames, monitor.curve) {
+                    tracing::trace!(?event, "socket event");
                     // A dropped receiver is fine: keep draining, libzmq must never block.
-                    let _ = tx.send(event);
+                    let _ = monitor.tx.send(event);
                 }
             }
         }
@@ -316,13 +349,13 @@ mod tests {
     #[test]
     fn parses_known_events() {
         assert_eq!(
-            parse(&frames(ACCEPTED, 7, "tcp://127.0.0.1:5")),
+            parse(&frames(ACCEPTED, 7, "tcp://127.0.0.1:5"), false),
             Some(Event::Accepted {
                 endpoint: "tcp://127.0.0.1:5".into()
             })
         );
         assert_eq!(
-            parse(&frames(HANDSHAKE_FAILED_AUTH, 0, "x")),
+            parse(&frames(HANDSHAKE_FAILED_AUTH, 0, "x"), true),
             Some(Event::HandshakeFailed {
                 endpoint: "x".into(),
                 reason: HandshakeFailure::Auth
@@ -331,9 +364,30 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_without_detail_blames_no_key_on_a_plaintext_socket() {
+        let plaintext = parse(&frames(HANDSHAKE_FAILED_NO_DETAIL, 104, "x"), false);
+        assert_eq!(
+            plaintext,
+            Some(Event::HandshakeFailed {
+                endpoint: "x".into(),
+                reason: HandshakeFailure::Interrupted
+            })
+        );
+        assert!(!HandshakeFailure::Interrupted.to_string().contains("key"));
+        let curve = parse(&frames(HANDSHAKE_FAILED_NO_DETAIL, 104, "x"), true);
+        assert_eq!(
+            curve,
+            Some(Event::HandshakeFailed {
+                endpoint: "x".into(),
+                reason: HandshakeFailure::NoDetail
+            })
+        );
+    }
+
+    #[test]
     fn unknown_event_ids_do_not_panic() {
         assert_eq!(
-            parse(&frames(0x8000, 98, "e")),
+            parse(&frames(0x8000, 98, "e"), false),
             Some(Event::Failed {
                 endpoint: "e".into(),
                 event: 0x8000,
@@ -344,8 +398,8 @@ mod tests {
 
     #[test]
     fn malformed_monitor_frames_are_skipped() {
-        assert_eq!(parse(&[]), None);
-        assert_eq!(parse(&[Bytes::from_static(&[1, 0])]), None);
-        assert_eq!(parse(&frames(MONITOR_STOPPED, 0, "")), None);
+        assert_eq!(parse(&[], false), None);
+        assert_eq!(parse(&[Bytes::from_static(&[1, 0])], false), None);
+        assert_eq!(parse(&frames(MONITOR_STOPPED, 0, ""), false), None);
     }
 }

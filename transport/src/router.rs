@@ -23,6 +23,39 @@ impl PeerId {
     }
 }
 
+impl PeerId {
+    /// How many bytes of a long id [`short`](Self::short) shows.
+    const SHORT: usize = 8;
+
+    /// A short form for logs: the id as [`Display`](fmt::Display) prints it when it has at
+    /// most 8 bytes; otherwise its first 8 bytes and its length, as in `0x0a1b2c3d4e5f6071…
+    /// (255 bytes)` or `node-abc…(40 bytes)`. A routing id comes from the peer and may be
+    /// up to 255 bytes of anything.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use transport::PeerId;
+    ///
+    /// assert_eq!(PeerId::from("client").short().to_string(), "client");
+    /// let long = PeerId(Bytes::from(vec![0xab; 255]));
+    /// assert_eq!(long.short().to_string(), "0xabababababababab…(255 bytes)");
+    /// ```
+    pub fn short(&self) -> impl fmt::Display + '_ {
+        struct Short<'a>(&'a PeerId);
+        impl fmt::Display for Short<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let id = &self.0 .0;
+                if id.len() <= PeerId::SHORT {
+                    return write!(f, "{}", self.0);
+                }
+                let head = PeerId(id.slice(..PeerId::SHORT));
+                write!(f, "{head}…({} bytes)", id.len())
+            }
+        }
+        Short(self)
+    }
+}
+
 impl fmt::Display for PeerId {
     /// Printable ids print as text; others (libzmq's generated ids) as hex.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -33,6 +33,13 @@ use crate::socket::context;
 /// Where libzmq sends ZAP requests (RFC 27; fixed by libzmq).
 const ZAP_ADDRESS: &str = "inproc://zeromq.zap.01";
 
+/// The ZAP domain of every plaintext Router socket. It is there for one effect: libzmq
+/// refuses ZMTP 1.0 and 2.0 peers on a socket with a ZAP domain (see `Options::apply`).
+/// When a ZAP handler runs in the process (some CURVE server exists), libzmq asks it about
+/// the NULL handshakes of these sockets too, and it lets them through; when none runs,
+/// libzmq lets them through itself (ZMQ_ZAP_ENFORCE_DOMAIN is off).
+pub(crate) const PLAINTEXT_DOMAIN: &str = "zeronode-plaintext";
+
 /// The only ZAP version there is.
 const ZAP_VERSION: &[u8] = b"1.0";
 
@@ -223,7 +230,16 @@ fn answer(
         return reply("500", "unsupported ZAP version", String::new());
     }
     let domain = String::from_utf8_lossy(domain);
-    // Only our CURVE server sockets have a domain; anything else is refused (fail closed).
+    // A plaintext Router's domain: NULL is what it speaks (it has no keys to check).
+    if domain == PLAINTEXT_DOMAIN {
+        return if mechanism.as_slice() == b"NULL" {
+            reply("200", "OK", String::new())
+        } else {
+            reply("400", "NULL expected", String::new())
+        };
+    }
+    // Only our CURVE server sockets have another domain; anything else is refused (fail
+    // closed).
     let Some(allow_list) = lookup(&domain) else {
         tracing::debug!(%domain, "ZAP: unknown domain refused");
         return reply("400", "unknown domain", String::new());
@@ -271,6 +287,20 @@ mod tests {
             std::str::from_utf8(&reply[4]).unwrap(),
             std::str::from_utf8(&reply[6]).unwrap(),
         )
+    }
+
+    #[test]
+    fn plaintext_routers_let_null_in_and_nothing_else() {
+        let lookup = |_: &str| None;
+        let reply = answer(&request(PLAINTEXT_DOMAIN, "NULL", &[]), lookup).unwrap();
+        assert_eq!(status(&reply), ("200", ""));
+        let key = Key::from_bytes([7; 32]);
+        let reply = answer(
+            &request(PLAINTEXT_DOMAIN, "CURVE", &[key.as_bytes()]),
+            lookup,
+        )
+        .unwrap();
+        assert_eq!(status(&reply).0, "400");
     }
 
     #[test]

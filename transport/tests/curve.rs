@@ -201,6 +201,32 @@ async fn plaintext_client_is_refused_by_a_curve_server() {
     nothing_arrives(&router).await;
 }
 
+/// Plaintext Routers carry a ZAP domain of their own (it makes libzmq refuse ZMTP 1.0
+/// peers); once a CURVE server has started the process's ZAP handler, libzmq asks it about
+/// their NULL handshakes too, and it lets them in.
+#[tokio::test]
+async fn plaintext_sockets_still_work_beside_a_curve_server() {
+    let server_keys = KeyPair::generate().unwrap();
+    let (_curve, _) = curve_server(&server_keys);
+    let router = Router::new().unwrap();
+    let endpoint = router.bind("tcp://127.0.0.1:0").unwrap();
+    let dealer = Dealer::new().unwrap();
+    let mut events = dealer.events().unwrap();
+    dealer.connect(&endpoint).unwrap();
+    assert_eq!(
+        within("handshake", handshake_outcome(&mut events)).await,
+        Ok(())
+    );
+    dealer.send(frames(&[b"plain"])).await.unwrap();
+    let (peer, got) = within("router recv", router.recv()).await.unwrap();
+    assert_eq!(got, frames(&[b"plain"]));
+    router.send(&peer, frames(&[b"reply"])).await.unwrap();
+    assert_eq!(
+        within("dealer recv", dealer.recv()).await.unwrap(),
+        frames(&[b"reply"])
+    );
+}
+
 #[tokio::test]
 async fn curve_client_refuses_a_plaintext_server() {
     let router = Router::new().unwrap();

@@ -605,3 +605,47 @@ async fn two_receivers_on_one_socket_both_get_messages() {
         task.abort();
     }
 }
+
+/// A connection whose first byte is not 0xFF would be a ZMTP 1.0 peer to libzmq, its bytes
+/// taken as messages (and a pipe pair built for it). A Router refuses it: it is dropped,
+/// nothing it sends arrives, and real peers still get in.
+#[tokio::test]
+async fn a_zmtp_1_0_peer_is_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let router = Router::new().unwrap();
+    let mut events = router.events().unwrap();
+    let endpoint = router.bind("tcp://127.0.0.1:0").unwrap();
+    let port = endpoint.rsplit(':').next().unwrap();
+    let mut legacy = tokio::net::TcpStream::connect(format!("127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    // ZMTP 1.0: a length byte (flags and body), a flags byte, the body. First the routing
+    // id "stray", then a message "boo".
+    legacy
+        .write_all(&[6, 0, b's', b't', b'r', b'a', b'y', 4, 0, b'b', b'o', b'o'])
+        .await
+        .unwrap();
+    // libzmq reports no handshake failure for it (a protocol error before any security
+    // mechanism): the connection is accepted and dropped.
+    within("the router drops it", async {
+        while !matches!(events.recv().await, Some(Event::Disconnected { .. })) {}
+    })
+    .await;
+    // The router hung up on it.
+    let mut rest = Vec::new();
+    let read = within("the router hangs up", legacy.read_to_end(&mut rest)).await;
+    assert!(read.is_err() || rest.len() <= 10, "{read:?} {rest:?}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), router.recv())
+            .await
+            .is_err(),
+        "a message of the ZMTP 1.0 peer arrived"
+    );
+    let dealer = Dealer::new().unwrap();
+    dealer.connect(&endpoint).unwrap();
+    dealer.send(frames(&[b"real"])).await.unwrap();
+    let (_, got) = within("a real peer's message", router.recv())
+        .await
+        .unwrap();
+    assert_eq!(got, frames(&[b"real"]));
+}
