@@ -340,20 +340,10 @@ impl<'a> Call<'a> {
     /// the metadata the handler set ([`Response::with_meta`](crate::Response::with_meta)).
     pub async fn send_raw_reply(self, payload: Bytes) -> Result<Reply> {
         let limits = self.node.inner.config.max_metadata;
-        let (node, to, event) = (self.node, self.to.clone(), self.event);
-        let mut outgoing = self.resolve()?;
-        let span = trace::call_span(event, &to);
-        let started = watch_from(node, &span);
-        async move {
-            trace::inject_unless_set(&mut outgoing.meta);
-            let result = node
-                .send_request(to, event, payload, &outgoing)
-                .await
-                .and_then(|answer| Reply::from_answer(answer, &limits));
-            finished(node, event, false, &result, started);
-            result
-        }
-        .instrument(span)
+        self.traced(false, |node, to, event, outgoing| async move {
+            let answer = node.send_request(to, event, payload, &outgoing).await?;
+            Reply::from_answer(answer, &limits)
+        })
         .await
     }
 
@@ -365,14 +355,27 @@ impl<'a> Call<'a> {
 
     /// Sends it as a tick with a raw payload.
     pub async fn tick_raw(self, payload: Bytes) -> Result<()> {
+        self.traced(true, |node, to, event, outgoing| async move {
+            node.send_tick(to, event, payload, &outgoing).await
+        })
+        .await
+    }
+
+    /// Resolves the call and runs `send` with it inside the call's span, recording how it
+    /// ended (span, hooks, metrics).
+    async fn traced<T, F, Fut>(self, tick: bool, send: F) -> Result<T>
+    where
+        F: FnOnce(&'a Node, Target, &'a str, Outgoing) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
         let (node, to, event) = (self.node, self.to.clone(), self.event);
         let mut outgoing = self.resolve()?;
         let span = trace::call_span(event, &to);
         let started = watch_from(node, &span);
         async move {
             trace::inject_unless_set(&mut outgoing.meta);
-            let result = node.send_tick(to, event, payload, &outgoing).await;
-            finished(node, event, true, &result, started);
+            let result = send(node, to, event, outgoing).await;
+            finished(node, event, tick, &result, started);
             result
         }
         .instrument(span)
