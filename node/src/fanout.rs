@@ -14,7 +14,7 @@
 //! `tick_all` does, so a cyclic mesh of routers delivers once.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -145,9 +145,6 @@ type Targets = Vec<(NodeId, Link, Option<String>)>;
 /// A gather's stream of outcomes.
 pub(crate) type Outcomes<'a> = BoxStream<'a, (NodeId, Result<Reply>)>;
 
-/// A round-robin turn for group picks (one per fan-out, so each group's members take turns).
-static TURN: AtomicUsize = AtomicUsize::new(0);
-
 impl Inner {
     /// The local targets of a fan-out to `filter` in `scope`, leaving out what `exclude`
     /// rules out and the groups already `served`.
@@ -170,7 +167,7 @@ impl Inner {
             .iter()
             .map(|e| (&e.options, e.in_flight.load(Ordering::Relaxed)))
             .collect();
-        let turn = TURN.fetch_add(1, Ordering::Relaxed);
+        let turn = self.fan_turn.fetch_add(1, Ordering::Relaxed);
         plan(
             &candidates,
             spread,
@@ -370,6 +367,9 @@ impl Inner {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<usize> {
+        if self.is_closing() {
+            return Err(Error::Closed);
+        }
         let spread = Spread::Groups(key.to_owned());
         let targets = self.local_targets(filter, scope, &spread, &HashSet::new(), |_| false);
         let metadata = outgoing.meta.as_bytes();
@@ -421,6 +421,9 @@ impl Inner {
         payload: Bytes,
         outgoing: Outgoing,
     ) -> Result<Outcomes<'a>> {
+        if self.is_closing() {
+            return Err(Error::Closed);
+        }
         let targets = self.local_targets(filter, scope, &spread, &HashSet::new(), |_| false);
         for (_, link, _) in &targets {
             link.check_size(&payload)?;

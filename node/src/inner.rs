@@ -117,6 +117,9 @@ pub(crate) struct Inner {
     pub(crate) routing: Routing,
     /// Per-request hooks and metrics.
     pub(crate) observers: crate::observe::Observers,
+    /// The round-robin turn of group fan-outs (one step per fan-out, so the members of
+    /// each group take turns).
+    pub(crate) fan_turn: std::sync::atomic::AtomicUsize,
     /// With CURVE: the key each id first joined with (an id is bound to it). Bounded: past
     /// `MAX_BOUND_KEYS` ids, new ones are not bound (the allow-list still applies).
     bound_keys: Mutex<HashMap<NodeId, transport::Key>>,
@@ -161,6 +164,7 @@ impl Inner {
             metadata_refused: AtomicU64::new(0),
             routing: Routing::default(),
             observers,
+            fan_turn: std::sync::atomic::AtomicUsize::new(0),
             bound_keys: Mutex::new(HashMap::new()),
             reports: std::array::from_fn(|_| {
                 Arc::new(Mutex::new(RateLimit::new(REPORTS_BURST, REPORTS_INTERVAL)))
