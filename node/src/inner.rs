@@ -234,6 +234,8 @@ impl Inner {
             match &event {
                 NodeEvent::PeerJoined { .. } => metrics.joined(),
                 NodeEvent::PeerLeft { reason, .. } => metrics.left(reason.as_str()),
+                NodeEvent::ConnectionRefused { .. } => metrics.refused_connection(),
+                NodeEvent::AcceptPaused { .. } => metrics.accept_paused(),
                 _ => {}
             }
         }

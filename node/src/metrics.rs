@@ -20,8 +20,10 @@
 //! `metadata`, `unjoined`, `invalid_envelope`), `zeronode_ticks_dropped_total`,
 //! `zeronode_handlers_cancelled_total`, `zeronode_handlers_expired_total`,
 //! `zeronode_timeouts_total`, `zeronode_forwarded_total`, `zeronode_forward_failed_total`.
-//! As they happen: `zeronode_peers_joined_total`, `zeronode_peers_left_total{reason}`, and
-//! the histogram `zeronode_queue_wait_seconds` (a message's wait for a handler slot).
+//! As they happen: `zeronode_peers_joined_total`, `zeronode_peers_left_total{reason}`,
+//! `zeronode_connections_refused_total` (security handshakes refused),
+//! `zeronode_accept_paused_total` (out of file descriptors), and the histogram
+//! `zeronode_queue_wait_seconds` (a message's wait for a handler slot).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -148,6 +150,17 @@ impl Metrics {
     pub(crate) fn left(&self, reason: &'static str) {
         counter!("zeronode_peers_left_total", "node" => self.node.clone(), "reason" => reason)
             .increment(1);
+    }
+
+    /// A connection was refused in its security handshake (CURVE key, allow-list,
+    /// mechanism).
+    pub(crate) fn refused_connection(&self) {
+        counter!("zeronode_connections_refused_total", "node" => self.node.clone()).increment(1);
+    }
+
+    /// The node stopped listening for a while (out of file descriptors).
+    pub(crate) fn accept_paused(&self) {
+        counter!("zeronode_accept_paused_total", "node" => self.node.clone()).increment(1);
     }
 
     /// Records the node-wide numbers sampled from its stats.

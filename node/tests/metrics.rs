@@ -205,6 +205,26 @@ async fn traffic_shows_in_the_metrics_and_the_hooks() {
         5
     );
 
+    // A refused connection: a plaintext node at a CURVE node.
+    let vault = builder("vault")
+        .metrics(true)
+        .curve(node::KeyPair::generate().unwrap())
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    let plain = builder("plain").build().await.unwrap();
+    assert!(plain.connect(&address(&vault)).await.is_err());
+    until(&handle, "the refusal", |s| {
+        value(
+            s,
+            "zeronode_connections_refused_total",
+            &[("node", "vault")],
+        )
+        .is_some_and(|v| v >= 1.0)
+    })
+    .await;
+
     // A peer that makes up event names cannot grow the series: past the bound they are
     // counted as `_other`.
     let extra = 40;
