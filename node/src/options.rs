@@ -19,6 +19,7 @@
 //! assert_eq!(opts["load"].as_f64(), Some(3.0));
 //! ```
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -262,6 +263,46 @@ impl<'de> Deserialize<'de> for Value {
 
 struct ValueVisitor;
 
+/// How deep lists and maps may nest in a decoded [`Value`]. Options come from peers: a
+/// value nested a thousand levels deep would overflow the decoder's stack (and abort the
+/// process) before MessagePack's own limit of 1,024 stops it, so decoding stops here with
+/// an error instead. Options that people write nest a few levels.
+pub const MAX_DEPTH: usize = 64;
+
+thread_local! {
+    /// How many lists and maps the decoder on this thread is inside. Decoding is
+    /// synchronous, so a per-thread count is the depth of the value being decoded.
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// One level of nesting entered by the decoder; leaving it (on success, error or unwind)
+/// counts it off.
+struct Nested;
+
+impl Nested {
+    fn enter<E: de::Error>() -> Result<Nested, E> {
+        let depth = DEPTH.with(|d| {
+            let depth = d.get() + 1;
+            d.set(depth);
+            depth
+        });
+        // Counted before the check, so the `Drop` below balances it either way.
+        let level = Nested;
+        if depth > MAX_DEPTH {
+            return Err(E::custom(format_args!(
+                "option values nest deeper than {MAX_DEPTH} levels"
+            )));
+        }
+        Ok(level)
+    }
+}
+
+impl Drop for Nested {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
 impl<'de> Visitor<'de> for ValueVisitor {
     type Value = Value;
 
@@ -295,6 +336,7 @@ impl<'de> Visitor<'de> for ValueVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let _level = Nested::enter()?;
         // The size hint comes from the peer: cap it so a lying length cannot reserve memory.
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
         while let Some(item) = seq.next_element()? {
@@ -304,6 +346,7 @@ impl<'de> Visitor<'de> for ValueVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
+        let _level = Nested::enter()?;
         let mut map = BTreeMap::new();
         while let Some((key, value)) = access.next_entry::<String, Value>()? {
             // A repeated key: the last one wins, as in a JavaScript object literal.
@@ -462,6 +505,31 @@ mod tests {
         assert!(rmp_serde::from_slice::<Value>(&[0x81, 0x01, 0x02]).is_err());
         // Truncated input: an error too.
         assert!(rmp_serde::from_slice::<Value>(&[0x82, 0xa1, b'a']).is_err());
+    }
+
+    #[test]
+    fn deep_nesting_from_a_peer_is_an_error_not_a_stack_overflow() {
+        // 100,000 nested one-element maps {"a": {"a": ...}} then nil, and as many lists.
+        let maps = |depth: usize| {
+            let mut bytes = [0x81, 0xa1, b'a'].repeat(depth);
+            bytes.push(0xc0);
+            bytes
+        };
+        let lists = |depth: usize| {
+            let mut bytes = vec![0x91; depth];
+            bytes.push(0xc0);
+            bytes
+        };
+        for bytes in [maps(100_000), lists(100_000), maps(MAX_DEPTH + 1)] {
+            let err = rmp_serde::from_slice::<Value>(&bytes).unwrap_err();
+            assert!(err.to_string().contains("nest deeper than 64"), "{err}");
+        }
+        // Within the limit it decodes, and the count starts over for the next value.
+        assert!(rmp_serde::from_slice::<Value>(&maps(MAX_DEPTH)).is_ok());
+        assert!(rmp_serde::from_slice::<Value>(&lists(MAX_DEPTH)).is_ok());
+        // JSON too, inside options.
+        let json = format!("{{\"k\":{}1{}}}", "[".repeat(200), "]".repeat(200));
+        assert!(serde_json::from_str::<Options>(&json).is_err());
     }
 
     #[test]
