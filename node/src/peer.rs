@@ -354,8 +354,12 @@ impl<L: Clone> Registry<L> {
     }
 
     /// Who is joined, or what they advertise, changed: cached selections are stale.
+    ///
+    /// They are dropped now rather than at the next pick, so the links they hold (a left
+    /// peer's client) are not kept alive by the cache.
     fn changed(&mut self) {
         self.generation = self.generation.wrapping_add(1);
+        self.selection.lists.clear();
     }
 
     /// The entry of a peer in a direction.
@@ -838,8 +842,10 @@ mod tests {
             ["a"]
         );
 
-        // A leave, too.
+        // A leave, too; and the cache lets go of the links it held at once.
+        assert!(!registry.selection.lists.is_empty());
         registry.leave(&NodeId::from("b"), Direction::Downstream);
+        assert!(registry.selection.lists.is_empty());
         assert!(reachable(&mut registry, &workers).is_empty());
         assert!(registry
             .pick(&workers, Scope::Both, Strategy::Random, 0)
