@@ -686,3 +686,56 @@ fn selection_key_is_canonical_and_shared_by_clones() {
         .selection_key()
         .is_none());
 }
+
+#[test]
+fn absence_operators_table_with_options_per_row() {
+    let map = |pairs: Vec<(&str, Value)>| Value::Map(options(pairs));
+    let none = Options::new;
+    let one = |key: &str, value: Value| options([(key, value)]);
+    #[rustfmt::skip]
+    let rows: Vec<(Filter, Options, bool)> = vec![
+        // $ne
+        (Filter::new().ne("k", 1), none(), false),
+        (Filter::new().ne("k", 1), one("k", Value::Null), false),
+        (Filter::new().ne("k", 1), one("k", Value::from(2)), true),
+        (Filter::new().ne("k", 1), one("k", Value::from(1.0)), false),
+        (Filter::new().ne("k", 1), one("k", Value::from("1")), true),
+        (Filter::new().ne("k", 1), one("k", map(vec![])), true),
+        // $nin
+        (Filter::new().not_in("k", [1, 2]), none(), false),
+        (Filter::new().not_in("k", [1, 2]), one("k", Value::Null), false),
+        (Filter::new().not_in("k", [1, 2]), one("k", Value::from(3)), true),
+        (Filter::new().not_in("k", [1, 2]), one("k", Value::from(2)), false),
+        (Filter::new().not_in("k", [1, 2]), one("k", Value::from(vec![1])), true),
+        // $containsNone
+        (Filter::new().contains_none("k", ["a"]), none(), false),
+        (Filter::new().contains_none("k", ["a"]), one("k", Value::Null), false),
+        (Filter::new().contains_none("k", ["a"]), one("k", Value::from(vec!["b"])), true),
+        (Filter::new().contains_none("k", ["a"]), one("k", Value::from(vec!["a"])), false),
+        (Filter::new().contains_none("k", ["a"]), one("k", Value::from("bcd")), true),
+        (Filter::new().contains_none("k", ["a"]), one("k", Value::from("cab")), false),
+        (Filter::new().contains_none("k", ["a"]), one("k", Value::from(5)), false),
+        (Filter::new().contains_none("k", ["a"]), one("k", map(vec![("a", Value::from(1))])), false),
+        // Nested, by dotted path.
+        (Filter::new().ne("a.b", 1), one("a", map(vec![])), false),
+        (Filter::new().ne("a.b", 1), one("a", map(vec![("b", Value::from(2))])), true),
+        (Filter::new().ne("a.b", 1), one("a", map(vec![("b", Value::Null)])), false),
+        (Filter::new().ne("a.b", 1), one("a", Value::from(3)), false),
+        (Filter::new().not_in("a.b", [1]), one("a", map(vec![("b", Value::from(2))])), true),
+        (Filter::new().contains_none("a.b", ["x"]), one("a", map(vec![("b", Value::from(vec!["y"]))])), true),
+        // A literal dotted key wins over the path.
+        (Filter::new().eq("a.b", 1), one("a.b", Value::from(1)), true),
+        (
+            Filter::new().eq("a.b", 1),
+            options([("a.b", Value::from(2)), ("a", map(vec![("b", Value::from(1))]))]),
+            false,
+        ),
+    ];
+    for (i, (filter, peer, expected)) in rows.iter().enumerate() {
+        assert_eq!(
+            filter.matches(peer),
+            *expected,
+            "row {i}: {filter:?} on {peer:?}"
+        );
+    }
+}
