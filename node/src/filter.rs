@@ -120,7 +120,7 @@ use crate::Error;
 /// ]);
 /// assert!(filter.matches(&peer));
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Filter {
     /// Conditions on keys, all ANDed, in the order they were added.
     conditions: Vec<Condition>,
@@ -130,6 +130,16 @@ pub struct Filter {
     /// filter into every `request_any` pays for it once): what the peer selection caches
     /// its matches under. Reset by every builder call, since it changes the filter.
     selection_key: Arc<OnceLock<Option<SelectionKey>>>,
+}
+
+// By hand, to leave out the cached selection key (bytes no reader needs).
+impl fmt::Debug for Filter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Filter")
+            .field("conditions", &self.conditions)
+            .field("predicates", &self.predicates)
+            .finish()
+    }
 }
 
 /// A filter's canonical form as bytes: the MessagePack of its [`FilterSpec`], in which

@@ -391,6 +391,10 @@ fn debug_hides_the_predicate() {
     let text = format!("{:?}", Filter::predicate(|_| true).eq("role", "worker"));
     assert!(text.contains("<predicate>"), "{text}");
     assert!(text.contains("worker"), "{text}");
+    // The cached selection key stays out of it.
+    let filter = Filter::new().eq("role", "worker");
+    filter.selection_key();
+    assert!(!format!("{filter:?}").contains("selection_key"));
 }
 
 #[test]
