@@ -8,28 +8,53 @@
 //! | operator         | builder                          | holds when the peer's value...                       |
 //! |------------------|----------------------------------|------------------------------------------------------|
 //! | exact / `$eq`    | [`eq`](Filter::eq)               | equals the operand                                   |
-//! | `$ne`            | [`ne`](Filter::ne)               | does not equal the operand, **or the key is missing** |
+//! | `$ne`            | [`ne`](Filter::ne)               | does not equal the operand (a missing key fails)     |
+//! | `$aeq`           | [`aeq`](Filter::aeq)             | equals the operand by JavaScript's loose `==` (below) |
 //! | `$gt` `$gte`     | [`gt`](Filter::gt) [`gte`](Filter::gte) | is greater (or equal)                         |
 //! | `$lt` `$lte`     | [`lt`](Filter::lt) [`lte`](Filter::lte) | is less (or equal)                            |
 //! | `$between`       | [`between`](Filter::between)     | lies in `[low, high]`, both ends included            |
 //! | `$in`            | [`is_in`](Filter::is_in)         | equals one of the operands                           |
-//! | `$nin`           | [`not_in`](Filter::not_in)       | equals none of the operands, **or the key is missing** |
+//! | `$nin`           | [`not_in`](Filter::not_in)       | equals none of the operands (a missing key fails)    |
 //! | `$contains`      | [`contains`](Filter::contains)   | is a list holding the operand, or a string holding it as a substring |
 //! | `$containsAny`   | [`contains_any`](Filter::contains_any) | is a list (or string) containing at least one operand |
-//! | `$containsNone`  | [`contains_none`](Filter::contains_none) | is a list (or string) containing no operand, **or the key is missing** |
+//! | `$containsNone`  | [`contains_none`](Filter::contains_none) | is a list (or string) containing no operand (a missing key fails) |
 //! | `$regex` / regex | [`regex`](Filter::regex) [`matching`](Filter::matching) | is a string the regex finds a match in (unanchored) |
 //!
 //! The rules behind the table:
-//! - **Missing key**: every operator fails, except `$ne`, `$nin` and `$containsNone`, which
-//!   ask for an absence and so hold.
+//! - **Missing key, or `null`**: every operator fails, `$ne`, `$nin` and `$containsNone`
+//!   included. This is the JavaScript zeronode's rule: its `optionsPredicateBuilder`
+//!   (`src/utils.js` in github.com/sfast/zeronode) reads `nodeOptions[key]` and, when that is
+//!   not truthy, counts the condition as not satisfied before looking at the operator; its
+//!   test suite asserts "operator on missing nodeOption key ... should fail". A key holding
+//!   `null` is absent to it the same way. (Its truthiness test also fails on `0`, `false`
+//!   and `""`; we do not copy that: a value that is there is compared, so `eq("load", 0)`
+//!   selects a peer whose load is 0.)
+//! - **Nested options**: a key with dots (`"region.zone"`) is the key itself if the peer has
+//!   it (the JavaScript lookup), and otherwise a path through [`Value::Map`]s:
+//!   `"region.zone"` reaches `zone` inside the map under `region`. A path that stops at a
+//!   value that is not a map is a missing key.
 //! - **Equality** (`$eq $ne $in $nin`, list elements in `$contains*`) compares values:
-//!   `Int(5)` equals `Float(5.0)`, lists are equal element by element, values of different
-//!   types are never equal (so `$ne` holds between them).
+//!   `Int(5)` equals `Float(5.0)`, lists are equal element by element and maps key by key,
+//!   values of different types are never equal (so `$ne` holds between them).
+//! - **`$aeq`** is JavaScript's abstract (loose) equality, `operand == value`, as the
+//!   JavaScript zeronode's `$aeq` case is written (`value != nodeOptionValue` marks it
+//!   unsatisfied); the name comes from LokiJS, whose `$aeq` is the same "abstract equal".
+//!   It is not an array equality: a number equals a string that reads as it (`5` and `"5"`,
+//!   `" 5 "`, `"0x5"`; `""` is 0), a bool is first taken as 1 or 0 (`true == 1`,
+//!   `true == "1"`), a list or map against a bool, number or string is first turned into
+//!   its JavaScript string (`[1, 2]` is `"1,2"`, `[5]` is `"5"`, a map is
+//!   `"[object Object]"`), and two lists or maps are never equal (JavaScript compares
+//!   objects by identity, and no two values off the wire are the same object).
 //! - **Order** (`$gt $gte $lt $lte $between`) compares two numbers by value (Int against
 //!   Float exactly, without rounding) and two strings lexicographically. Any other pair
-//!   (a bool, a list, a number against a string, NaN) fails.
+//!   (a bool, a list, a map, a number against a string, NaN) fails.
 //! - **Containment** on a value that is neither a list nor a string fails, `$containsNone`
 //!   included.
+//!
+//! Where we differ from the JavaScript zeronode on purpose: `$between` includes both ends
+//! (JavaScript's excludes them: `value[0] >= x || value[1] <= x` fails it); `$eq` and exact
+//! values compare lists and maps by content (JavaScript's `===` compares them by identity,
+//! so never holds for them); and the falsy values `0`, `false`, `""` are values (above).
 //!
 //! Regexes are compiled once, when the filter is built; a bad one is
 //! [`Error::InvalidFilter`].
@@ -66,7 +91,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use regex::Regex;
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
@@ -95,19 +120,57 @@ use crate::Error;
 /// ]);
 /// assert!(filter.matches(&peer));
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Filter {
     /// Conditions on keys, all ANDed, in the order they were added.
     conditions: Vec<Condition>,
     /// Rust closures, ANDed after the conditions. Any one of them keeps the filter local.
     predicates: Vec<Predicate>,
+    /// The canonical form, computed once and shared by clones (a caller that clones one
+    /// filter into every `request_any` pays for it once): what the peer selection caches
+    /// its matches under. Reset by every builder call, since it changes the filter.
+    selection_key: Arc<OnceLock<Option<SelectionKey>>>,
 }
+
+// By hand, to leave out the cached selection key (bytes no reader needs).
+impl fmt::Debug for Filter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Filter")
+            .field("conditions", &self.conditions)
+            .field("predicates", &self.predicates)
+            .finish()
+    }
+}
+
+/// A filter's canonical form as bytes: the MessagePack of its [`FilterSpec`], in which
+/// keys and operators are sorted, so two filters with equal keys select the same peers.
+pub(crate) type SelectionKey = Arc<[u8]>;
 
 /// One operator applied to one key.
 #[derive(Clone, Debug)]
 struct Condition {
     key: String,
+    /// The key split at its dots, when it has any: the path tried when the peer has no
+    /// option under the whole key.
+    path: Option<Vec<String>>,
     op: Op,
+}
+
+impl Condition {
+    /// The peer's value this condition looks at; `None` when missing.
+    fn lookup<'a>(&self, options: &'a Options) -> Option<&'a Value> {
+        let found = match (options.get(&self.key), &self.path) {
+            (Some(value), _) => Some(value),
+            (None, None) => None,
+            (None, Some(path)) => {
+                let (first, rest) = path.split_first()?;
+                rest.iter()
+                    .try_fold(options.get(first)?, |value, part| value.as_map()?.get(part))
+            }
+        };
+        // `null` is no value, as in JavaScript.
+        found.filter(|value| !value.is_null())
+    }
 }
 
 /// An operator with its operand, already checked and compiled.
@@ -115,6 +178,7 @@ struct Condition {
 enum Op {
     Eq(Value),
     Ne(Value),
+    Aeq(Value),
     Gt(Value),
     Gte(Value),
     Lt(Value),
@@ -129,8 +193,8 @@ enum Op {
 }
 
 /// The operator names the wire form accepts, for the "unknown operator" message.
-const OPERATORS: &str =
-    "$eq $ne $gt $gte $lt $lte $between $in $nin $contains $containsAny $containsNone $regex";
+const OPERATORS: &str = "$eq $ne $aeq $gt $gte $lt $lte $between $in $nin $contains \
+                         $containsAny $containsNone $regex";
 
 /// A user's closure over a peer's options.
 #[derive(Clone)]
@@ -179,6 +243,7 @@ impl Filter {
         F: Fn(&Options) -> bool + Send + Sync + 'static,
     {
         self.predicates.push(Predicate(Arc::new(f)));
+        self.selection_key = Arc::default();
         self
     }
 
@@ -188,10 +253,29 @@ impl Filter {
         self.with(key, Op::Eq(value.into()))
     }
 
-    /// The value under `key` differs from `value`, or the key is missing (`$ne`).
+    /// The value under `key` differs from `value` (`$ne`). A missing key fails, as in the
+    /// JavaScript zeronode.
     #[doc(alias = "$ne")]
     pub fn ne(self, key: impl Into<String>, value: impl Into<Value>) -> Self {
         self.with(key, Op::Ne(value.into()))
+    }
+
+    /// The value under `key` equals `value` by JavaScript's loose `==` (`$aeq`): `5`
+    /// equals `"5"`, `true` equals `1`, `[1, 2]` equals `"1,2"`; see the
+    /// [module docs](self).
+    ///
+    /// ```
+    /// use node::filter::Filter;
+    /// use node::options::options;
+    ///
+    /// let five = Filter::new().aeq("load", "5");
+    /// assert!(five.matches(&options([("load", 5)])));
+    /// assert!(five.matches(&options([("load", "5")])));
+    /// assert!(!five.matches(&options([("load", 6)])));
+    /// ```
+    #[doc(alias = "$aeq")]
+    pub fn aeq(self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.with(key, Op::Aeq(value.into()))
     }
 
     /// The value under `key` is greater than `value` (`$gt`).
@@ -239,7 +323,8 @@ impl Filter {
         self.with(key, Op::In(collect(values)))
     }
 
-    /// The value under `key` equals none of `values`, or the key is missing (`$nin`).
+    /// The value under `key` equals none of `values` (`$nin`). A missing key fails, as in
+    /// the JavaScript zeronode.
     #[doc(alias = "$nin")]
     pub fn not_in<V: Into<Value>>(
         self,
@@ -267,8 +352,8 @@ impl Filter {
         self.with(key, Op::ContainsAny(collect(values)))
     }
 
-    /// The value under `key` is a list (or string) containing none of `values`, or the key
-    /// is missing (`$containsNone`).
+    /// The value under `key` is a list (or string) containing none of `values`
+    /// (`$containsNone`). A missing key fails, as in the JavaScript zeronode.
     #[doc(alias = "$containsNone")]
     pub fn contains_none<V: Into<Value>>(
         self,
@@ -304,7 +389,7 @@ impl Filter {
     pub fn matches(&self, options: &Options) -> bool {
         self.conditions
             .iter()
-            .all(|c| c.op.holds(options.get(&c.key)))
+            .all(|c| c.lookup(options).is_some_and(|value| c.op.holds(value)))
             && self.predicates.iter().all(|p| (p.0)(options))
     }
 
@@ -343,7 +428,8 @@ impl Filter {
         let mut clauses = BTreeMap::new();
         for (key, ops) in by_key {
             let clause = match ops.as_slice() {
-                [Op::Eq(value)] => Clause::Exact(value.clone()),
+                // A map would read back as operators: it travels as `{"$eq": {..}}`.
+                [Op::Eq(value)] if !matches!(value, Value::Map(_)) => Clause::Exact(value.clone()),
                 _ => {
                     let mut operators = BTreeMap::new();
                     for op in ops {
@@ -419,12 +505,26 @@ impl Filter {
         serde_json::to_value(self.to_spec()?).map_err(|e| invalid(e.to_string()))
     }
 
+    /// The key the peer selection caches this filter's matches under: its canonical wire
+    /// form. `None` for a filter that has none (a predicate, an operator twice on a key),
+    /// which is evaluated on every peer each time instead.
+    pub(crate) fn selection_key(&self) -> Option<SelectionKey> {
+        self.selection_key
+            .get_or_init(|| {
+                let spec = self.to_spec().ok()?;
+                rmp_serde::to_vec(&spec).ok().map(SelectionKey::from)
+            })
+            .clone()
+    }
+
     /// Adds one condition; every public builder ends here.
     fn with(mut self, key: impl Into<String>, op: Op) -> Self {
-        self.conditions.push(Condition {
-            key: key.into(),
-            op,
-        });
+        let key = key.into();
+        let path = key
+            .contains('.')
+            .then(|| key.split('.').map(str::to_owned).collect());
+        self.conditions.push(Condition { key, path, op });
+        self.selection_key = Arc::default();
         self
     }
 }
@@ -435,6 +535,7 @@ impl Op {
         let op = match name {
             "$eq" => Op::Eq(operand),
             "$ne" => Op::Ne(operand),
+            "$aeq" => Op::Aeq(operand),
             "$gt" => Op::Gt(operand),
             "$gte" => Op::Gte(operand),
             "$lt" => Op::Lt(operand),
@@ -479,6 +580,7 @@ impl Op {
         match self {
             Op::Eq(_) => "$eq",
             Op::Ne(_) => "$ne",
+            Op::Aeq(_) => "$aeq",
             Op::Gt(_) => "$gt",
             Op::Gte(_) => "$gte",
             Op::Lt(_) => "$lt",
@@ -498,6 +600,7 @@ impl Op {
         match self {
             Op::Eq(v)
             | Op::Ne(v)
+            | Op::Aeq(v)
             | Op::Gt(v)
             | Op::Gte(v)
             | Op::Lt(v)
@@ -511,16 +614,14 @@ impl Op {
         }
     }
 
-    /// Whether the condition holds for the peer's value under its key (`None`: missing).
-    fn holds(&self, value: Option<&Value>) -> bool {
-        let Some(value) = value else {
-            // Only the operators that ask for an absence hold on a missing key.
-            return matches!(self, Op::Ne(_) | Op::Nin(_) | Op::ContainsNone(_));
-        };
+    /// Whether the condition holds for the peer's value under its key. A missing key (or
+    /// `null`) never reaches here: it fails every operator, as in the JavaScript zeronode.
+    fn holds(&self, value: &Value) -> bool {
         let order = |operand: &Value| compare(value, operand);
         match self {
             Op::Eq(x) => equal(value, x),
             Op::Ne(x) => !equal(value, x),
+            Op::Aeq(x) => loose_equal(x, value),
             Op::Gt(x) => order(x) == Some(Ordering::Greater),
             Op::Gte(x) => order(x).is_some_and(Ordering::is_ge),
             Op::Lt(x) => order(x) == Some(Ordering::Less),
@@ -610,6 +711,14 @@ impl<'de> Visitor<'de> for ClauseVisitor {
         Ok(Clause::Exact(Value::String(v)))
     }
 
+    fn visit_unit<E: de::Error>(self) -> Result<Clause, E> {
+        Ok(Clause::Exact(Value::Null))
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Clause, E> {
+        Ok(Clause::Exact(Value::Null))
+    }
+
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Clause, A::Error> {
         Value::deserialize(SeqAccessDeserializer::new(seq)).map(Clause::Exact)
     }
@@ -641,65 +750,8 @@ fn list_operand(key: &str, name: &str, operand: Value) -> Result<Vec<Value>, Err
     }
 }
 
-/// Equality across number types; lists element by element; other types structurally.
-fn equal(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Int(_), Value::Float(_)) | (Value::Float(_), Value::Int(_)) => {
-            compare(a, b) == Some(Ordering::Equal)
-        }
-        (Value::List(xs), Value::List(ys)) => {
-            xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| equal(x, y))
-        }
-        _ => a == b,
-    }
-}
-
-/// Order between two numbers or two strings; `None` for anything else, and for NaN.
-fn compare(a: &Value, b: &Value) -> Option<Ordering> {
-    match (a, b) {
-        (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
-        (Value::Float(x), Value::Float(y)) => x.partial_cmp(y),
-        (Value::Int(x), Value::Float(y)) => compare_int_float(*x, *y),
-        (Value::Float(x), Value::Int(y)) => compare_int_float(*y, *x).map(Ordering::reverse),
-        (Value::String(x), Value::String(y)) => Some(x.cmp(y)),
-        _ => None,
-    }
-}
-
-/// Compares an integer with a float exactly: `i as f64` would round above 2^53.
-fn compare_int_float(i: i64, f: f64) -> Option<Ordering> {
-    // 2^63: the first float above every i64. Floats below -2^63 are below every i64.
-    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
-    if f.is_nan() {
-        return None;
-    }
-    if f >= TWO_POW_63 {
-        return Some(Ordering::Less);
-    }
-    if f < -TWO_POW_63 {
-        return Some(Ordering::Greater);
-    }
-    // In [-2^63, 2^63) the whole part converts to i64 exactly.
-    let whole = f.trunc();
-    match i.cmp(&(whole as i64)) {
-        // Same whole part: the fraction decides (a positive one puts `f` above `i`).
-        Ordering::Equal => 0.0_f64.partial_cmp(&(f - whole)),
-        other => Some(other),
-    }
-}
-
-fn is_container(value: &Value) -> bool {
-    matches!(value, Value::List(_) | Value::String(_))
-}
-
-/// A list holding `needle` (by [`equal`]), or a string holding a string `needle`.
-fn contains(haystack: &Value, needle: &Value) -> bool {
-    match (haystack, needle) {
-        (Value::List(items), _) => items.iter().any(|item| equal(item, needle)),
-        (Value::String(s), Value::String(sub)) => s.contains(sub.as_str()),
-        _ => false,
-    }
-}
+mod compare;
+use compare::*;
 
 #[cfg(test)]
 mod tests;

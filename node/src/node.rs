@@ -18,6 +18,7 @@ use crate::config::{Config, NodeBuilder};
 use crate::dispatch::install_downstream;
 use crate::error::{Error, Result};
 use crate::events::{ErrorSource, EventStream, LeaveReason};
+use crate::filter::Filter;
 use crate::forward::RouterStats;
 use crate::handler::{self, HandlerError, HandlerService, Pattern, Request, Response};
 use crate::handshake::{BYE, OPTIONS};
@@ -25,7 +26,7 @@ use crate::heartbeat::heartbeat_loop;
 use crate::inner::Inner;
 use crate::link::Link;
 use crate::options::Options;
-use crate::peer::{Direction, NodeId, PeerInfo, Strategy};
+use crate::peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
 use crate::upstream::ConnectOptions;
 
 /// What a node has been through, for operators and tests.
@@ -256,6 +257,48 @@ impl Node {
             .into_iter()
             .filter(|p| p.id == id)
             .min_by_key(|p| p.direction != Direction::Upstream)
+    }
+
+    /// The joined peers that `filter` selects in `scope`: the peers a `request_any` or
+    /// `tick_all` with the same filter and scope chooses among, one per node id (the
+    /// upstream entry when a node is joined both ways), in id order.
+    ///
+    /// ```no_run
+    /// # async fn show(node: node::Node) {
+    /// use node::{Filter, Scope};
+    /// for peer in node.peers_matching(&Filter::new().eq("region.zone", "a"), Scope::Both) {
+    ///     println!("{} in zone a", peer.id);
+    /// }
+    /// # }
+    /// ```
+    pub fn peers_matching(&self, filter: &Filter, scope: Scope) -> Vec<PeerInfo> {
+        self.inner
+            .state
+            .lock()
+            .registry
+            .matching(filter, scope)
+            .into_iter()
+            .map(|entry| entry.info())
+            .collect()
+    }
+
+    /// The upstream peer joined through the connection this node made to `address` (the
+    /// string given to [`connect`](Node::connect), compared as written: `tcp://localhost:5555`
+    /// is not `tcp://127.0.0.1:5555`).
+    ///
+    /// Only upstream peers have an address here: a downstream peer reaches us through our
+    /// bound socket, and ZeroMQ does not tell which address it connected from.
+    pub fn peer_by_address(&self, address: &str) -> Option<PeerInfo> {
+        self.inner
+            .state
+            .lock()
+            .registry
+            .all()
+            .find(|entry| match &entry.link {
+                Link::Up { client, .. } => client.endpoint() == address,
+                Link::Down { .. } => false,
+            })
+            .map(|entry| entry.info())
     }
 
     /// Binds `address` and starts serving the nodes that connect. A node binds at most one

@@ -4,7 +4,9 @@
 //! handshake, and other nodes select peers by them with a [`Filter`](crate::filter::Filter).
 //!
 //! A [`Value`] encodes as the natural value of its format (`true`, `5`, `2.5`, `"x"`,
-//! `[..]`), in MessagePack as in JSON, so options read the same on the JavaScript side.
+//! `[..]`, `{..}`, `null`), in MessagePack as in JSON, so options read the same on the
+//! JavaScript side. Options may nest: a [`Value::Map`] holds more options, which a filter
+//! reaches with a dotted key (`"region.zone"`).
 //!
 //! ```
 //! use node::options::{options, Value};
@@ -17,10 +19,11 @@
 //! assert_eq!(opts["load"].as_f64(), Some(3.0));
 //! ```
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 /// The options a node advertises, by key. Sorted, so they encode the same way every time.
@@ -66,6 +69,12 @@ pub enum Value {
     String(String),
     /// A list of values, possibly of mixed types.
     List(Vec<Value>),
+    /// Nested options: key to value, sorted (a JavaScript object). Filters reach inside
+    /// with dotted keys: `"region.zone"` selects `zone` in the map under `region`.
+    Map(BTreeMap<String, Value>),
+    /// No value (JavaScript's `null`). A filter treats a key holding `null` as missing,
+    /// as the JavaScript zeronode does.
+    Null,
 }
 
 impl Value {
@@ -117,12 +126,32 @@ impl Value {
         }
     }
 
+    /// The nested options, if this is a `Map`.
+    ///
+    /// ```
+    /// use node::options::{options, Value};
+    /// let region = Value::Map(options([("zone", "a")]));
+    /// assert_eq!(region.as_map().and_then(|m| m.get("zone")), Some(&Value::from("a")));
+    /// ```
+    pub fn as_map(&self) -> Option<&BTreeMap<String, Value>> {
+        match self {
+            Value::Map(map) => Some(map),
+            _ => None,
+        }
+    }
+
+    /// Whether this is `Null`.
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
+    }
+
     /// Whether this is an `Int` or a `Float`.
     pub fn is_number(&self) -> bool {
         matches!(self, Value::Int(_) | Value::Float(_))
     }
 
-    /// The name of this value's type, for messages: `bool`, `int`, `float`, `string`, `list`.
+    /// The name of this value's type, for messages: `bool`, `int`, `float`, `string`, `list`,
+    /// `map`, `null`.
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::Bool(_) => "bool",
@@ -130,12 +159,15 @@ impl Value {
             Value::Float(_) => "float",
             Value::String(_) => "string",
             Value::List(_) => "list",
+            Value::Map(_) => "map",
+            Value::Null => "null",
         }
     }
 }
 
 /// Shows the value as a person would type it on a command line: strings without quotes,
-/// floats always with a decimal point (`5.0`), lists as `[a, b]`.
+/// floats always with a decimal point (`5.0`), lists as `[a, b]`, maps as `{k: v}`, null as
+/// `null`.
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -154,6 +186,17 @@ impl fmt::Display for Value {
                 }
                 f.write_str("]")
             }
+            Value::Map(map) => {
+                f.write_str("{")?;
+                for (i, (key, item)) in map.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{key}: {item}")?;
+                }
+                f.write_str("}")
+            }
+            Value::Null => f.write_str("null"),
         }
     }
 }
@@ -184,6 +227,19 @@ impl From<String> for Value {
     }
 }
 
+impl From<BTreeMap<String, Value>> for Value {
+    fn from(v: BTreeMap<String, Value>) -> Self {
+        Value::Map(v)
+    }
+}
+
+impl<T: Into<Value>> From<Option<T>> for Value {
+    /// `None` is `Null`.
+    fn from(v: Option<T>) -> Self {
+        v.map_or(Value::Null, Into::into)
+    }
+}
+
 impl<T: Into<Value>> From<Vec<T>> for Value {
     fn from(v: Vec<T>) -> Self {
         Value::List(v.into_iter().map(Into::into).collect())
@@ -207,11 +263,51 @@ impl<'de> Deserialize<'de> for Value {
 
 struct ValueVisitor;
 
+/// How deep lists and maps may nest in a decoded [`Value`]. Options come from peers: a
+/// value nested a thousand levels deep would overflow the decoder's stack (and abort the
+/// process) before MessagePack's own limit of 1,024 stops it, so decoding stops here with
+/// an error instead. Options that people write nest a few levels.
+pub const MAX_DEPTH: usize = 64;
+
+thread_local! {
+    /// How many lists and maps the decoder on this thread is inside. Decoding is
+    /// synchronous, so a per-thread count is the depth of the value being decoded.
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// One level of nesting entered by the decoder; leaving it (on success, error or unwind)
+/// counts it off.
+struct Nested;
+
+impl Nested {
+    fn enter<E: de::Error>() -> Result<Nested, E> {
+        let depth = DEPTH.with(|d| {
+            let depth = d.get() + 1;
+            d.set(depth);
+            depth
+        });
+        // Counted before the check, so the `Drop` below balances it either way.
+        let level = Nested;
+        if depth > MAX_DEPTH {
+            return Err(E::custom(format_args!(
+                "option values nest deeper than {MAX_DEPTH} levels"
+            )));
+        }
+        Ok(level)
+    }
+}
+
+impl Drop for Nested {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
 impl<'de> Visitor<'de> for ValueVisitor {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a bool, a number, a string or a list")
+        f.write_str("a bool, a number, a string, a list, a map or null")
     }
 
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
@@ -240,12 +336,35 @@ impl<'de> Visitor<'de> for ValueVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let _level = Nested::enter()?;
         // The size hint comes from the peer: cap it so a lying length cannot reserve memory.
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
         while let Some(item) = seq.next_element()? {
             items.push(item);
         }
         Ok(Value::List(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
+        let _level = Nested::enter()?;
+        let mut map = BTreeMap::new();
+        while let Some((key, value)) = access.next_entry::<String, Value>()? {
+            // A repeated key: the last one wins, as in a JavaScript object literal.
+            map.insert(key, value);
+        }
+        Ok(Value::Map(map))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(ValueVisitor)
     }
 }
 
@@ -351,11 +470,77 @@ mod tests {
     }
 
     #[test]
-    fn null_and_maps_are_rejected() {
-        let err = serde_json::from_str::<Value>("null").unwrap_err();
-        assert!(err
-            .to_string()
-            .contains("a bool, a number, a string or a list"));
-        assert!(serde_json::from_str::<Value>(r#"{"a":1}"#).is_err());
+    fn null_and_maps_round_trip_in_json_and_messagepack() {
+        let opts = options([
+            (
+                "region",
+                Value::Map(options([
+                    ("zone", Value::from("a")),
+                    ("rack", Value::from(3)),
+                    ("spare", Value::Null),
+                ])),
+            ),
+            ("gone", Value::Null),
+            ("nested", Value::from(vec![Value::Map(options([("k", 1)]))])),
+        ]);
+        let json = serde_json::to_string(&opts).unwrap();
+        assert_eq!(
+            json,
+            r#"{"gone":null,"nested":[{"k":1}],"region":{"rack":3,"spare":null,"zone":"a"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Options>(&json).unwrap(), opts);
+        let bytes = rmp_serde::to_vec(&opts).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Options>(&bytes).unwrap(), opts);
+        // Null is MessagePack's nil (0xc0); a map is a fixmap.
+        assert_eq!(rmp_serde::to_vec(&Value::Null).unwrap(), vec![0xc0]);
+        assert_eq!(
+            rmp_serde::to_vec(&Value::Map(options([("a", 1)]))).unwrap(),
+            vec![0x81, 0xa1, b'a', 0x01]
+        );
+    }
+
+    #[test]
+    fn a_map_with_a_non_string_key_is_an_error_not_a_panic() {
+        // {1: 2} in MessagePack: option keys are strings, as in JavaScript objects.
+        assert!(rmp_serde::from_slice::<Value>(&[0x81, 0x01, 0x02]).is_err());
+        // Truncated input: an error too.
+        assert!(rmp_serde::from_slice::<Value>(&[0x82, 0xa1, b'a']).is_err());
+    }
+
+    #[test]
+    fn deep_nesting_from_a_peer_is_an_error_not_a_stack_overflow() {
+        // 100,000 nested one-element maps {"a": {"a": ...}} then nil, and as many lists.
+        let maps = |depth: usize| {
+            let mut bytes = [0x81, 0xa1, b'a'].repeat(depth);
+            bytes.push(0xc0);
+            bytes
+        };
+        let lists = |depth: usize| {
+            let mut bytes = vec![0x91; depth];
+            bytes.push(0xc0);
+            bytes
+        };
+        for bytes in [maps(100_000), lists(100_000), maps(MAX_DEPTH + 1)] {
+            let err = rmp_serde::from_slice::<Value>(&bytes).unwrap_err();
+            assert!(err.to_string().contains("nest deeper than 64"), "{err}");
+        }
+        // Within the limit it decodes, and the count starts over for the next value.
+        assert!(rmp_serde::from_slice::<Value>(&maps(MAX_DEPTH)).is_ok());
+        assert!(rmp_serde::from_slice::<Value>(&lists(MAX_DEPTH)).is_ok());
+        // JSON too, inside options.
+        let json = format!("{{\"k\":{}1{}}}", "[".repeat(200), "]".repeat(200));
+        assert!(serde_json::from_str::<Options>(&json).is_err());
+    }
+
+    #[test]
+    fn map_null_accessors_and_display() {
+        let map = Value::Map(options([("zone", Value::from("a")), ("n", Value::Null)]));
+        assert_eq!(map.type_name(), "map");
+        assert_eq!(Value::Null.type_name(), "null");
+        assert!(Value::Null.is_null() && !map.is_null());
+        assert_eq!(map.as_map().unwrap().len(), 2);
+        assert_eq!(map.to_string(), "{n: null, zone: a}");
+        assert_eq!(Value::from(None::<i32>), Value::Null);
+        assert_eq!(Value::from(Some(3)), Value::Int(3));
     }
 }

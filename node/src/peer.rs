@@ -1,7 +1,13 @@
 //! The peer registry: who is joined, in which direction, with which options; and how `*_any`
 //! picks one of them. Pure code: no I/O, no clock (time comes in as `now`).
+//!
+//! Picking costs the same at 10 and at 1,000 peers: the peers matching a filter in a scope
+//! are cached under the filter's canonical form ([`SelectionCache`]), and the cache is
+//! dropped whenever the registry changes (a join, a leave, new options), so a pick is one
+//! hash lookup and an index, not a filter run on every peer. Filters without a canonical
+//! form (Rust predicates) are run on every peer each time, as before.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -10,7 +16,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::filter::Filter;
+use crate::filter::{Filter, SelectionKey};
 use crate::options::Options;
 
 /// A node's id: unique in a mesh; the handshake refuses duplicates.
@@ -83,7 +89,7 @@ pub enum Direction {
 }
 
 /// Which peers a `*_any` / `*_all` call may pick.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum Scope {
     /// Only upstream peers (the nodes we connected to).
     Up,
@@ -163,6 +169,20 @@ pub(crate) struct Entry<L> {
     pub(crate) work: Arc<PeerWork>,
 }
 
+impl<L> Entry<L> {
+    /// The entry as users see it.
+    pub(crate) fn info(&self) -> PeerInfo {
+        PeerInfo {
+            id: self.id.clone(),
+            direction: self.direction,
+            options: self.options.clone(),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            router: self.router,
+            key: self.key,
+        }
+    }
+}
+
 /// What a node runs for one peer: how many handler jobs (running or queued), whether
 /// the peer left (its jobs stop: their answers could go nowhere), and the largest answer
 /// it accepts.
@@ -225,9 +245,14 @@ impl PeerWork {
 #[derive(Debug)]
 pub(crate) struct Registry<L> {
     /// Ordered by id, then upstream before downstream: `matching` walks it in order, with
-    /// no sorting and no map per call (it runs for every `*_any` message).
+    /// no sorting and no map per call.
     entries: BTreeMap<(NodeId, Direction), Entry<L>>,
     round_robin: usize,
+    /// Bumped by every change to who is joined or what they advertise: the selection cache
+    /// holds the matches of one generation only.
+    generation: u64,
+    /// The matches of recent filters, so `pick` does not run the filter on every peer.
+    selection: SelectionCache<L>,
 }
 
 impl<L> Default for Registry<L> {
@@ -235,8 +260,95 @@ impl<L> Default for Registry<L> {
         Registry {
             entries: BTreeMap::new(),
             round_robin: 0,
+            generation: 0,
+            selection: SelectionCache::default(),
         }
     }
+}
+
+/// One peer a pick may choose: what the caller needs of its entry, copied out so the cache
+/// does not borrow the registry.
+#[derive(Debug)]
+pub(crate) struct Candidate<L> {
+    id: NodeId,
+    direction: Direction,
+    link: L,
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// The matching peers of recent (filter, scope) pairs, for one registry generation.
+///
+/// Bounded: at [`SelectionCache::CAPACITY`] pairs it is cleared and refilled, which keeps
+/// the common case (a few filters used over and over) at one lookup per call and an
+/// application that builds a new filter per call from growing it without end.
+#[derive(Debug)]
+pub(crate) struct SelectionCache<L> {
+    /// The registry generation the lists below were computed in.
+    generation: u64,
+    /// The candidates per pair, in `matching` order (by id, one per id, upstream first).
+    lists: HashMap<(SelectionKey, Scope), Arc<[Candidate<L>]>>,
+}
+
+impl<L> Default for SelectionCache<L> {
+    fn default() -> Self {
+        SelectionCache {
+            generation: 0,
+            lists: HashMap::new(),
+        }
+    }
+}
+
+impl<L> SelectionCache<L> {
+    /// How many (filter, scope) pairs are kept before the cache starts over.
+    const CAPACITY: usize = 64;
+
+    /// The candidates under `key` and `scope` in `generation`, computed by `fill` when not
+    /// cached (or cached in an older generation).
+    fn get_or_fill(
+        &mut self,
+        generation: u64,
+        key: SelectionKey,
+        scope: Scope,
+        fill: impl FnOnce() -> Vec<Candidate<L>>,
+    ) -> Arc<[Candidate<L>]> {
+        if self.generation != generation {
+            self.lists.clear();
+            self.generation = generation;
+        }
+        let slot = (key, scope);
+        if let Some(list) = self.lists.get(&slot) {
+            return Arc::clone(list);
+        }
+        if self.lists.len() >= Self::CAPACITY {
+            self.lists.clear();
+        }
+        let list: Arc<[Candidate<L>]> = fill().into();
+        self.lists.insert(slot, Arc::clone(&list));
+        list
+    }
+}
+
+/// Which of `len` candidates `strategy` picks: `in_flight(i)` reads candidate `i`'s load,
+/// `random` is the caller's draw, `turn` the round-robin counter. `None` when `len` is 0.
+fn choose(
+    len: usize,
+    in_flight: impl Fn(usize) -> usize,
+    strategy: Strategy,
+    random: usize,
+    turn: usize,
+) -> Option<usize> {
+    if len == 0 {
+        return None;
+    }
+    Some(match strategy {
+        Strategy::Random => random % len,
+        Strategy::RoundRobin => turn % len,
+        Strategy::LeastInFlight => {
+            let least = (0..len).map(&in_flight).min().unwrap_or(0);
+            let tied: Vec<usize> = (0..len).filter(|&i| in_flight(i) == least).collect();
+            tied.get(random % tied.len().max(1)).copied().unwrap_or(0)
+        }
+    })
 }
 
 /// Why a handshake is refused by the registry.
@@ -258,6 +370,7 @@ impl<L: Clone> Registry<L> {
                 }
             }
         }
+        self.changed();
         Ok(self
             .entries
             .insert((entry.id.clone(), entry.direction), entry))
@@ -265,7 +378,20 @@ impl<L: Clone> Registry<L> {
 
     /// Removes a peer (it left).
     pub(crate) fn leave(&mut self, id: &NodeId, direction: Direction) -> Option<Entry<L>> {
-        self.entries.remove(&(id.clone(), direction))
+        let left = self.entries.remove(&(id.clone(), direction));
+        if left.is_some() {
+            self.changed();
+        }
+        left
+    }
+
+    /// Who is joined, or what they advertise, changed: cached selections are stale.
+    ///
+    /// They are dropped now rather than at the next pick, so the links they hold (a left
+    /// peer's client) are not kept alive by the cache.
+    fn changed(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        self.selection.lists.clear();
     }
 
     /// The entry of a peer in a direction.
@@ -318,6 +444,7 @@ impl<L: Clone> Registry<L> {
     pub(crate) fn set_options(&mut self, id: &NodeId, direction: Direction, options: Options) {
         if let Some(entry) = self.entries.get_mut(&(id.clone(), direction)) {
             entry.options = options;
+            self.changed();
         }
     }
 
@@ -333,19 +460,7 @@ impl<L: Clone> Registry<L> {
     /// Every entry matching the filter in the scope, one per node id (upstream preferred),
     /// sorted by id so that round-robin and tests are deterministic.
     pub(crate) fn matching(&self, filter: &Filter, scope: Scope) -> Vec<&Entry<L>> {
-        let mut list: Vec<&Entry<L>> = Vec::new();
-        for entry in self.entries.values() {
-            if !scope.admits(entry.direction) || !filter.matches(&entry.options) {
-                continue;
-            }
-            // The entries of one id are adjacent, upstream first: the first that matches
-            // is the one to keep.
-            if list.last().is_some_and(|last| last.id == entry.id) {
-                continue;
-            }
-            list.push(entry);
-        }
-        list
+        matching_in(&self.entries, filter, scope)
     }
 
     /// Picks one matching peer by `strategy`. `random` is a number drawn by the caller (so
@@ -357,11 +472,17 @@ impl<L: Clone> Registry<L> {
         strategy: Strategy,
         random: usize,
     ) -> Option<(NodeId, Direction, L, Arc<AtomicUsize>)> {
-        self.pick_except(filter, scope, strategy, random, |_| false)
+        match filter.selection_key() {
+            Some(key) => self.pick_cached(key, filter, scope, strategy, random),
+            None => self.pick_except(filter, scope, strategy, random, |_| false),
+        }
     }
 
     /// [`pick`](Self::pick) among the peers that `exclude` does not rule out (a router does
     /// not send a message back where it came from).
+    ///
+    /// A filter with a canonical form is looked up in the selection cache (filled by one
+    /// walk per registry generation); one with a predicate walks the registry.
     pub(crate) fn pick_except(
         &mut self,
         filter: &Filter,
@@ -371,56 +492,95 @@ impl<L: Clone> Registry<L> {
         exclude: impl Fn(&NodeId) -> bool,
     ) -> Option<(NodeId, Direction, L, Arc<AtomicUsize>)> {
         let turn = self.round_robin;
-        let mut candidates = self.matching(filter, scope);
-        candidates.retain(|e| !exclude(&e.id));
-        if candidates.is_empty() {
-            return None;
-        }
-        let index = match strategy {
-            Strategy::Random => random % candidates.len(),
-            Strategy::RoundRobin => turn % candidates.len(),
-            Strategy::LeastInFlight => {
-                let least = candidates
-                    .iter()
-                    .map(|e| e.in_flight.load(Ordering::Relaxed))
-                    .min()
-                    .unwrap_or(0);
-                let tied: Vec<usize> = candidates
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, e)| e.in_flight.load(Ordering::Relaxed) == least)
-                    .map(|(i, _)| i)
-                    .collect();
-                tied.get(random % tied.len().max(1)).copied().unwrap_or(0)
+        let picked = match filter.selection_key() {
+            Some(key) => {
+                let candidates = self.candidates(key, filter, scope);
+                let kept: Vec<&Candidate<L>> =
+                    candidates.iter().filter(|c| !exclude(&c.id)).collect();
+                let load = |i: usize| kept[i].in_flight.load(Ordering::Relaxed);
+                let c = kept.get(choose(kept.len(), load, strategy, random, turn)?)?;
+                (
+                    c.id.clone(),
+                    c.direction,
+                    c.link.clone(),
+                    Arc::clone(&c.in_flight),
+                )
+            }
+            None => {
+                let mut kept = self.matching(filter, scope);
+                kept.retain(|e| !exclude(&e.id));
+                let load = |i: usize| kept[i].in_flight.load(Ordering::Relaxed);
+                let e = kept.get(choose(kept.len(), load, strategy, random, turn)?)?;
+                (
+                    e.id.clone(),
+                    e.direction,
+                    e.link.clone(),
+                    Arc::clone(&e.in_flight),
+                )
             }
         };
-        let entry = candidates.get(index)?;
-        let picked = (
-            entry.id.clone(),
-            entry.direction,
-            entry.link.clone(),
-            Arc::clone(&entry.in_flight),
-        );
         if strategy == Strategy::RoundRobin {
             self.round_robin = self.round_robin.wrapping_add(1);
         }
         Some(picked)
     }
 
+    /// Picks one matching peer as [`pick`](Self::pick) does, from the selection cache
+    /// without walking the candidates when nothing is excluded: the `*_any` path.
+    fn pick_cached(
+        &mut self,
+        key: SelectionKey,
+        filter: &Filter,
+        scope: Scope,
+        strategy: Strategy,
+        random: usize,
+    ) -> Option<(NodeId, Direction, L, Arc<AtomicUsize>)> {
+        let candidates = self.candidates(key, filter, scope);
+        let load = |i: usize| candidates[i].in_flight.load(Ordering::Relaxed);
+        let index = choose(candidates.len(), load, strategy, random, self.round_robin)?;
+        let c = candidates.get(index)?;
+        if strategy == Strategy::RoundRobin {
+            self.round_robin = self.round_robin.wrapping_add(1);
+        }
+        Some((
+            c.id.clone(),
+            c.direction,
+            c.link.clone(),
+            Arc::clone(&c.in_flight),
+        ))
+    }
+
+    /// The peers matching `filter` in `scope`, from the cache under `key` (its canonical
+    /// form) or computed now by one walk and cached for this generation.
+    fn candidates(
+        &mut self,
+        key: SelectionKey,
+        filter: &Filter,
+        scope: Scope,
+    ) -> Arc<[Candidate<L>]> {
+        let Registry {
+            entries,
+            generation,
+            selection,
+            ..
+        } = self;
+        selection.get_or_fill(*generation, key, scope, || {
+            matching_in(entries, filter, scope)
+                .into_iter()
+                .map(|e| Candidate {
+                    id: e.id.clone(),
+                    direction: e.direction,
+                    link: e.link.clone(),
+                    in_flight: Arc::clone(&e.in_flight),
+                })
+                .collect()
+        })
+    }
+
     /// Every joined peer, as users see them.
     pub(crate) fn infos(&self) -> Vec<PeerInfo> {
         // In the map's order: by id, upstream first.
-        self.entries
-            .values()
-            .map(|e| PeerInfo {
-                id: e.id.clone(),
-                direction: e.direction,
-                options: e.options.clone(),
-                in_flight: e.in_flight.load(Ordering::Relaxed),
-                router: e.router,
-                key: e.key,
-            })
-            .collect()
+        self.entries.values().map(Entry::info).collect()
     }
 
     /// Joined router peers, one per id (upstream preferred), sorted by id.
@@ -439,220 +599,33 @@ impl<L: Clone> Registry<L> {
 
     /// Removes everything.
     pub(crate) fn drain(&mut self) -> Vec<Entry<L>> {
+        self.changed();
         std::mem::take(&mut self.entries).into_values().collect()
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::options::{options, Value};
-
-    fn entry(
-        id: &str,
-        direction: Direction,
-        instance: &str,
-        role: &str,
-        now: Instant,
-    ) -> Entry<u32> {
-        Entry {
-            id: NodeId::from(id),
-            direction,
-            options: options([("role", Value::from(role))]),
-            instance: instance.into(),
-            router: false,
-            key: None,
-            link: 0,
-            last_seen: Arc::new(Mutex::new(now)),
-            dead_after: Duration::from_millis(300),
-            in_flight: Arc::new(AtomicUsize::new(0)),
-            work: Arc::default(),
-            token: None,
+/// Every entry matching the filter in the scope, one per node id (upstream preferred), in
+/// id order: [`Registry::matching`], on the entries alone so the cache can fill from it
+/// while holding the rest of the registry mutably.
+fn matching_in<'a, L>(
+    entries: &'a BTreeMap<(NodeId, Direction), Entry<L>>,
+    filter: &Filter,
+    scope: Scope,
+) -> Vec<&'a Entry<L>> {
+    let mut list: Vec<&Entry<L>> = Vec::new();
+    for entry in entries.values() {
+        if !scope.admits(entry.direction) || !filter.matches(&entry.options) {
+            continue;
         }
-    }
-
-    #[test]
-    fn a_second_instance_under_a_used_id_is_refused() {
-        let now = Instant::now();
-        let mut registry = Registry::default();
-        registry
-            .join(entry("a", Direction::Downstream, "i1", "w", now))
-            .unwrap();
-        assert_eq!(
-            registry
-                .join(entry("a", Direction::Upstream, "i2", "w", now))
-                .unwrap_err(),
-            Refusal::DuplicateId
-        );
-        // The same instance re-joining (a reconnect) replaces its entry.
-        assert!(registry
-            .join(entry("a", Direction::Downstream, "i1", "w", now))
-            .unwrap()
-            .is_some());
-        // And may join the other way too.
-        assert!(registry
-            .join(entry("a", Direction::Upstream, "i1", "w", now))
-            .unwrap()
-            .is_none());
-    }
-
-    #[test]
-    fn scope_and_filter_select_peers() {
-        let now = Instant::now();
-        let mut registry = Registry::default();
-        registry
-            .join(entry("up-w", Direction::Upstream, "1", "worker", now))
-            .unwrap();
-        registry
-            .join(entry("down-w", Direction::Downstream, "2", "worker", now))
-            .unwrap();
-        registry
-            .join(entry("down-x", Direction::Downstream, "3", "other", now))
-            .unwrap();
-        let workers = Filter::new().eq("role", "worker");
-        let ids = |scope| {
-            registry
-                .matching(&workers, scope)
-                .iter()
-                .map(|e| e.id.to_string())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(ids(Scope::Both), ["down-w", "up-w"]);
-        assert_eq!(ids(Scope::Up), ["up-w"]);
-        assert_eq!(ids(Scope::Down), ["down-w"]);
-    }
-
-    #[test]
-    fn round_robin_takes_turns() {
-        let now = Instant::now();
-        let mut registry = Registry::default();
-        for id in ["a", "b", "c"] {
-            registry
-                .join(entry(id, Direction::Downstream, id, "w", now))
-                .unwrap();
+        // The entries of one id are adjacent, upstream first: the first that matches
+        // is the one to keep.
+        if list.last().is_some_and(|last| last.id == entry.id) {
+            continue;
         }
-        let picks: Vec<String> = (0..6)
-            .map(|_| {
-                registry
-                    .pick(&Filter::any(), Scope::Both, Strategy::RoundRobin, 0)
-                    .unwrap()
-                    .0
-                    .to_string()
-            })
-            .collect();
-        assert_eq!(picks, ["a", "b", "c", "a", "b", "c"]);
+        list.push(entry);
     }
-
-    #[test]
-    fn least_in_flight_prefers_the_idle_peer() {
-        let now = Instant::now();
-        let mut registry = Registry::default();
-        for id in ["a", "b", "c"] {
-            registry
-                .join(entry(id, Direction::Downstream, id, "w", now))
-                .unwrap();
-        }
-        for (id, load) in [("a", 3), ("b", 0), ("c", 1)] {
-            registry
-                .get(&NodeId::from(id), Direction::Downstream)
-                .unwrap()
-                .in_flight
-                .store(load, Ordering::Relaxed);
-        }
-        for random in 0..5 {
-            let (id, ..) = registry
-                .pick(&Filter::any(), Scope::Both, Strategy::LeastInFlight, random)
-                .unwrap();
-            assert_eq!(id.as_str(), "b");
-        }
-    }
-
-    #[test]
-    fn random_uses_the_drawn_number() {
-        let now = Instant::now();
-        let mut registry = Registry::default();
-        for id in ["a", "b"] {
-            registry
-                .join(entry(id, Direction::Upstream, id, "w", now))
-                .unwrap();
-        }
-        let pick = |registry: &mut Registry<u32>, r| {
-            registry
-                .pick(&Filter::any(), Scope::Both, Strategy::Random, r)
-                .unwrap()
-                .0
-        };
-        assert_eq!(pick(&mut registry, 0).as_str(), "a");
-        assert_eq!(pick(&mut registry, 1).as_str(), "b");
-        assert!(registry
-            .pick(
-                &Filter::new().eq("role", "none"),
-                Scope::Both,
-                Strategy::Random,
-                0
-            )
-            .is_none());
-    }
-
-    #[test]
-    fn silence_marks_peers_dead_with_simulated_time() {
-        let t0 = Instant::now();
-        let mut registry = Registry::default();
-        registry
-            .join(entry("a", Direction::Upstream, "1", "w", t0))
-            .unwrap();
-        registry
-            .join(entry("b", Direction::Downstream, "2", "w", t0))
-            .unwrap();
-        let timeout = Duration::from_millis(300);
-        registry.seen(
-            &NodeId::from("b"),
-            Direction::Downstream,
-            t0 + Duration::from_millis(250),
-        );
-        assert!(registry.silent(t0 + timeout).is_empty());
-        assert_eq!(
-            registry.silent(t0 + Duration::from_millis(301)),
-            vec![(NodeId::from("a"), Direction::Upstream)]
-        );
-    }
-
-    #[test]
-    fn a_peer_with_slower_heartbeats_gets_its_own_dead_timeout() {
-        let t0 = Instant::now();
-        let mut registry = Registry::default();
-        let mut slow = entry("slow", Direction::Upstream, "1", "w", t0);
-        slow.dead_after = Duration::from_secs(5);
-        registry.join(slow).unwrap();
-        registry
-            .join(entry("fast", Direction::Upstream, "2", "w", t0))
-            .unwrap();
-        assert_eq!(
-            registry.silent(t0 + Duration::from_secs(1)),
-            vec![(NodeId::from("fast"), Direction::Upstream)]
-        );
-    }
-
-    #[test]
-    fn routing_by_id_prefers_upstream() {
-        let now = Instant::now();
-        let mut registry = Registry::default();
-        let mut down = entry("a", Direction::Downstream, "1", "w", now);
-        down.link = 2;
-        let mut up = entry("a", Direction::Upstream, "1", "w", now);
-        up.link = 1;
-        registry.join(down).unwrap();
-        assert_eq!(registry.route(&NodeId::from("a")).unwrap().1, 2);
-        registry.join(up).unwrap();
-        assert_eq!(registry.route(&NodeId::from("a")).unwrap().1, 1);
-        assert!(registry.route(&NodeId::from("zzz")).is_none());
-    }
-
-    #[test]
-    fn generated_ids_are_readable_and_distinct() {
-        let a = NodeId::generate();
-        let b = NodeId::generate();
-        assert!(a.as_str().starts_with("node-"));
-        assert_ne!(a, b);
-    }
+    list
 }
+
+#[cfg(test)]
+mod tests;

@@ -135,26 +135,170 @@ fn regex_and_matching() {
 }
 
 #[test]
-fn missing_key_fails_all_but_the_absence_operators() {
+fn missing_key_fails_every_operator_as_in_javascript() {
     let absent = || Filter::new();
     let failing = [
         absent().eq("gone", 1),
+        absent().ne("gone", 1),
+        absent().aeq("gone", 1),
         absent().gt("gone", 1),
         absent().gte("gone", 1),
         absent().lt("gone", 1),
         absent().lte("gone", 1),
         absent().between("gone", 0, 2),
         absent().is_in("gone", [1]),
+        absent().not_in("gone", [1]),
         absent().contains("gone", 1),
         absent().contains_any("gone", [1]),
+        absent().contains_none("gone", [1]),
         absent().regex("gone", ".*").unwrap(),
     ];
     for filter in failing {
         assert!(!check(filter.clone()), "{filter:?} should fail");
     }
-    assert!(check(absent().ne("gone", 1)));
-    assert!(check(absent().not_in("gone", [1])));
-    assert!(check(absent().contains_none("gone", [1])));
+}
+
+/// A peer with nested options, a null, and the JavaScript falsy values.
+fn rich_peer() -> Options {
+    options([
+        ("role", Value::from("worker")),
+        ("load", Value::from(5)),
+        ("zero", Value::from(0)),
+        ("off", Value::from(false)),
+        ("empty", Value::from("")),
+        ("nothing", Value::Null),
+        ("tags", Value::from(vec!["gpu", "ssd"])),
+        ("pair", Value::from(vec![1, 2])),
+        (
+            "region",
+            Value::Map(options([
+                ("zone", Value::from("a")),
+                ("rack", Value::from(3)),
+                ("spare", Value::Null),
+                ("deep", Value::Map(options([("floor", Value::from(2))]))),
+            ])),
+        ),
+        ("dotted.key", Value::from("literal")),
+    ])
+}
+
+#[test]
+fn semantics_table() {
+    let f = Filter::new;
+    #[rustfmt::skip]
+    let rows: Vec<(&str, Filter, bool)> = vec![
+        // Missing keys: every operator fails, the "absence" ones too (JavaScript's rule).
+        ("ne on missing", f().ne("gone", "x"), false),
+        ("nin on missing", f().not_in("gone", ["x"]), false),
+        ("containsNone on missing", f().contains_none("gone", ["x"]), false),
+        ("eq on missing", f().eq("gone", "x"), false),
+        // Null is missing.
+        ("eq null on null", f().eq("nothing", Value::Null), false),
+        ("ne on null", f().ne("nothing", 1), false),
+        ("nin on null", f().not_in("nothing", [1]), false),
+        ("containsNone on null", f().contains_none("nothing", ["x"]), false),
+        ("aeq on null", f().aeq("nothing", Value::Null), false),
+        // Present values, including the ones JavaScript's truthiness test drops.
+        ("ne on present", f().ne("role", "broker"), true),
+        ("ne on equal", f().ne("role", "worker"), false),
+        ("nin on present", f().not_in("load", [1, 2]), true),
+        ("nin holding it", f().not_in("load", [5]), false),
+        ("containsNone on list", f().contains_none("tags", ["tpu"]), true),
+        ("containsNone hit", f().contains_none("tags", ["gpu"]), false),
+        ("eq zero", f().eq("zero", 0), true),
+        ("eq false", f().eq("off", false), true),
+        ("eq empty string", f().eq("empty", ""), true),
+        ("ne zero", f().ne("zero", 1), true),
+        // Nested maps by dotted path.
+        ("path eq", f().eq("region.zone", "a"), true),
+        ("path eq other", f().eq("region.zone", "b"), false),
+        ("path gt", f().gt("region.rack", 2), true),
+        ("path two deep", f().eq("region.deep.floor", 2), true),
+        ("path missing leaf", f().eq("region.row", 1), false),
+        ("path ne missing leaf", f().ne("region.row", 1), false),
+        ("path null leaf", f().ne("region.spare", 1), false),
+        ("path through a non-map", f().eq("role.zone", "a"), false),
+        ("path through a list", f().eq("tags.0", "gpu"), false),
+        ("literal dotted key first", f().eq("dotted.key", "literal"), true),
+        ("whole map eq", f().eq("region.deep", Value::Map(options([("floor", 2)]))), true),
+        ("whole map eq by value", f().eq("region.deep", Value::Map(options([("floor", 2.0)]))), true),
+        ("whole map differs", f().eq("region.deep", Value::Map(options([("floor", 3)]))), false),
+        // Type mismatches.
+        ("map ordered", f().gt("region", 1), false),
+        ("map contains", f().contains("region", "zone"), false),
+        ("map containsNone", f().contains_none("region", ["x"]), false),
+        ("map ne string", f().ne("region", "a"), true),
+        ("string eq number", f().eq("load", "5"), false),
+        ("bool gt", f().gt("off", -1), false),
+        ("containsNone on number", f().contains_none("load", [1]), false),
+        // $aeq: JavaScript's loose ==.
+        ("aeq number", f().aeq("load", 5), true),
+        ("aeq float", f().aeq("load", 5.0), true),
+        ("aeq string of number", f().aeq("load", "5"), true),
+        ("aeq padded string", f().aeq("load", " 5 "), true),
+        ("aeq hex string", f().aeq("load", "0x5"), true),
+        ("aeq not a number", f().aeq("load", "5a"), false),
+        ("aeq other number", f().aeq("load", 6), false),
+        ("aeq empty string is zero", f().aeq("zero", ""), true),
+        ("aeq false is zero", f().aeq("zero", false), true),
+        ("aeq false is empty string", f().aeq("empty", false), true),
+        ("aeq true is not 5", f().aeq("load", true), false),
+        ("aeq string", f().aeq("role", "worker"), true),
+        ("aeq list as string", f().aeq("pair", "1,2"), true),
+        ("aeq list against list", f().aeq("pair", vec![1, 2]), false),
+        ("aeq one-element list", f().aeq("load", vec![5]), true),
+        ("aeq map as string", f().aeq("region", "[object Object]"), true),
+        ("aeq map against map", f().aeq("region.deep", Value::Map(options([("floor", 2)]))), false),
+        ("aeq null operand", f().aeq("load", Value::Null), false),
+        ("aeq by path", f().aeq("region.rack", "3"), true),
+    ];
+    let peer = rich_peer();
+    let mut wrong = Vec::new();
+    for (name, filter, expected) in &rows {
+        if filter.matches(&peer) != *expected {
+            wrong.push(*name);
+        }
+        // The wire form decides the same.
+        let rebuilt = Filter::from_json(&filter.to_json().unwrap()).unwrap();
+        assert_eq!(rebuilt.matches(&peer), *expected, "{name} after JSON");
+    }
+    assert!(wrong.is_empty(), "rows that decided wrongly: {wrong:?}");
+}
+
+#[test]
+fn aeq_reads_numbers_the_javascript_way() {
+    let cases = [
+        ("", 0.0),
+        ("  12  ", 12.0),
+        ("1e3", 1000.0),
+        (".5", 0.5),
+        ("-2.5", -2.5),
+        ("0b101", 5.0),
+        ("0o17", 15.0),
+        ("0xff", 255.0),
+        ("Infinity", f64::INFINITY),
+        ("-Infinity", f64::NEG_INFINITY),
+    ];
+    for (text, number) in cases {
+        assert_eq!(js_string_to_number(text), number, "{text:?}");
+    }
+    for text in [
+        "inf", "nan", "NaN", "1e", "0x", "-0x5", "0x+5", "1,5", "five",
+    ] {
+        assert!(js_string_to_number(text).is_nan(), "{text:?}");
+    }
+    assert_eq!(
+        js_to_string(&Value::from(vec![
+            Value::from(1.5),
+            Value::Null,
+            Value::from(2.0)
+        ])),
+        "1.5,,2"
+    );
+    assert_eq!(
+        js_to_string(&Value::from(vec![Value::from(vec![1, 2]), Value::from(3)])),
+        "1,2,3"
+    );
 }
 
 #[test]
@@ -247,6 +391,10 @@ fn debug_hides_the_predicate() {
     let text = format!("{:?}", Filter::predicate(|_| true).eq("role", "worker"));
     assert!(text.contains("<predicate>"), "{text}");
     assert!(text.contains("worker"), "{text}");
+    // The cached selection key stays out of it.
+    let filter = Filter::new().eq("role", "worker");
+    filter.selection_key();
+    assert!(!format!("{filter:?}").contains("selection_key"));
 }
 
 #[test]
@@ -311,8 +459,7 @@ fn json_that_is_no_spec_is_invalid_filter() {
     for json in [
         json!("role=worker"),
         json!([1, 2]),
-        json!({"role": null}),
-        json!({"meta": {"$eq": {"nested": 1}}}),
+        json!({"meta": {"nested": 1}}),
     ] {
         assert!(matches!(
             Filter::from_json(&json),
@@ -354,7 +501,8 @@ fn every_operator() -> Filter {
         .lte("load", 9)
         .between("ratio", 0, 1)
         .is_in("region", ["eu-west", "us-east"])
-        .not_in("zone", ["z9"])
+        .not_in("role", ["z9"])
+        .aeq("load", "7")
         .contains("tags", "gpu")
         .contains_any("tags", ["ssd", "nvme"])
         .contains_none("tags", ["tape"])
@@ -425,8 +573,12 @@ mod properties {
             (-20.0_f64..20.0).prop_map(Value::Float),
             "[a-c(]{0,3}".prop_map(Value::String),
         ];
+        let leaf = prop_oneof![leaf, Just(Value::Null)];
         leaf.prop_recursive(2, 8, 3, |inner| {
-            prop::collection::vec(inner, 0..3).prop_map(Value::List)
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::List),
+                prop::collection::btree_map("[a-c]", inner, 0..3).prop_map(Value::Map),
+            ]
         })
     }
 
@@ -440,7 +592,7 @@ mod properties {
     }
 
     fn key() -> impl Strategy<Value = String> {
-        "[a-c]"
+        "[a-c](\\.[a-c])?"
     }
 
     proptest! {
@@ -468,5 +620,126 @@ mod properties {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn null_and_maps_travel_in_the_wire_form() {
+    let filter = Filter::from_json(&json!({
+        "region.zone": "a",
+        "gone": null,
+        "meta": {"$eq": {"nested": 1}},
+        "load": {"$aeq": "5"}
+    }))
+    .unwrap();
+    let json = filter.to_json().unwrap();
+    assert_eq!(
+        json,
+        json!({
+            "gone": null,
+            "load": {"$aeq": "5"},
+            "meta": {"$eq": {"nested": 1}},
+            "region.zone": "a"
+        })
+    );
+    let bytes = rmp_serde::to_vec(&filter.to_spec().unwrap()).unwrap();
+    let back: FilterSpec = rmp_serde::from_slice(&bytes).unwrap();
+    assert_eq!(back, filter.to_spec().unwrap());
+    // `gone: null` never matches (null is no value), so the whole filter fails here.
+    let peer = options([
+        ("region", Value::Map(options([("zone", "a")]))),
+        ("meta", Value::Map(options([("nested", 1)]))),
+        ("load", Value::from(5)),
+    ]);
+    assert!(!filter.matches(&peer));
+    let without_gone = Filter::new()
+        .eq("region.zone", "a")
+        .eq("meta", Value::Map(options([("nested", 1)])))
+        .aeq("load", "5");
+    assert!(without_gone.matches(&peer));
+    // An exact map travels as `$eq`, since a plain map reads as operators.
+    assert_eq!(
+        without_gone.to_json().unwrap()["meta"],
+        json!({"$eq": {"nested": 1}})
+    );
+}
+
+#[test]
+fn selection_key_is_canonical_and_shared_by_clones() {
+    let a = Filter::new().eq("role", "worker").gt("load", 1);
+    let b = Filter::new().gt("load", 1).eq("role", "worker");
+    assert_eq!(a.selection_key(), b.selection_key());
+    assert_ne!(
+        a.selection_key(),
+        Filter::new().eq("role", "worker").selection_key()
+    );
+    // A string 5 and a number 5 are different filters.
+    assert_ne!(
+        Filter::new().eq("k", "5").selection_key(),
+        Filter::new().eq("k", 5).selection_key()
+    );
+    let key = a.selection_key().unwrap();
+    let clone = a.clone();
+    assert!(Arc::ptr_eq(&clone.selection_key().unwrap(), &key));
+    // Adding a condition makes a new filter with its own key.
+    assert_ne!(clone.lt("load", 9).selection_key(), Some(key));
+    assert!(Filter::predicate(|_| true).selection_key().is_none());
+    assert!(Filter::new()
+        .gt("k", 1)
+        .gt("k", 2)
+        .selection_key()
+        .is_none());
+}
+
+#[test]
+fn absence_operators_table_with_options_per_row() {
+    let map = |pairs: Vec<(&str, Value)>| Value::Map(options(pairs));
+    let none = Options::new;
+    let one = |key: &str, value: Value| options([(key, value)]);
+    #[rustfmt::skip]
+    let rows: Vec<(Filter, Options, bool)> = vec![
+        // $ne
+        (Filter::new().ne("k", 1), none(), false),
+        (Filter::new().ne("k", 1), one("k", Value::Null), false),
+        (Filter::new().ne("k", 1), one("k", Value::from(2)), true),
+        (Filter::new().ne("k", 1), one("k", Value::from(1.0)), false),
+        (Filter::new().ne("k", 1), one("k", Value::from("1")), true),
+        (Filter::new().ne("k", 1), one("k", map(vec![])), true),
+        // $nin
+        (Filter::new().not_in("k", [1, 2]), none(), false),
+        (Filter::new().not_in("k", [1, 2]), one("k", Value::Null), false),
+        (Filter::new().not_in("k", [1, 2]), one("k", Value::from(3)), true),
+        (Filter::new().not_in("k", [1, 2]), one("k", Value::from(2)), false),
+        (Filter::new().not_in("k", [1, 2]), one("k", Value::from(vec![1])), true),
+        // $containsNone
+        (Filter::new().contains_none("k", ["a"]), none(), false),
+        (Filter::new().contains_none("k", ["a"]), one("k", Value::Null), false),
+        (Filter::new().contains_none("k", ["a"]), one("k", Value::from(vec!["b"])), true),
+        (Filter::new().contains_none("k", ["a"]), one("k", Value::from(vec!["a"])), false),
+        (Filter::new().contains_none("k", ["a"]), one("k", Value::from("bcd")), true),
+        (Filter::new().contains_none("k", ["a"]), one("k", Value::from("cab")), false),
+        (Filter::new().contains_none("k", ["a"]), one("k", Value::from(5)), false),
+        (Filter::new().contains_none("k", ["a"]), one("k", map(vec![("a", Value::from(1))])), false),
+        // Nested, by dotted path.
+        (Filter::new().ne("a.b", 1), one("a", map(vec![])), false),
+        (Filter::new().ne("a.b", 1), one("a", map(vec![("b", Value::from(2))])), true),
+        (Filter::new().ne("a.b", 1), one("a", map(vec![("b", Value::Null)])), false),
+        (Filter::new().ne("a.b", 1), one("a", Value::from(3)), false),
+        (Filter::new().not_in("a.b", [1]), one("a", map(vec![("b", Value::from(2))])), true),
+        (Filter::new().contains_none("a.b", ["x"]), one("a", map(vec![("b", Value::from(vec!["y"]))])), true),
+        // A literal dotted key wins over the path.
+        (Filter::new().eq("a.b", 1), one("a.b", Value::from(1)), true),
+        (
+            Filter::new().eq("a.b", 1),
+            options([("a.b", Value::from(2)), ("a", map(vec![("b", Value::from(1))]))]),
+            false,
+        ),
+    ];
+    for (i, (filter, peer, expected)) in rows.iter().enumerate() {
+        assert_eq!(
+            filter.matches(peer),
+            *expected,
+            "row {i}: {filter:?} on {peer:?}"
+        );
     }
 }
