@@ -34,12 +34,11 @@ use crate::link::Target;
 use crate::node::Node;
 use crate::observe::{Called, Outcome};
 use crate::trace;
-use tracing::Instrument;
 
-/// When a call started, if anything watches it (its span is recorded, or a hook or
-/// metrics watch the node): otherwise the clock is not read.
-fn watch_from(node: &Node, span: &tracing::Span) -> Option<std::time::Instant> {
-    (node.inner.observers.active() || !span.is_disabled()).then(std::time::Instant::now)
+/// When a call started, if a hook or metrics watch the node: otherwise the clock is not
+/// read.
+fn watch_from(node: &Node) -> Option<std::time::Instant> {
+    node.inner.observers.active().then(std::time::Instant::now)
 }
 
 /// Records how a call ended: in its span (the current one), and for the hooks and metrics.
@@ -48,14 +47,13 @@ fn finished<T>(
     event: &str,
     tick: bool,
     result: &Result<T>,
+    span: &tracing::Span,
     started: Option<std::time::Instant>,
 ) {
-    let Some(started) = started else { return };
     let outcome = Outcome::of(result);
-    trace::finish(&tracing::Span::current(), outcome.as_str(), Some(started));
-    let observers = &node.inner.observers;
-    if observers.active() {
-        observers.called(&Called {
+    trace::finish(span, outcome.as_str());
+    if let Some(started) = started {
+        node.inner.observers.called(&Called {
             event,
             tick,
             outcome,
@@ -371,15 +369,14 @@ impl<'a> Call<'a> {
         let (node, to, event) = (self.node, self.to.clone(), self.event);
         let mut outgoing = self.resolve()?;
         let span = trace::call_span(event, &to);
-        let started = watch_from(node, &span);
-        async move {
-            trace::inject_unless_set(&mut outgoing.meta);
-            let result = send(node, to, event, outgoing).await;
-            finished(node, event, tick, &result, started);
-            result
-        }
-        .instrument(span)
-        .await
+        let started = watch_from(node);
+        // The span is current while the trace context is taken (so the call carries it as
+        // the parent of the receiver's span), not at every poll of the wait: entering a
+        // span costs the subscriber work, and nothing of ours logs inside the wait.
+        span.in_scope(|| trace::inject_unless_set(&mut outgoing.meta));
+        let result = send(node, to, event, outgoing).await;
+        finished(node, event, tick, &result, &span, started);
+        result
     }
 
     /// Sends it as a tick to every node the target matches (one for an id); how many it

@@ -213,7 +213,6 @@ impl Inner {
             };
             let mut meta = user.clone();
             meta.set(":forward", MetaValue::Bytes(&header));
-            crate::trace::inject(&mut meta);
             let Ok(reply) = link
                 .system_request(FORWARD, meta.as_bytes().clone(), payload.clone(), left)
                 .await

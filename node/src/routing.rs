@@ -110,7 +110,6 @@ impl Inner {
             let header = encode_value(&header).map_err(|e| RemoteError::handler(e.to_string()))?;
             let mut meta = user.clone();
             meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
-            crate::trace::inject(&mut meta);
             let metadata = meta.as_bytes().clone();
             match link
                 .system_request(FORWARD, metadata, payload.clone(), left)
@@ -186,7 +185,9 @@ impl Inner {
             .ok_or_else(|| RemoteError::system_error("BAD_FORWARD", "no forward header"))?;
         let forward: Forward = decode_value(header.as_bytes())
             .map_err(|e| RemoteError::system_error("BAD_FORWARD", e.to_string()))?;
-        let user = received.meta.user_only();
+        let mut user = received.meta.user_only();
+        // Every hop from here carries the trace on under this router's span.
+        crate::trace::inject(&mut user);
         let routing = &self.routing;
         let admission = forward.admit(&self.id, &mut routing.seen.lock());
         let left = match admission {
@@ -220,8 +221,6 @@ impl Inner {
         let route = encode_value(&route).map_err(|e| RemoteError::handler(e.to_string()))?;
         let mut leaf = user.clone();
         leaf.set(ROUTE, MetaValue::Bytes(&route));
-        // The hop carries the trace on under this router's span.
-        crate::trace::inject(&mut leaf);
         let payload = incoming.payload().clone();
         let hop = Hop {
             from: &from,

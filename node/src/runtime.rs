@@ -464,7 +464,6 @@ async fn run_request(
     }
     let (inner, peer) = (&work.inner, &work.peer);
     let (span, trace) = trace::handle_span(incoming.event(), &from, &received.meta);
-    let started = trace::started(&span);
     let context = Context { deadline, trace };
     let handled = AssertUnwindSafe(
         context::scope(context, inner.handle(from, incoming, received, first))
@@ -497,7 +496,7 @@ async fn run_request(
         // Its caller has given up: the same.
         () = Expiry::new(deadline) => expired(inner, responder),
     };
-    trace::finish(&span, outcome.as_str(), started);
+    trace::finish(&span, outcome.as_str());
     outcome
 }
 

@@ -3,10 +3,15 @@
 //! routers and the node that handles it.
 //!
 //! The spans (target `zeronode`, level INFO, so `RUST_LOG=zeronode=info` shows them):
-//! - `zeronode.call` on the caller, around a request or tick it sends, with `event`, `to`,
-//!   and once it ends `outcome` and `duration_us`;
-//! - `zeronode.handle` on the receiver, around the handler (its middleware included), with
-//!   `event`, `from`, `trace_id`, `outcome`, `duration_us`.
+//! - `zeronode.call` on the caller, from the call's start to its end, with `event`, `to`
+//!   and, once it ends, `outcome`; it is current while the call's trace context is taken,
+//!   not entered at each poll of the wait (entering costs the subscriber work per poll);
+//! - `zeronode.handle` on the receiver, entered around the handler (its middleware
+//!   included, so the handler's own logs are inside it), with `event`, `from`, `trace_id`
+//!   and `outcome`.
+//!
+//! Their durations are the spans' own (every subscriber times a span from creation to
+//! close).
 //!
 //! The trace context: a request that arrives with a `traceparent` entry is handled in that
 //! trace, and every call its handler makes carries the trace on, with the handler's span
@@ -170,11 +175,10 @@ pub(crate) fn handle_span(
     let span = tracing::info_span!(
         target: "zeronode",
         "zeronode.handle",
-        event,
+        event = %event,
         from = %from,
         trace_id = tracing::field::Empty,
         outcome = tracing::field::Empty,
-        duration_us = tracing::field::Empty,
     );
     if span.is_disabled() {
         // Nobody records spans: the trace is still carried on, with a span id of our own.
@@ -199,23 +203,17 @@ pub(crate) fn call_span(event: &str, to: &crate::link::Target) -> tracing::Span 
     tracing::info_span!(
         target: "zeronode",
         "zeronode.call",
-        event,
+        event = %event,
         to = %to,
         outcome = tracing::field::Empty,
-        duration_us = tracing::field::Empty,
     )
 }
 
-/// When a span's request started: read only for a span somebody records.
-pub(crate) fn started(span: &tracing::Span) -> Option<std::time::Instant> {
-    (!span.is_disabled()).then(std::time::Instant::now)
-}
-
-/// Records how a span's request ended.
-pub(crate) fn finish(span: &tracing::Span, outcome: &str, started: Option<std::time::Instant>) {
-    if let Some(started) = started {
+/// Records how a span's request ended. (Its duration is the span's own: every subscriber
+/// times spans, from creation to close.)
+pub(crate) fn finish(span: &tracing::Span, outcome: &str) {
+    if !span.is_disabled() {
         span.record("outcome", outcome);
-        span.record("duration_us", started.elapsed().as_micros() as u64);
     }
 }
 

@@ -67,20 +67,36 @@ fn builder(id: String) -> NodeBuilder {
 /// The `node-ctx` row's process set-up: a `tracing` subscriber that records the node's
 /// spans (`zeronode=info`; an fmt layer into a sink: spans are created, entered and closed,
 /// nothing is printed) and a Prometheus recorder for the node's metrics.
+///
+/// `ZERONODE_CTX` (a comma-separated subset of `meta,spans,metrics`; all by default) turns
+/// parts off, to tell what each costs.
 pub(super) fn observe_everything() {
     use tracing_subscriber::layer::SubscriberExt;
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_subscriber::EnvFilter::new("zeronode=info"))
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink));
-    let _ = tracing::subscriber::set_global_default(subscriber);
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let _ = metrics::set_global_recorder(recorder);
+    if context_part("spans") {
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::EnvFilter::new("zeronode=info"))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(false)
+                    .with_writer(std::io::sink),
+            );
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    }
+    if context_part("metrics") {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let _ = metrics::set_global_recorder(recorder);
+    }
+}
+
+/// Whether the `node-ctx` row has `part` on (see [`observe_everything`]).
+fn context_part(part: &str) -> bool {
+    std::env::var("ZERONODE_CTX").map_or(true, |parts| parts.split(',').any(|p| p == part))
 }
 
 /// The `node-ctx` row's server: the `node` row's echo with metrics on.
 pub(super) async fn serve_ctx(endpoint: &str) -> Result<()> {
     let server = builder(SERVER_ID.to_owned())
-        .metrics(true)
+        .metrics(context_part("metrics"))
         .bind(endpoint)
         .build()
         .await?;
@@ -171,7 +187,7 @@ fn cpu_job() -> u64 {
 /// (`ENDPOINT KEY`, as `serve` announced it) the client has its own key pair.
 async fn connect(job: &Job) -> Result<(Node, NodeId)> {
     let builder = builder(format!("bench-client-{}", std::process::id()))
-        .metrics(job.layer == super::Layer::NodeCtx);
+        .metrics(job.layer == super::Layer::NodeCtx && context_part("metrics"));
     let (client, peer) = match job.endpoint.split_once(' ') {
         Some((endpoint, key)) => {
             let server_key = Key::from_z85(key)?;
@@ -194,7 +210,7 @@ pub(super) async fn client(job: &Job) -> Result<Point> {
     let method = if job.layer.is_cpu_bound() { WORK } else { ECHO };
     let payload = job.payload();
     let plan = Plan::starting_now(job.warmup, job.duration);
-    let context = job.layer == super::Layer::NodeCtx;
+    let context = job.layer == super::Layer::NodeCtx && context_part("meta");
     let recorder = drive_concurrent(job.window, plan, || async {
         let call = client.call(&server, method).timeout(REQUEST_TIMEOUT);
         // The context row: two short metadata entries, as an auth token and a tenant.
