@@ -62,6 +62,30 @@ fn finished<T>(
     }
 }
 
+/// A call ready to go: see [`Call::prepare`].
+struct Prepared<'a> {
+    node: &'a Node,
+    to: Target,
+    event: &'a str,
+    outgoing: Outgoing,
+    span: tracing::Span,
+    started: Option<std::time::Instant>,
+}
+
+impl Prepared<'_> {
+    /// Records how the call ended.
+    fn finished<T>(&self, tick: bool, result: &Result<T>) {
+        finished(
+            self.node,
+            self.event,
+            tick,
+            result,
+            &self.span,
+            self.started,
+        );
+    }
+}
+
 /// A reply: its payload and the metadata its handler set.
 #[derive(Debug, Clone)]
 pub struct Reply {
@@ -282,15 +306,15 @@ impl<'a> Call<'a> {
     /// Scatter-gather as a stream: each node's outcome as it arrives (the ones reached
     /// through a router come when that router answers). Empty when nothing matches.
     pub fn gather_stream(
-        self,
+        mut self,
         payload: Bytes,
     ) -> Result<impl futures::Stream<Item = (crate::NodeId, Result<Reply>)> + 'a> {
-        let (node, to, event) = (self.node, self.to.clone(), self.event);
-        let spread = match &self.groups {
-            Some(key) => Spread::Groups(key.clone()),
+        let spread = match self.groups.take() {
+            Some(key) => Spread::Groups(key),
             None => Spread::All,
         };
         let mut outgoing = self.resolve()?;
+        let (node, to, event) = (self.node, self.to, self.event);
         trace::inject_unless_set(&mut outgoing.meta);
         let (filter, scope) = match to {
             Target::Any(filter, scope) => (filter, scope),
@@ -330,19 +354,34 @@ impl<'a> Call<'a> {
 
     /// Sends the request with a raw payload (passed through untouched) and returns the raw
     /// reply.
-    pub async fn send_raw(self, payload: Bytes) -> Result<Bytes> {
-        self.send_raw_reply(payload).await.map(Reply::into_payload)
+    pub fn send_raw(self, payload: Bytes) -> impl std::future::Future<Output = Result<Bytes>> + 'a {
+        // Prepared before the future: the future holds what the send needs, not the
+        // builder (a request's future is moved at each level that awaits it).
+        let prepared = self.prepare();
+        async move {
+            let prepared = prepared?;
+            let result = prepared
+                .node
+                .send_request(&prepared.to, prepared.event, payload, &prepared.outgoing)
+                .await
+                .map(|answer| answer.payload);
+            prepared.finished(false, &result);
+            result
+        }
     }
 
     /// Sends the request with a raw payload and returns the whole reply: its payload and
     /// the metadata the handler set ([`Response::with_meta`](crate::Response::with_meta)).
     pub async fn send_raw_reply(self, payload: Bytes) -> Result<Reply> {
         let limits = self.node.inner.config.max_metadata;
-        self.traced(false, |node, to, event, outgoing| async move {
-            let answer = node.send_request(to, event, payload, &outgoing).await?;
-            Reply::from_answer(answer, &limits)
-        })
-        .await
+        let prepared = self.prepare()?;
+        let result = prepared
+            .node
+            .send_request(&prepared.to, prepared.event, payload, &prepared.outgoing)
+            .await
+            .and_then(|answer| Reply::from_answer(answer, &limits));
+        prepared.finished(false, &result);
+        result
     }
 
     /// Sends it as a tick (no answer) with `data` encoded as MessagePack.
@@ -353,39 +392,46 @@ impl<'a> Call<'a> {
 
     /// Sends it as a tick with a raw payload.
     pub async fn tick_raw(self, payload: Bytes) -> Result<()> {
-        self.traced(true, |node, to, event, outgoing| async move {
-            node.send_tick(to, event, payload, &outgoing).await
-        })
-        .await
+        let prepared = self.prepare()?;
+        let result = prepared
+            .node
+            .send_tick(&prepared.to, prepared.event, payload, &prepared.outgoing)
+            .await;
+        prepared.finished(true, &result);
+        result
     }
 
-    /// Resolves the call and runs `send` with it inside the call's span, recording how it
-    /// ended (span, hooks, metrics).
-    async fn traced<T, F, Fut>(self, tick: bool, send: F) -> Result<T>
-    where
-        F: FnOnce(&'a Node, Target, &'a str, Outgoing) -> Fut,
-        Fut: std::future::Future<Output = Result<T>>,
-    {
-        let (node, to, event) = (self.node, self.to.clone(), self.event);
+    /// The call resolved (metadata checked, timeout cut), its span made and its trace
+    /// context taken.
+    fn prepare(mut self) -> Result<Prepared<'a>> {
         let mut outgoing = self.resolve()?;
+        let (node, to, event) = (self.node, self.to, self.event);
         let span = trace::call_span(event, &to);
         let started = watch_from(node);
         // The span is current while the trace context is taken (so the call carries it as
         // the parent of the receiver's span), not at every poll of the wait: entering a
         // span costs the subscriber work, and nothing of ours logs inside the wait.
-        span.in_scope(|| trace::inject_unless_set(&mut outgoing.meta));
-        let result = send(node, to, event, outgoing).await;
-        finished(node, event, tick, &result, &span, started);
-        result
+        if !span.is_disabled() {
+            span.in_scope(|| trace::inject_unless_set(&mut outgoing.meta));
+        } else {
+            trace::inject_unless_set(&mut outgoing.meta);
+        }
+        Ok(Prepared {
+            node,
+            to,
+            event,
+            outgoing,
+            span,
+            started,
+        })
     }
 
     /// Sends it as a tick to every node the target matches (one for an id); how many it
     /// reached.
-    pub async fn tick_all<T: Serialize + ?Sized>(self, data: &T) -> Result<usize> {
+    pub async fn tick_all<T: Serialize + ?Sized>(mut self, data: &T) -> Result<usize> {
         let payload = encode_value(data)?;
-        let (node, to, event) = (self.node, self.to.clone(), self.event);
-        let groups = self.groups.clone();
         let mut outgoing = self.resolve()?;
+        let (node, to, event, groups) = (self.node, self.to, self.event, self.groups);
         trace::inject_unless_set(&mut outgoing.meta);
         match to {
             Target::Any(filter, scope) => match groups {
@@ -400,7 +446,7 @@ impl<'a> Call<'a> {
                 }
             },
             id @ Target::Id(_) => node
-                .send_tick(id, event, payload, &outgoing)
+                .send_tick(&id, event, payload, &outgoing)
                 .await
                 .map(|()| 1),
         }
@@ -408,8 +454,8 @@ impl<'a> Call<'a> {
 
     /// The metadata checked and the timeout cut to the deadline; a deadline that passed
     /// already is a timeout, nothing sent.
-    fn resolve(self) -> Result<Outgoing> {
-        if let Some(invalid) = self.invalid {
+    fn resolve(&mut self) -> Result<Outgoing> {
+        if let Some(invalid) = self.invalid.take() {
             return Err(Error::Metadata(invalid));
         }
         let config = &self.node.inner.config;
@@ -424,13 +470,18 @@ impl<'a> Call<'a> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let timeout =
-            call_timeout(own, deadline, Instant::now()).ok_or_else(|| Error::Timeout {
-                event: self.event.to_owned(),
-                timeout: Duration::ZERO,
-            })?;
+        // The clock is read only for a call with a deadline.
+        let timeout = match deadline {
+            None => own,
+            Some(_) => {
+                call_timeout(own, deadline, Instant::now()).ok_or_else(|| Error::Timeout {
+                    event: self.event.to_owned(),
+                    timeout: Duration::ZERO,
+                })?
+            }
+        };
         Ok(Outgoing {
-            meta: self.meta,
+            meta: std::mem::take(&mut self.meta),
             timeout,
         })
     }

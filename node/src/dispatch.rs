@@ -72,6 +72,7 @@ impl Inner {
         (from, peer): (NodeId, Arc<PeerWork>),
         incoming: Incoming,
         responder: Responder,
+        arrived: Instant,
     ) {
         if self.is_closing() {
             responder.answer(Err(RemoteError::system_error(
@@ -80,20 +81,25 @@ impl Inner {
             )));
             return;
         }
-        let meta = match incoming.meta(&self.config.max_metadata) {
-            Ok(meta) => meta,
-            Err(refused) => {
-                self.metadata_refused.fetch_add(1, Ordering::Relaxed);
-                responder.answer(Err(RemoteError::system_error(
-                    BAD_METADATA,
-                    refused.to_string(),
-                )));
-                return;
+        // Most requests carry the budget alone: no section to check or to keep.
+        let budget = incoming.budget();
+        let meta = if budget.is_some() && incoming.metadata().len() == protocol::BUDGET_ENTRY {
+            Meta::new()
+        } else {
+            match incoming.meta(&self.config.max_metadata) {
+                Ok(meta) => meta,
+                Err(refused) => {
+                    self.metadata_refused.fetch_add(1, Ordering::Relaxed);
+                    responder.answer(Err(RemoteError::system_error(
+                        BAD_METADATA,
+                        refused.to_string(),
+                    )));
+                    return;
+                }
             }
         };
-        let arrived = Instant::now();
         let received = Received {
-            deadline: deadline_of(arrived, meta.budget()),
+            deadline: deadline_of(arrived, budget),
             meta,
             arrived,
         };
@@ -149,13 +155,17 @@ impl Inner {
     }
 
     /// The joined peer behind a routing id of our server and its work, marking it alive.
-    fn downstream_peer(&self, route: &protocol::PeerId) -> Option<(NodeId, Arc<PeerWork>)> {
+    /// (`now` is when the message arrived: the one clock read a request's dispatch takes.)
+    fn downstream_peer(
+        &self,
+        route: &protocol::PeerId,
+        now: Instant,
+    ) -> Option<(NodeId, Arc<PeerWork>)> {
         let state = self.state.lock();
         let id = state.routes.get(route)?.clone();
-        let work =
-            state
-                .registry
-                .seen_work(&id, Direction::Downstream, Instant::now().into_std())?;
+        let work = state
+            .registry
+            .seen_work(&id, Direction::Downstream, now.into_std())?;
         Some((id, work))
     }
 }
@@ -203,18 +213,19 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
                 return;
             }
             // Identity is bound to the connection: no handshake, no service.
-            let Some(from) = inner.downstream_peer(&incoming.from) else {
+            let now = Instant::now();
+            let Some(from) = inner.downstream_peer(&incoming.from, now) else {
                 inner.unjoined("request", &incoming);
                 responder.answer(Err(not_joined()));
                 return;
             };
-            inner.dispatch_request(from, incoming, responder);
+            inner.dispatch_request(from, incoming, responder, now);
         },
     )));
     let weak = Arc::downgrade(inner);
     server.on_any_tick(Some(Arc::new(move |incoming: Incoming| {
         let Some(inner) = weak.upgrade() else { return };
-        let Some(from) = inner.downstream_peer(&incoming.from) else {
+        let Some(from) = inner.downstream_peer(&incoming.from, Instant::now()) else {
             if incoming.event() == HEARTBEAT {
                 // A peer that still believes it is joined: tell it to handshake again
                 // (without waiting on its queue: the driver never waits).
@@ -263,16 +274,18 @@ pub(crate) fn install_upstream(
                 ),
                 None => incoming,
             };
-            let work = inner.state.lock().registry.seen_work(
-                &from,
-                Direction::Upstream,
-                Instant::now().into_std(),
-            );
+            let now = Instant::now();
+            let work =
+                inner
+                    .state
+                    .lock()
+                    .registry
+                    .seen_work(&from, Direction::Upstream, now.into_std());
             let Some(work) = work else {
                 responder.answer(Err(not_joined()));
                 return;
             };
-            inner.dispatch_request((from, work), incoming, responder);
+            inner.dispatch_request((from, work), incoming, responder, now);
         },
     )));
     client.on_any_tick(Some(Arc::new(move |incoming: Incoming| {

@@ -465,11 +465,14 @@ async fn run_request(
     let (inner, peer) = (&work.inner, &work.peer);
     let (span, trace) = trace::handle_span(incoming.event(), &from, &received.meta);
     let context = Context { deadline, trace };
-    let handled = AssertUnwindSafe(
-        context::scope(context, inner.handle(from, incoming, received, first))
-            .instrument(span.clone()),
-    )
-    .catch_unwind();
+    let work = context::scope(context, inner.handle(from, incoming, received, first));
+    // Entered at each poll only when a subscriber records it (entering costs it work).
+    let work = if span.is_disabled() {
+        futures::future::Either::Left(work)
+    } else {
+        futures::future::Either::Right(work.instrument(span.clone()))
+    };
+    let handled = AssertUnwindSafe(work).catch_unwind();
     let outcome = tokio::select! {
         biased;
         result = handled => {

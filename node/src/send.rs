@@ -117,7 +117,7 @@ impl Node {
     /// Sends a request as `outgoing` says (see [`Call`](crate::Call)).
     pub(crate) async fn send_request(
         &self,
-        target: Target,
+        target: &Target,
         event: &str,
         payload: Bytes,
         outgoing: &Outgoing,
@@ -126,12 +126,12 @@ impl Node {
             return Err(Error::Closed);
         }
         let timeout = outgoing.timeout;
-        let (id, link, in_flight) = match self.resolve(&target) {
+        let (id, link, in_flight) = match self.resolve(target) {
             Ok(found) => found,
             Err(local) => {
                 return self
                     .inner
-                    .forward_from_here(Action::Request, &target, event, payload, outgoing, local)
+                    .forward_from_here(Action::Request, target, event, payload, outgoing, local)
                     .await
                     .map(|(reply, _)| reply)
             }
@@ -180,7 +180,7 @@ impl Node {
     /// Sends a tick as `outgoing` says.
     pub(crate) async fn send_tick(
         &self,
-        target: Target,
+        target: &Target,
         event: &str,
         payload: Bytes,
         outgoing: &Outgoing,
@@ -188,7 +188,7 @@ impl Node {
         if self.is_closing() {
             return Err(Error::Closed);
         }
-        match self.resolve(&target) {
+        match self.resolve(target) {
             Ok((_, link, _)) => {
                 link.check_size(&payload)?;
                 link.tick(event, outgoing.meta.as_bytes().clone(), payload)
@@ -197,7 +197,7 @@ impl Node {
             }
             Err(local) => self
                 .inner
-                .forward_from_here(Action::Tick, &target, event, payload, outgoing, local)
+                .forward_from_here(Action::Tick, target, event, payload, outgoing, local)
                 .await
                 .map(|_| ()),
         }

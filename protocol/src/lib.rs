@@ -69,7 +69,7 @@ pub use handler::{
     request_fn, tick_fn, Answer, Incoming, RequestFuture, RequestHandler, Responder, TickFuture,
     TickHandler,
 };
-pub use meta::{Meta, MetaError, MetaLimits, MetaValue, BUDGET, RESERVED_PREFIX};
+pub use meta::{Meta, MetaError, MetaLimits, MetaValue, BUDGET, BUDGET_ENTRY, RESERVED_PREFIX};
 pub use runners::{Job, Runners};
 pub use server::Server;
 pub use transport::PeerId;

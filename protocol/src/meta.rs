@@ -34,8 +34,9 @@ const KIND_TEXT: u8 = 0;
 const KIND_BYTES: u8 = 1;
 /// Bytes an entry takes besides its key and value.
 const ENTRY_OVERHEAD: usize = 1 + 1 + 4;
-/// The budget entry, as written: its size.
-pub(crate) const BUDGET_ENTRY: usize = ENTRY_OVERHEAD + BUDGET.len() + 8;
+/// The size of the budget entry, as written (a section of exactly this size with a budget
+/// holds nothing else).
+pub const BUDGET_ENTRY: usize = ENTRY_OVERHEAD + BUDGET.len() + 8;
 
 /// One metadata value: text or raw bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
