@@ -248,15 +248,15 @@ impl Work {
     /// Waits for a slot if the job had to queue, unless its peer leaves first (counted as
     /// cancelled) or `deadline` passes. A job admitted with a slot runs at once: only the
     /// rare queued one pays for a second handle on its peer.
-    async fn slot_before(&mut self, deadline: Option<Instant>, arrived: Instant) -> Waited {
+    async fn slot_before(&mut self, deadline: Option<Instant>, arrived: Option<Instant>) -> Waited {
         if !self.queued {
-            return Waited::Slot;
+            return Waited::AtOnce;
         }
         let peer = Arc::clone(&self.peer);
         tokio::select! {
             biased;
             () = self.slot() => {
-                if let Some(metrics) = &self.inner.observers.metrics {
+                if let (Some(metrics), Some(arrived)) = (&self.inner.observers.metrics, arrived) {
                     metrics.queue_wait(arrived.elapsed());
                 }
                 Waited::Slot
@@ -298,9 +298,12 @@ impl Drop for Work {
     }
 }
 
-/// How a queued job's wait for a slot ended.
+/// How a job's wait for a slot ended.
 #[derive(Debug, PartialEq, Eq)]
 enum Waited {
+    /// It had one from the start (admitted with a slot, when it arrived).
+    AtOnce,
+    /// It got one after waiting.
     Slot,
     PeerGone,
     Expired,
@@ -409,7 +412,11 @@ async fn run_job(job: Job) {
                 .observers
                 .active()
                 .then(|| (incoming.event().to_owned(), from.clone(), Instant::now()));
-            if work.slot_before(None, Instant::now()).await != Waited::Slot {
+            if !matches!(
+                work.slot_before(None, watched.as_ref().map(|(_, _, at)| *at))
+                    .await,
+                Waited::AtOnce | Waited::Slot
+            ) {
                 return;
             }
             let (inner, peer) = (&work.inner, &work.peer);
@@ -454,12 +461,15 @@ async fn run_request(
     responder: Responder,
 ) -> Outcome {
     let deadline = received.deadline;
-    match work.slot_before(deadline, received.arrived).await {
-        Waited::Slot => {}
+    // Passed before it starts: a job that waited looks at the clock; one that had its
+    // slot on arrival compares with its arrival (no clock read on the common path).
+    let passed = match work.slot_before(deadline, Some(received.arrived)).await {
+        Waited::AtOnce => deadline.is_some_and(|deadline| deadline <= received.arrived),
+        Waited::Slot => deadline.is_some_and(|deadline| deadline <= Instant::now()),
         Waited::PeerGone => return Outcome::Cancelled,
         Waited::Expired => return expired(&work.inner, responder),
-    }
-    if deadline.is_some_and(|deadline| deadline <= Instant::now()) {
+    };
+    if passed {
         return expired(&work.inner, responder);
     }
     let (inner, peer) = (&work.inner, &work.peer);
