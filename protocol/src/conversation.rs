@@ -27,52 +27,13 @@ use crate::stats::Counters;
 pub use crate::stats::Stats;
 use crate::table::Table;
 use helpers::{elapsed_nanos, rand_start, remote_error, run_others_first, EPOCH};
+use pending::{Forget, Outcome, Pending, Waiter};
 
 /// Messages taken per wake-up of the driver, beyond the first.
 const BATCH: usize = 63;
 
 /// The most messages read after a lost connection before what is pending fails.
 const LOST_DRAIN: usize = 4096;
-
-/// A request waiting for its reply.
-struct Waiter {
-    /// Who the request went to: only that peer may answer it.
-    peer: PeerId,
-    /// The caller's waker.
-    waker: Option<std::task::Waker>,
-    /// How the request ended, once it did (the table keeps the entry, ended, until the
-    /// caller takes it).
-    outcome: Option<Outcome>,
-}
-
-/// How a pending request ended, as the driver tells its caller (who turns it into the
-/// caller's error, with the event name and timeout it has at hand).
-enum Outcome {
-    Reply(Envelope),
-    ErrorReply(Envelope),
-    TimedOut,
-    Failed(Error),
-}
-
-/// The pending requests and the deadline the driver's timer is set to. Under one lock, so
-/// that a caller only wakes the driver when its deadline is earlier than the timer's.
-#[derive(Default)]
-struct Pending {
-    /// Requests pending, and ended ones whose outcome (in their `Waiter`) their caller has
-    /// not taken yet. (A oneshot channel per request cost an allocation and its atomics;
-    /// measured with callgrind, see the commit.) A caller that gives up removes its own
-    /// entry (`Forget`), so nothing stays.
-    table: Table<Waiter>,
-    /// The timer's deadline. It may be stale (the request it was set for is answered): the
-    /// timer then fires for nothing and is set again, which is cheaper than moving it on
-    /// every request.
-    armed: Option<std::time::Instant>,
-    /// On a Server: the peers whose replies completed a request since the last
-    /// `take_answered`, with when the batch holding the last one was received (nanoseconds
-    /// since [`EPOCH`]). Signs of life a liveness check drains: at most one entry per peer
-    /// we had a request pending with, updated under the lock the reply takes anyway.
-    answered_by: std::collections::HashMap<PeerId, u64>,
-}
 
 /// Why a received message was dropped, for whoever listens (the node layer's error events).
 pub type Rejected = (PeerId, Error);
@@ -790,23 +751,7 @@ impl<L: Link> Answering for Conversation<L> {
     }
 }
 
-/// Removes a request's entry (pending or ended) when its caller stops waiting before the
-/// end: a dropped request future leaves nothing behind in the table.
-struct Forget<'a> {
-    pending: &'a Mutex<Pending>,
-    id: u64,
-    /// Cleared once the caller took its outcome (nothing left to remove).
-    armed: bool,
-}
-
-impl Drop for Forget<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.pending.lock().table.discard(self.id);
-        }
-    }
-}
-
 mod helpers;
+mod pending;
 #[cfg(test)]
 mod tests;
