@@ -32,7 +32,7 @@ use std::time::Duration;
 use metrics::{counter, gauge, histogram, Counter, Histogram, Label, SharedString};
 use parking_lot::RwLock;
 
-use crate::observe::{Called, Handled, Outcome};
+use crate::observe::{Called, Outcome};
 use crate::peer::NodeId;
 
 /// The most distinct event names that get a label of their own, per node.
@@ -41,7 +41,7 @@ pub const MAX_EVENT_LABELS: usize = 256;
 const OTHER: &str = "_other";
 
 /// The handles of one event's series (taken once, then an atomic add per request).
-struct EventSeries {
+pub(crate) struct EventSeries {
     handled: [Counter; 5],
     ticks_handled: [Counter; 5],
     handler_seconds: Histogram,
@@ -79,7 +79,7 @@ impl EventSeries {
 /// A node's metrics.
 pub(crate) struct Metrics {
     node: SharedString,
-    events: RwLock<HashMap<Box<str>, Arc<EventSeries>>>,
+    events: RwLock<HashMap<Box<str>, Arc<EventSeries>, foldhash::fast::RandomState>>,
     other: Arc<EventSeries>,
     queue_wait: Histogram,
 }
@@ -91,12 +91,12 @@ impl Metrics {
             other: Arc::new(EventSeries::new(&node, OTHER)),
             queue_wait: histogram!("zeronode_queue_wait_seconds", "node" => node.clone()),
             node,
-            events: RwLock::new(HashMap::new()),
+            events: RwLock::new(HashMap::default()),
         }
     }
 
     /// The series of `event`: its own while there is room, else the shared `_other`.
-    fn series(&self, event: &str) -> Arc<EventSeries> {
+    pub(crate) fn series(&self, event: &str) -> Arc<EventSeries> {
         if let Some(series) = self.events.read().get(event) {
             return Arc::clone(series);
         }
@@ -112,16 +112,20 @@ impl Metrics {
         series
     }
 
-    pub(crate) fn handled(&self, handled: &Handled<'_>) {
-        let series = self.series(handled.event);
-        let i = handled.outcome.index();
-        if handled.tick {
+    /// Records a handled message in `series` (its event's, looked up when it arrived).
+    pub(crate) fn handled_in(
+        &self,
+        series: &EventSeries,
+        tick: bool,
+        outcome: Outcome,
+        duration: Duration,
+    ) {
+        let i = outcome.index();
+        if tick {
             series.ticks_handled[i].increment(1);
         } else {
             series.handled[i].increment(1);
-            series
-                .handler_seconds
-                .record(handled.duration.as_secs_f64());
+            series.handler_seconds.record(duration.as_secs_f64());
         }
     }
 

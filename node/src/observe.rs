@@ -96,6 +96,20 @@ pub struct Called<'a> {
     pub duration: Duration,
 }
 
+/// What a handler job keeps to report its end (see [`Observers::watch`]).
+pub(crate) struct Watch {
+    series: Option<Arc<crate::metrics::EventSeries>>,
+    hook: Option<(String, NodeId)>,
+    arrived: tokio::time::Instant,
+}
+
+impl Watch {
+    /// When the watched message arrived.
+    pub(crate) fn arrived(&self) -> tokio::time::Instant {
+        self.arrived
+    }
+}
+
 type HandledHook = Arc<dyn Fn(&Handled<'_>) + Send + Sync>;
 type CalledHook = Arc<dyn Fn(&Called<'_>) + Send + Sync>;
 
@@ -134,13 +148,43 @@ impl Observers {
         self.active.store(true, Ordering::Relaxed);
     }
 
-    /// A handler job ended.
-    pub(crate) fn handled(&self, handled: &Handled<'_>) {
-        if let Some(metrics) = &self.metrics {
-            metrics.handled(handled);
+    /// What a handler job keeps to report its end: its event's metrics series, and for
+    /// hooks its event's name and sender (copied only when a hook watches). `None` while
+    /// nothing watches.
+    pub(crate) fn watch(
+        &self,
+        event: &str,
+        from: &NodeId,
+        arrived: tokio::time::Instant,
+    ) -> Option<Watch> {
+        if !self.active() {
+            return None;
         }
-        for hook in self.handled.read().iter() {
-            hook(handled);
+        let hooked = !self.handled.read().is_empty();
+        Some(Watch {
+            series: self.metrics.as_ref().map(|m| m.series(event)),
+            hook: hooked.then(|| (event.to_owned(), from.clone())),
+            arrived,
+        })
+    }
+
+    /// A handler job that `watch` watched ended.
+    pub(crate) fn ended(&self, watch: Watch, tick: bool, outcome: Outcome) {
+        let duration = watch.arrived.elapsed();
+        if let (Some(metrics), Some(series)) = (&self.metrics, &watch.series) {
+            metrics.handled_in(series, tick, outcome, duration);
+        }
+        if let Some((event, from)) = &watch.hook {
+            let handled = Handled {
+                event,
+                from,
+                tick,
+                outcome,
+                duration,
+            };
+            for hook in self.handled.read().iter() {
+                hook(&handled);
+            }
         }
     }
 

@@ -31,7 +31,7 @@ use crate::context::{self, Context, Expiry, DEADLINE_EXCEEDED};
 use crate::dispatch::Received;
 use crate::inner::Inner;
 use crate::middleware::First;
-use crate::observe::{Handled, Outcome};
+use crate::observe::{Outcome, Watch};
 use crate::peer::{NodeId, PeerWork};
 use crate::trace;
 use protocol::Runners;
@@ -384,20 +384,14 @@ async fn run_job(job: Job) {
         } => {
             // Only while a hook or metrics watch: the event's name, who sent it, and when
             // it arrived outlive the handler.
+            // Only while a hook or metrics watch (see `Observers::watch`).
             let watched = work
                 .inner
                 .observers
-                .active()
-                .then(|| (incoming.event().to_owned(), from.clone(), received.arrived));
+                .watch(incoming.event(), &from, received.arrived);
             let outcome = run_request(&mut work, from, incoming, received, first, responder).await;
-            if let Some((event, from, arrived)) = watched {
-                work.inner.observers.handled(&Handled {
-                    event: &event,
-                    from: &from,
-                    tick: false,
-                    outcome,
-                    duration: arrived.elapsed(),
-                });
+            if let Some(watched) = watched {
+                work.inner.observers.ended(watched, false, outcome);
             }
         }
         Job::Tick {
@@ -411,9 +405,10 @@ async fn run_job(job: Job) {
                 .inner
                 .observers
                 .active()
-                .then(|| (incoming.event().to_owned(), from.clone(), Instant::now()));
+                .then(Instant::now)
+                .and_then(|now| work.inner.observers.watch(incoming.event(), &from, now));
             if !matches!(
-                work.slot_before(None, watched.as_ref().map(|(_, _, at)| *at))
+                work.slot_before(None, watched.as_ref().map(Watch::arrived))
                     .await,
                 Waited::AtOnce | Waited::Slot
             ) {
@@ -437,14 +432,8 @@ async fn run_job(job: Job) {
                     Outcome::Cancelled
                 }
             };
-            if let Some((event, from, arrived)) = watched {
-                inner.observers.handled(&Handled {
-                    event: &event,
-                    from: &from,
-                    tick: true,
-                    outcome,
-                    duration: arrived.elapsed(),
-                });
+            if let Some(watched) = watched {
+                inner.observers.ended(watched, true, outcome);
             }
         }
     }
