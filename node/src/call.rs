@@ -313,9 +313,8 @@ impl<'a> Call<'a> {
             Some(key) => Spread::Groups(key),
             None => Spread::All,
         };
-        let mut outgoing = self.resolve()?;
+        let outgoing = self.resolve()?;
         let (node, to, event) = (self.node, self.to, self.event);
-        trace::inject_unless_set(&mut outgoing.meta);
         let (filter, scope) = match to {
             Target::Any(filter, scope) => (filter, scope),
             Target::Id(_) => {
@@ -404,18 +403,18 @@ impl<'a> Call<'a> {
     /// The call resolved (metadata checked, timeout cut), its span made and its trace
     /// context taken.
     fn prepare(mut self) -> Result<Prepared<'a>> {
-        let mut outgoing = self.resolve()?;
-        let (node, to, event) = (self.node, self.to, self.event);
-        let span = trace::call_span(event, &to);
-        let started = watch_from(node);
-        // The span is current while the trace context is taken (so the call carries it as
-        // the parent of the receiver's span), not at every poll of the wait: entering a
-        // span costs the subscriber work, and nothing of ours logs inside the wait.
-        if !span.is_disabled() {
-            span.in_scope(|| trace::inject_unless_set(&mut outgoing.meta));
+        let span = trace::call_span(self.event, &self.to);
+        // The span is current while the call is resolved and its trace context taken (so
+        // the call carries it as the parent of the receiver's span), not at every poll of
+        // the wait: entering a span costs the subscriber work, and nothing of ours logs
+        // inside the wait.
+        let outgoing = if span.is_disabled() {
+            self.resolve()?
         } else {
-            trace::inject_unless_set(&mut outgoing.meta);
-        }
+            span.in_scope(|| self.resolve())?
+        };
+        let (node, to, event) = (self.node, self.to, self.event);
+        let started = watch_from(node);
         Ok(Prepared {
             node,
             to,
@@ -430,9 +429,8 @@ impl<'a> Call<'a> {
     /// reached.
     pub async fn tick_all<T: Serialize + ?Sized>(mut self, data: &T) -> Result<usize> {
         let payload = encode_value(data)?;
-        let mut outgoing = self.resolve()?;
+        let outgoing = self.resolve()?;
         let (node, to, event, groups) = (self.node, self.to, self.event, self.groups);
-        trace::inject_unless_set(&mut outgoing.meta);
         match to {
             Target::Any(filter, scope) => match groups {
                 Some(key) => {
@@ -452,8 +450,8 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// The metadata checked and the timeout cut to the deadline; a deadline that passed
-    /// already is a timeout, nothing sent.
+    /// The metadata checked, the trace context put in it, and the timeout cut to the
+    /// deadline; a deadline that passed already is a timeout, nothing sent.
     fn resolve(&mut self) -> Result<Outgoing> {
         if let Some(invalid) = self.invalid.take() {
             return Err(Error::Metadata(invalid));
@@ -461,8 +459,10 @@ impl<'a> Call<'a> {
         let config = &self.node.inner.config;
         self.meta.check(&config.max_metadata)?;
         let own = self.timeout.unwrap_or(config.request_timeout);
+        // Read once: the deadline and the trace the call inherits.
+        let current = context::current();
         let inherited = match self.inherit {
-            Inherit::Current => context::current().and_then(|c| c.deadline),
+            Inherit::Current => current.as_ref().and_then(|c| c.deadline),
             Inherit::From(deadline) => deadline,
             Inherit::Nothing => None,
         };
@@ -480,9 +480,8 @@ impl<'a> Call<'a> {
                 })?
             }
         };
-        Ok(Outgoing {
-            meta: std::mem::take(&mut self.meta),
-            timeout,
-        })
+        let mut meta = std::mem::take(&mut self.meta);
+        trace::inject_unless_set(&mut meta, current.and_then(|c| c.trace));
+        Ok(Outgoing { meta, timeout })
     }
 }

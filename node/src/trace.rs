@@ -152,16 +152,21 @@ pub(crate) fn for_call(handling: Option<TraceParent>) -> Option<TraceParent> {
 /// over any `traceparent` it has: for a router's hop, which carries the trace on under its
 /// own span.
 pub(crate) fn inject(meta: &mut Meta) {
-    let handling = crate::context::current().and_then(|c| c.trace);
-    if let Some(trace) = for_call(handling) {
-        trace.put(meta);
+    inject_from(meta, crate::context::current().and_then(|c| c.trace));
+}
+
+/// [`inject`] for a user's call, given the trace of the request being handled on this
+/// task (`handling`, which the call read with its deadline): a `traceparent` the user set
+/// is kept.
+pub(crate) fn inject_unless_set(meta: &mut Meta, handling: Option<TraceParent>) {
+    if meta.get(TRACEPARENT).is_none() {
+        inject_from(meta, handling);
     }
 }
 
-/// The same for a user's call: a `traceparent` the user set is kept.
-pub(crate) fn inject_unless_set(meta: &mut Meta) {
-    if meta.get(TRACEPARENT).is_none() {
-        inject(meta);
+fn inject_from(meta: &mut Meta, handling: Option<TraceParent>) {
+    if let Some(trace) = for_call(handling) {
+        trace.put(meta);
     }
 }
 
