@@ -285,7 +285,9 @@ impl Inner {
                 fanned.entries = futures::future::join_all(asks).await;
             }
             _ => {
-                for (id, link, group) in &targets {
+                // A group tick answers with what it delivered and served: a node belongs
+                // to one group, so the groups served are what keeps it exactly once.
+                for (_, link, group) in &targets {
                     if link
                         .tick(&forward.event, leaf.clone(), payload.clone())
                         .await
@@ -293,14 +295,6 @@ impl Inner {
                     {
                         fanned.delivered += 1;
                         fanned.served.extend(group.clone());
-                        fanned.entries.push(Entry {
-                            id: id.clone(),
-                            group: group.clone(),
-                            outcome: Outcome::Reply {
-                                payload: Bytes::new(),
-                                meta: Bytes::new(),
-                            },
-                        });
                     }
                 }
             }
@@ -322,10 +316,6 @@ impl Inner {
             fanned.delivered += further.delivered;
             fanned.served.extend(further.served);
             fanned.entries.extend(further.entries);
-        }
-        if forward.action == Action::TickAll {
-            // A group tick answers with what it delivered only: the ids are not needed.
-            fanned.entries.clear();
         }
         fanned.answer()
     }
