@@ -1,0 +1,32 @@
+//! # zmtp: ZMTP 3.1 as a state machine
+//!
+//! The wire protocol of ZeroMQ (ZMTP 3.1, RFC 37, with the NULL mechanism of RFC 23 and
+//! CurveZMQ, RFC 26) as a sans-IO core, in the way quinn-proto splits QUIC from its driver:
+//! it contains no networking code. Bytes and time go in; messages, bytes to write and the
+//! next deadline come out. The `transport` crate's native engine drives it over tokio; the
+//! unit tests drive it with byte vectors and simulated time.
+//!
+//! What it does:
+//! - the greeting, with version and mechanism checks on the peer's first bytes;
+//! - the handshake: NULL (READY with the socket type and routing id) and CURVE (HELLO,
+//!   WELCOME, INITIATE, READY, then every frame in a box);
+//! - frames, short and long, multipart messages, with the size limit checked on each header
+//!   before anything is allocated;
+//! - PING and PONG (ZMTP 3.1 heartbeats): answers the peer's, sends its own, and reports a
+//!   silent peer;
+//! - ERROR: sent when a handshake is refused, reported when received.
+//!
+//! What it never does: open a socket, read a clock or start a timer.
+//!
+//! ## Layout
+//! - `frame.rs`, `greeting.rs`, `command.rs`: the wire formats, as pure functions.
+//! - `connection.rs`: one connection's state machine ([`Connection`]).
+//! - `error.rs`: the one error enum.
+
+mod error;
+
+pub mod command;
+pub mod frame;
+pub mod greeting;
+
+pub use error::{Error, Result};
