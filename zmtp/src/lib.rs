@@ -23,10 +23,16 @@
 //! - `connection.rs`: one connection's state machine ([`Connection`]).
 //! - `error.rs`: the one error enum.
 
+mod connection;
 mod error;
+mod outbox;
 
 pub mod command;
 pub mod frame;
 pub mod greeting;
 
+pub use connection::{
+    Config, Connection, Event, Heartbeat, Mechanism, Payload, Peer, SocketType, FRAME_OVERHEAD,
+};
 pub use error::{Error, Result};
+pub use outbox::Outbox;
