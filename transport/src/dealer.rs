@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::engine::Sock;
 use crate::error::Result;
 use crate::monitor::Events;
 use crate::options::Options;
-use crate::socket::{Core, Frame};
+use crate::socket::Frame;
 
 /// An asynchronous DEALER socket: sends and receives multipart messages.
 ///
@@ -16,7 +17,7 @@ use crate::socket::{Core, Frame};
 /// each Dealer to one Router. Cheap to clone: clones share the socket.
 #[derive(Clone)]
 pub struct Dealer {
-    core: Arc<Core>,
+    core: Arc<Sock>,
 }
 
 impl Dealer {
@@ -29,7 +30,7 @@ impl Dealer {
     /// Router sees). Must be called inside a tokio runtime.
     pub fn with_options(options: Options) -> Result<Dealer> {
         Ok(Dealer {
-            core: Arc::new(Core::new(zmq::DEALER, &options)?),
+            core: Arc::new(Sock::new(false, &options)?),
         })
     }
 

@@ -98,6 +98,12 @@ pub enum Error {
     /// An allow-list operation on a socket that is not a CURVE server.
     #[error("this socket is not a CURVE server (see Options::curve)")]
     NotCurveServer,
+    /// An engine name that is neither `libzmq` nor `native`.
+    #[error("unknown engine {name:?}: `libzmq` or `native`")]
+    UnknownEngine {
+        /// The name given.
+        name: String,
+    },
     /// Any other libzmq failure, with the operation that failed.
     #[error("{operation} failed: {source}")]
     Socket {

@@ -25,6 +25,12 @@ pub trait Frame {
     fn contiguous(&self) -> Option<&[u8]> {
         None
     }
+
+    /// The frame as a `Bytes` of its own, when it is one: the native engine then queues a
+    /// large frame as it is, without copying it. `None` (the default) copies.
+    fn to_bytes(&self) -> Option<Bytes> {
+        None
+    }
 }
 
 impl Frame for Bytes {
@@ -38,6 +44,10 @@ impl Frame for Bytes {
 
     fn contiguous(&self) -> Option<&[u8]> {
         Some(self)
+    }
+
+    fn to_bytes(&self) -> Option<Bytes> {
+        Some(self.clone())
     }
 }
 
@@ -75,6 +85,10 @@ impl<F: Frame + ?Sized> Frame for &F {
 
     fn contiguous(&self) -> Option<&[u8]> {
         (**self).contiguous()
+    }
+
+    fn to_bytes(&self) -> Option<Bytes> {
+        (**self).to_bytes()
     }
 }
 

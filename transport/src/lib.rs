@@ -104,10 +104,12 @@
 
 mod curve;
 mod dealer;
+mod engine;
 mod error;
 mod frame;
 mod monitor;
 mod msg;
+mod native;
 mod options;
 mod pool;
 mod router;
@@ -117,6 +119,7 @@ mod zap;
 
 pub use curve::{Curve, Key, KeyPair, SecretKey};
 pub use dealer::Dealer;
+pub use engine::Engine;
 pub use error::{Error, Result};
 pub use frame::Frame;
 pub use monitor::{Event, Events, HandshakeFailure};

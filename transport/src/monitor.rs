@@ -199,6 +199,13 @@ pub(crate) fn parse(frames: &[Bytes], curve: bool) -> Option<Event> {
     })
 }
 
+/// A sender of events and the stream that reads them, for an engine that reports events
+/// itself (the native one).
+pub(crate) fn channel() -> (mpsc::UnboundedSender<Event>, Events) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (tx, Events { rx })
+}
+
 /// Starts monitoring `socket` and returns its event stream.
 pub(crate) fn start(socket: &zmq::Socket) -> Result<Events> {
     let curve = socket

@@ -5,6 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::curve::Curve;
+use crate::engine::Engine;
 use crate::error::{os, Error, Result};
 
 /// What `send` does when the send high-water mark is reached.
@@ -74,6 +75,9 @@ pub struct Options {
     /// anyone may connect). Both ends must agree: a CURVE server refuses plaintext clients
     /// and a CURVE client refuses plaintext servers, each with a `HandshakeFailed` event.
     pub curve: Option<Curve>,
+    /// Which ZMTP implementation runs the socket (default: the process's, see
+    /// [`Engine::from_env`]).
+    pub engine: Engine,
 }
 
 impl Default for Options {
@@ -91,6 +95,7 @@ impl Default for Options {
             backpressure: Backpressure::Wait,
             heartbeat: None,
             curve: None,
+            engine: Engine::default(),
         }
     }
 }
@@ -174,6 +179,12 @@ impl Options {
     /// ```
     pub fn curve(mut self, curve: Curve) -> Self {
         self.curve = Some(curve);
+        self
+    }
+
+    /// Runs the socket on `engine` (libzmq or the native one).
+    pub fn engine(mut self, engine: Engine) -> Self {
+        self.engine = engine;
         self
     }
 

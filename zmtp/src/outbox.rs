@@ -9,7 +9,7 @@ use bytes::{Buf, Bytes, BytesMut};
 /// A payload at least this long that comes as `Bytes` is queued as it is, not copied: below
 /// it, one more iovec entry costs more than the copy (a memcpy of 8 KiB is about 0.3 µs
 /// here; writev's per-entry cost grows with the entries, and small frames are most frames).
-pub const ZERO_COPY_MIN: usize = 8 * 1024;
+pub(crate) const ZERO_COPY_MIN: usize = 8 * 1024;
 
 /// What a driver has to write, in order.
 #[derive(Debug, Default)]

@@ -1,0 +1,216 @@
+//! The two engines behind [`Router`](crate::Router) and [`Dealer`](crate::Dealer): libzmq,
+//! and the native ZMTP engine in Rust. Both speak ZMTP 3.1 on the wire, so a socket of one
+//! talks to a socket of the other; the API above does not change with the engine.
+
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+
+use crate::curve::Key;
+use crate::error::{Error, Result};
+use crate::frame::Frame;
+use crate::monitor::Events;
+use crate::native;
+use crate::options::{Backpressure, Options};
+use crate::socket::Core;
+use crate::zap::AllowList;
+
+/// Which implementation of ZMTP a socket runs on.
+///
+/// The default is the process's: `ZERONODE_ENGINE=native` or `ZERONODE_ENGINE=libzmq` in
+/// the environment (read once), else [`Engine::Libzmq`]. Set one per socket with
+/// [`Options::engine`].
+///
+/// ```
+/// use transport::{Engine, Options};
+///
+/// let options = Options::default().engine(Engine::Native);
+/// assert_eq!(options.engine, Engine::Native);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// libzmq (C++), through the `zmq` crate: its I/O threads do the networking. Supports
+    /// `tcp://`, `ipc://` and `inproc://`.
+    Libzmq,
+    /// ZMTP in Rust on tokio (the `zmtp` crate and a driver task per connection): no thread
+    /// hop between a task and its socket. Supports `tcp://`.
+    Native,
+}
+
+impl Engine {
+    /// The process's default: `ZERONODE_ENGINE` (`native` or `libzmq`), else libzmq. An
+    /// unknown value is reported once and ignored.
+    pub fn from_env() -> Engine {
+        static DEFAULT: OnceLock<Engine> = OnceLock::new();
+        *DEFAULT.get_or_init(|| match std::env::var("ZERONODE_ENGINE") {
+            Ok(value) => value.parse().unwrap_or_else(|_| {
+                tracing::warn!(
+                    value,
+                    "ZERONODE_ENGINE is `native` or `libzmq`: using libzmq"
+                );
+                Engine::Libzmq
+            }),
+            Err(_) => Engine::Libzmq,
+        })
+    }
+
+    /// The engine's name, as `ZERONODE_ENGINE` and the CLI spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Libzmq => "libzmq",
+            Engine::Native => "native",
+        }
+    }
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Engine::from_env()
+    }
+}
+
+impl std::str::FromStr for Engine {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Engine> {
+        match text.to_ascii_lowercase().as_str() {
+            "libzmq" | "zmq" => Ok(Engine::Libzmq),
+            "native" => Ok(Engine::Native),
+            _ => Err(Error::UnknownEngine {
+                name: text.to_owned(),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A socket on one engine or the other.
+pub(crate) enum Sock {
+    Zmq(Core),
+    Native(native::Socket),
+}
+
+/// Calls the same method on whichever engine the socket runs.
+macro_rules! on_engine {
+    ($self:ident, $name:ident($($arg:expr),*)) => {
+        match $self {
+            Sock::Zmq(core) => core.$name($($arg),*),
+            Sock::Native(socket) => socket.$name($($arg),*),
+        }
+    };
+    ($self:ident, $name:ident($($arg:expr),*).await) => {
+        match $self {
+            Sock::Zmq(core) => core.$name($($arg),*).await,
+            Sock::Native(socket) => socket.$name($($arg),*).await,
+        }
+    };
+}
+
+impl Sock {
+    pub(crate) fn new(router: bool, options: &Options) -> Result<Sock> {
+        Ok(match options.engine {
+            Engine::Libzmq => Sock::Zmq(Core::new(
+                if router { zmq::ROUTER } else { zmq::DEALER },
+                options,
+            )?),
+            Engine::Native => Sock::Native(native::Socket::new(router, options)?),
+        })
+    }
+
+    pub(crate) fn bind(&self, endpoint: &str) -> Result<String> {
+        on_engine!(self, bind(endpoint))
+    }
+
+    pub(crate) async fn unbind(&self, endpoint: &str) -> Result<()> {
+        on_engine!(self, unbind(endpoint).await)
+    }
+
+    pub(crate) fn connect(&self, endpoint: &str) -> Result<()> {
+        on_engine!(self, connect(endpoint))
+    }
+
+    pub(crate) fn disconnect(&self, endpoint: &str) -> Result<()> {
+        on_engine!(self, disconnect(endpoint))
+    }
+
+    pub(crate) async fn close(&self) {
+        on_engine!(self, close().await)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        on_engine!(self, is_closed())
+    }
+
+    pub(crate) fn events(&self) -> Result<Events> {
+        on_engine!(self, events())
+    }
+
+    pub(crate) fn allow_list(&self) -> Result<&AllowList> {
+        on_engine!(self, allow_list())
+    }
+
+    pub(crate) fn is_curve_server(&self) -> bool {
+        on_engine!(self, is_curve_server())
+    }
+
+    pub(crate) async fn send<F: Frame + Sync>(
+        &self,
+        frames: &[F],
+        peer: Option<&Bytes>,
+    ) -> Result<()> {
+        on_engine!(self, send(frames, peer).await)
+    }
+
+    pub(crate) async fn send_with<F: Frame + Sync>(
+        &self,
+        frames: &[F],
+        peer: Option<&Bytes>,
+        backpressure: Backpressure,
+    ) -> Result<()> {
+        on_engine!(self, send_with(frames, peer, backpressure).await)
+    }
+
+    pub(crate) fn send_now<F: Frame>(&self, frames: &[F], peer: Option<&Bytes>) -> Result<()> {
+        on_engine!(self, send_now(frames, peer))
+    }
+
+    pub(crate) async fn recv(&self) -> Result<Vec<Bytes>> {
+        on_engine!(self, recv().await)
+    }
+
+    pub(crate) async fn recv_message(&self, with_key: bool) -> Result<(Vec<Bytes>, Option<Key>)> {
+        on_engine!(self, recv_message(with_key).await)
+    }
+
+    pub(crate) async fn recv_into(
+        &self,
+        frames: &mut Vec<Bytes>,
+        with_key: bool,
+    ) -> Result<Option<Key>> {
+        on_engine!(self, recv_into(frames, with_key).await)
+    }
+
+    pub(crate) fn try_recv(&self) -> Result<Option<Vec<Bytes>>> {
+        on_engine!(self, try_recv())
+    }
+
+    pub(crate) fn try_recv_message(
+        &self,
+        with_key: bool,
+    ) -> Result<Option<(Vec<Bytes>, Option<Key>)>> {
+        on_engine!(self, try_recv_message(with_key))
+    }
+
+    pub(crate) fn try_recv_into(
+        &self,
+        frames: &mut Vec<Bytes>,
+        with_key: bool,
+    ) -> Result<Option<Option<Key>>> {
+        on_engine!(self, try_recv_into(frames, with_key))
+    }
+}

@@ -1,0 +1,279 @@
+//! The task that owns one connection's `TcpStream` (quinn's `ConnectionDriver`): it reads
+//! into a reused buffer and feeds the ZMTP state machine, hands whole messages to the
+//! socket's inbox, writes what senders queued in vectored writes, and keeps the state
+//! machine's timers (handshake timeout, heartbeats).
+
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio::net::TcpStream;
+use tokio::time::Sleep;
+
+use super::inbox::{Inbound, Inbox};
+use super::link::Link;
+use super::Shared;
+use crate::curve::Key;
+
+/// What a read asks room for: larger reads take more of a burst per system call.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Reads per wake-up before the driver lets other tasks run.
+const READS_PER_POLL: usize = 16;
+
+/// The most pieces one vectored write takes (Linux's IOV_MAX is 1024; a write of 64 pieces
+/// already carries every frame a burst queues here).
+const IOVECS: usize = 64;
+
+/// Why a connection ended.
+#[derive(Debug)]
+pub(super) enum End {
+    /// We closed it (`close`, `disconnect`, or the socket went away).
+    Closed,
+    /// The peer hung up or the connection broke.
+    Lost,
+    /// ZMTP failed: the handshake, a limit, a silent peer.
+    Failed(zmtp::Error),
+    /// The peer's routing id is taken by another connection (and handover is off).
+    Duplicate,
+}
+
+/// One connection's driver.
+pub(super) struct Driver {
+    link: Arc<Link>,
+    stream: TcpStream,
+    inbox: Arc<Inbox>,
+    socket: Weak<Shared>,
+    endpoint: Arc<str>,
+    /// Bytes read and not yet consumed by the state machine.
+    input: BytesMut,
+    /// The events of one input, handled after the state machine's lock is released.
+    events: Vec<zmtp::Event>,
+    /// The messages of one input, for the inbox.
+    batch: Vec<Inbound>,
+    /// The routing id the socket gave the peer, once attached.
+    peer: Bytes,
+    /// The peer's CURVE key (on a CURVE server).
+    key: Option<Key>,
+    /// Whether the handshake completed and the socket took the peer.
+    attached: bool,
+    /// The state machine's next deadline, or the end of the linger period.
+    sleep: Pin<Box<Sleep>>,
+    armed: Option<Instant>,
+    linger: Duration,
+    linger_until: Option<Instant>,
+}
+
+impl Driver {
+    pub(super) fn new(
+        link: Arc<Link>,
+        stream: TcpStream,
+        inbox: Arc<Inbox>,
+        socket: Weak<Shared>,
+        endpoint: Arc<str>,
+        linger: Duration,
+    ) -> Driver {
+        Driver {
+            link,
+            stream,
+            inbox,
+            socket,
+            endpoint,
+            input: BytesMut::with_capacity(READ_CHUNK),
+            events: Vec::new(),
+            batch: Vec::new(),
+            peer: Bytes::new(),
+            key: None,
+            attached: false,
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            armed: None,
+            linger,
+            linger_until: None,
+        }
+    }
+
+    /// Runs the connection until it ends, then takes it out of the socket.
+    pub(super) async fn run(mut self) -> (End, bool) {
+        let end = std::future::poll_fn(|cx| self.poll_connection(cx)).await;
+        self.link.state.lock().closing = true;
+        self.link.writable.notify_waiters();
+        if self.attached {
+            if let Some(socket) = self.socket.upgrade() {
+                socket.detach(&self.link, &self.peer);
+            }
+        }
+        (end, self.attached)
+    }
+
+    fn poll_connection(&mut self, cx: &mut Context<'_>) -> Poll<End> {
+        self.link.driver.register(cx.waker());
+        let now = Instant::now();
+        let closing = self.link.state.lock().closing;
+        if closing && self.linger_until.is_none() {
+            self.linger_until = Some(now + self.linger);
+        }
+        if !closing {
+            if let Poll::Ready(end) = self.poll_read(cx, now) {
+                return Poll::Ready(end);
+            }
+        }
+        if let Poll::Ready(end) = self.poll_timers(cx, now) {
+            return Poll::Ready(end);
+        }
+        match self.poll_write(cx) {
+            Err(_) => Poll::Ready(End::Lost),
+            Ok(true) if closing => Poll::Ready(End::Closed),
+            Ok(_) => Poll::Pending,
+        }
+    }
+
+    fn poll_read(&mut self, cx: &mut Context<'_>, now: Instant) -> Poll<End> {
+        for _ in 0..READS_PER_POLL {
+            if !self.inbox.has_room(cx.waker()) {
+                return Poll::Pending;
+            }
+            match self.stream.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(_)) => return Poll::Ready(End::Lost),
+                Poll::Ready(Ok(())) => {}
+            }
+            let wanted = if self.input.is_empty() {
+                0
+            } else {
+                self.link.state.lock().conn.wanted(&self.input)
+            };
+            self.input.reserve(READ_CHUNK.max(wanted));
+            match self.stream.try_read_buf(&mut self.input) {
+                Ok(0) => return Poll::Ready(End::Lost),
+                Ok(_) => {
+                    if let Err(end) = self.process(now) {
+                        return Poll::Ready(end);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return Poll::Ready(End::Lost),
+            }
+        }
+        // A peer that always has more: let the runtime run others, and come back.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// Feeds what was read to the state machine and acts on what it reports.
+    fn process(&mut self, now: Instant) -> Result<(), End> {
+        let result = {
+            let mut state = self.link.state.lock();
+            let result = state.conn.handle_input(&mut self.input, now);
+            while let Some(event) = state.conn.poll_event() {
+                self.events.push(event);
+            }
+            result
+        };
+        let mut events = std::mem::take(&mut self.events);
+        let mut outcome = Ok(());
+        for event in events.drain(..) {
+            match event {
+                zmtp::Event::Message(frames) => self.batch.push(Inbound {
+                    peer: self.peer.clone(),
+                    key: self.key,
+                    frames,
+                }),
+                zmtp::Event::Ready(peer) => {
+                    if let Err(end) = self.attach(&peer) {
+                        outcome = Err(end);
+                        break;
+                    }
+                }
+            }
+        }
+        self.events = events;
+        if self.attached {
+            self.inbox.push(&mut self.batch);
+        }
+        self.batch.clear();
+        outcome?;
+        result.map_err(End::Failed)
+    }
+
+    fn attach(&mut self, peer: &zmtp::Peer) -> Result<(), End> {
+        let Some(socket) = self.socket.upgrade() else {
+            return Err(End::Closed);
+        };
+        self.key = peer.curve_key.map(Key::from_bytes);
+        match socket.attach(&self.link, peer, &self.endpoint) {
+            Some(id) => {
+                self.peer = id;
+                self.attached = true;
+                Ok(())
+            }
+            None => Err(End::Duplicate),
+        }
+    }
+
+    fn poll_timers(&mut self, cx: &mut Context<'_>, now: Instant) -> Poll<End> {
+        if self.linger_until.is_some_and(|until| now >= until) {
+            return Poll::Ready(End::Closed);
+        }
+        let next = {
+            let mut state = self.link.state.lock();
+            if state.conn.poll_timeout().is_some_and(|at| at <= now) {
+                if let Err(e) = state.conn.handle_timeout(now) {
+                    return Poll::Ready(End::Failed(e));
+                }
+            }
+            state.conn.poll_timeout()
+        };
+        let next = match (next, self.linger_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(at) = next {
+            if self.armed != Some(at) {
+                self.sleep
+                    .as_mut()
+                    .reset(tokio::time::Instant::from_std(at));
+                self.armed = Some(at);
+            }
+            if self.sleep.as_mut().poll(cx).is_ready() {
+                self.armed = None;
+                cx.waker().wake_by_ref();
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Writes what is queued. `Ok(true)` when everything is written.
+    fn poll_write(&mut self, cx: &mut Context<'_>) -> io::Result<bool> {
+        let mut state = self.link.state.lock();
+        loop {
+            let outbox = state.conn.outbox();
+            if outbox.is_empty() {
+                let was_full = state.queued >= self.link.hwm;
+                state.queued = 0;
+                drop(state);
+                if was_full {
+                    self.link.writable.notify_waiters();
+                }
+                return Ok(true);
+            }
+            let mut slices = [IoSlice::new(&[]); IOVECS];
+            let n = outbox.io_slices(&mut slices);
+            match self.stream.try_write_vectored(&slices[..n]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(written) => outbox.advance(written),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    match self.stream.poll_write_ready(cx) {
+                        Poll::Pending => return Ok(false),
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(e)) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Endpoints of the native engine: `tcp://host:port` parsed, listened on and connected to.
+//!
+//! Each bound endpoint has an accept task; each connected one a connector task that
+//! connects, runs the connection's driver, and connects again with backoff (libzmq's
+//! reconnect interval, doubling up to its maximum) until it is told to stop or the peer
+//! refuses the handshake for good.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+use super::driver::End;
+use super::link::Link;
+use super::Shared;
+use crate::error::Error;
+use crate::monitor::{Event, HandshakeFailure};
+
+/// How long an accept task waits after a failed `accept` (out of file descriptors, say)
+/// before it tries again, so it does not spin; the node above pauses longer on its own.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+
+/// `host:port` of a `tcp://` endpoint. `*` as the host means every interface; as the
+/// port, any free one.
+pub(super) fn tcp_address(endpoint: &str) -> Result<String, Error> {
+    let invalid = |why: &str| Error::InvalidEndpoint {
+        endpoint: endpoint.to_owned(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_owned()),
+    };
+    let rest = endpoint
+        .strip_prefix("tcp://")
+        .ok_or_else(|| invalid("the native engine speaks tcp:// only"))?;
+    let (host, port) = rest.rsplit_once(':').ok_or_else(|| invalid("no port"))?;
+    let host = if host == "*" { "0.0.0.0" } else { host };
+    let port = if port == "*" { "0" } else { port };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(invalid("a host and a port from 0 to 65535"));
+    }
+    Ok(format!("{host}:{port}"))
+}
+
+/// What a connector is told: stop, and the connection it is running now.
+#[derive(Debug, Default)]
+pub(super) struct Cancel {
+    stopped: AtomicBool,
+    wake: Notify,
+    current: Mutex<Option<Arc<Link>>>,
+}
+
+impl Cancel {
+    /// Stops the connector and closes its connection.
+    pub(super) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        if let Some(link) = self.current.lock().take() {
+            link.close();
+        }
+        self.wake.notify_waiters();
+        self.wake.notify_one();
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    async fn stopped(&self) {
+        while !self.is_stopped() {
+            self.wake.notified().await;
+        }
+    }
+}
+
+/// Accepts connections on `listener` until aborted.
+pub(super) async fn accept(listener: TcpListener, socket: Weak<Shared>, endpoint: Arc<str>) {
+    loop {
+        let accepted = listener.accept().await;
+        let Some(shared) = socket.upgrade() else {
+            return;
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                shared.emit(Event::Accepted {
+                    endpoint: endpoint.to_string(),
+                });
+                let (link, driver) = shared.open(stream, &endpoint);
+                let socket = socket.clone();
+                let endpoint = Arc::clone(&endpoint);
+                drop(shared);
+                tokio::spawn(async move {
+                    let (end, attached) = driver.run().await;
+                    if let Some(shared) = socket.upgrade() {
+                        shared.forget(&link);
+                        report(&shared, &endpoint, &end, attached, true);
+                    }
+                });
+            }
+            Err(e) => {
+                shared.emit(Event::Failed {
+                    endpoint: endpoint.to_string(),
+                    event: Event::ACCEPT_FAILED,
+                    errno: e.raw_os_error().unwrap_or(0) as u32,
+                });
+                drop(shared);
+                tokio::time::sleep(ACCEPT_RETRY).await;
+            }
+        }
+    }
+}
+
+/// Connects to `address`, again and again, until stopped.
+pub(super) async fn connect(
+    socket: Weak<Shared>,
+    endpoint: Arc<str>,
+    address: String,
+    cancel: Arc<Cancel>,
+    interval: Duration,
+    max: Duration,
+) {
+    let mut backoff = interval;
+    loop {
+        if cancel.is_stopped() {
+            return;
+        }
+        let connected = tokio::select! {
+            connected = TcpStream::connect(&address) => connected,
+            () = cancel.stopped() => return,
+        };
+        let Some(shared) = socket.upgrade() else {
+            return;
+        };
+        match connected {
+            Ok(stream) => {
+                shared.emit(Event::Connected {
+                    endpoint: endpoint.to_string(),
+                });
+                let (link, driver) = shared.open(stream, &endpoint);
+                *cancel.current.lock() = Some(Arc::clone(&link));
+                if cancel.is_stopped() {
+                    link.close();
+                }
+                drop(shared);
+                let (end, attached) = driver.run().await;
+                cancel.current.lock().take();
+                let Some(shared) = socket.upgrade() else {
+                    return;
+                };
+                shared.forget(&link);
+                report(&shared, &endpoint, &end, attached, false);
+                if cancel.is_stopped() {
+                    return;
+                }
+                if !attached && gives_up(&end) {
+                    // As libzmq does after a refused handshake: the endpoint is given up.
+                    return;
+                }
+                if attached {
+                    backoff = interval;
+                }
+            }
+            Err(_) => shared.emit(Event::ConnectDelayed {
+                endpoint: endpoint.to_string(),
+            }),
+        }
+        if let Some(shared) = socket.upgrade() {
+            shared.emit(Event::ConnectRetried {
+                endpoint: endpoint.to_string(),
+            });
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = cancel.stopped() => return,
+        }
+        if max > interval {
+            backoff = (backoff * 2).min(max);
+        }
+    }
+}
+
+/// Whether a failed handshake means the peer will never take us (libzmq stops
+/// reconnecting after an authentication or protocol failure).
+fn gives_up(end: &End) -> bool {
+    matches!(end, End::Failed(e) if !matches!(e, zmtp::Error::HandshakeTimeout))
+}
+
+/// The event for a connection that ended: a disconnection after a handshake, a failed
+/// handshake before.
+fn report(shared: &Shared, endpoint: &str, end: &End, attached: bool, accepted: bool) {
+    let endpoint = endpoint.to_owned();
+    if attached {
+        shared.emit(Event::Disconnected { endpoint });
+        return;
+    }
+    let reason = match end {
+        End::Closed => return,
+        // A peer that connected to us and is not ZMTP 3 at all (random bytes, a ZMTP 1.0 or
+        // 2.0 peer): a libzmq Router reports no handshake failure for these, only the
+        // connection dropped, and neither do we. (A server we connected to that answers
+        // so is a failed handshake, as libzmq reports it.)
+        End::Failed(zmtp::Error::BadGreeting { .. } | zmtp::Error::UnsupportedVersion { .. })
+            if accepted =>
+        {
+            shared.emit(Event::Disconnected { endpoint });
+            return;
+        }
+        End::Failed(e) => failure(e, shared.is_curve()),
+        End::Lost | End::Duplicate if shared.is_curve() => HandshakeFailure::NoDetail,
+        End::Lost | End::Duplicate => HandshakeFailure::Interrupted,
+    };
+    tracing::debug!(endpoint = %endpoint, %reason, ?end, "handshake failed");
+    shared.emit(Event::HandshakeFailed { endpoint, reason });
+}
+
+/// How a ZMTP error reads as a handshake failure, as libzmq reports the same cases.
+fn failure(e: &zmtp::Error, curve: bool) -> HandshakeFailure {
+    match e {
+        zmtp::Error::Refused { .. } | zmtp::Error::Unauthorized => HandshakeFailure::Auth,
+        zmtp::Error::HandshakeTimeout | zmtp::Error::HeartbeatTimeout if curve => {
+            HandshakeFailure::NoDetail
+        }
+        zmtp::Error::HandshakeTimeout | zmtp::Error::HeartbeatTimeout => {
+            HandshakeFailure::Interrupted
+        }
+        _ => HandshakeFailure::Protocol,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcp_endpoints_parse_and_others_are_refused() {
+        assert_eq!(
+            tcp_address("tcp://127.0.0.1:5555").unwrap(),
+            "127.0.0.1:5555"
+        );
+        assert_eq!(tcp_address("tcp://*:*").unwrap(), "0.0.0.0:0");
+        assert_eq!(tcp_address("tcp://[::1]:0").unwrap(), "[::1]:0");
+        assert_eq!(tcp_address("tcp://localhost:80").unwrap(), "localhost:80");
+        for bad in [
+            "ipc:///tmp/x",
+            "tcp://nohost",
+            "tcp://:1",
+            "tcp://h:99999",
+            "inproc://a",
+        ] {
+            assert!(
+                matches!(tcp_address(bad), Err(Error::InvalidEndpoint { .. })),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,594 @@
+//! The native engine: ZMTP 3.1 in Rust on tokio, through the sans-IO `zmtp` crate.
+//!
+//! One driver task per connection owns its `TcpStream` (see `driver.rs`); senders encode
+//! straight into the connection's outbox under a short lock and wake the driver, so a send
+//! from a task on the same runtime costs no thread hop and a burst of sends goes out in one
+//! vectored write. Received messages wait in one inbox per socket, bounded by the receive
+//! high-water mark.
+//!
+//! Layout: `mod.rs` (the socket: peers, endpoints, the public operations), `link.rs` (one
+//! connection's shared state), `driver.rs` (its task), `inbox.rs` (received messages),
+//! `endpoint.rs` (listening, connecting, reconnecting).
+
+mod driver;
+mod endpoint;
+mod inbox;
+mod link;
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::net::TcpStream;
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinHandle;
+
+use self::driver::Driver;
+use self::endpoint::Cancel;
+use self::inbox::{Inbound, Inbox};
+use self::link::{Link, Refused};
+use crate::curve::Key;
+use crate::error::{Error, Result};
+use crate::frame::Frame;
+use crate::monitor::{self, Event, Events};
+use crate::options::{Backpressure, Options};
+use crate::zap::AllowList;
+use crate::PeerId;
+
+/// How long a sender blocked at the high-water mark sleeps before it looks again even
+/// without a wake-up: a safety net, not the mechanism.
+const BLOCKED_SEND_RETRY: Duration = Duration::from_millis(2);
+
+/// A high-water mark in messages; libzmq's 0 (no limit) is none here either.
+fn hwm(messages: i32) -> usize {
+    if messages <= 0 {
+        usize::MAX
+    } else {
+        messages as usize
+    }
+}
+
+/// Who is connected.
+#[derive(Default)]
+struct Peers {
+    /// A Router's attached peers by routing id.
+    by_id: HashMap<Bytes, Arc<Link>>,
+    /// Attached peers in the order a Dealer sends to them, round-robin.
+    ready: Vec<Arc<Link>>,
+    /// Where the Dealer's next message goes in `ready`.
+    next: usize,
+    /// Every open connection, attached or not, so `close` reaches them all.
+    all: Vec<Arc<Link>>,
+    /// A Dealer's messages sent before any peer was there (copied), up to the mark.
+    pending: VecDeque<Vec<Bytes>>,
+    /// The next routing id a Router generates (libzmq's form: a zero byte, then a 32-bit
+    /// counter from a random start).
+    next_id: u32,
+}
+
+#[derive(Default)]
+struct Endpoints {
+    bound: Vec<(String, JoinHandle<()>)>,
+    connected: Vec<(String, Arc<Cancel>)>,
+}
+
+/// What the socket's tasks share (they hold it weakly: the socket's last handle going
+/// away ends them).
+struct Shared {
+    router: bool,
+    options: Options,
+    inbox: Arc<Inbox>,
+    peers: Mutex<Peers>,
+    /// Wakes a Dealer's senders waiting for room in `pending`.
+    pending_room: Notify,
+    events: Mutex<Option<mpsc::UnboundedSender<Event>>>,
+    events_taken: AtomicBool,
+    endpoints: Mutex<Endpoints>,
+    closed: AtomicBool,
+    runtime: Handle,
+    allow_list: Option<AllowList>,
+}
+
+impl Shared {
+    fn kind(&self) -> &'static str {
+        if self.router {
+            "router"
+        } else {
+            "dealer"
+        }
+    }
+
+    /// Reports a connection event, if someone took the event stream.
+    fn emit(&self, event: Event) {
+        if let Some(tx) = self.events.lock().as_ref() {
+            let _ = tx.send(event);
+        }
+    }
+
+    fn is_curve(&self) -> bool {
+        self.options.curve.is_some()
+    }
+
+    /// The ZMTP settings of a new connection.
+    fn zmtp_config(&self) -> zmtp::Config {
+        let mut config = zmtp::Config::new(if self.router {
+            zmtp::SocketType::Router
+        } else {
+            zmtp::SocketType::Dealer
+        });
+        if !self.router {
+            config.routing_id = self.options.routing_id.clone().unwrap_or_default();
+        }
+        config.max_message_size = self.options.max_message_size.unwrap_or(u64::MAX);
+        config.heartbeat = self.options.heartbeat.map(|hb| zmtp::Heartbeat {
+            interval: hb.interval,
+            timeout: hb.timeout,
+            ttl: hb.ttl,
+        });
+        config
+    }
+
+    /// A connection on `stream`: its link (known to `close`) and its driver, to be run.
+    fn open(self: &Arc<Self>, stream: TcpStream, endpoint: &Arc<str>) -> (Arc<Link>, Driver) {
+        let _ = stream.set_nodelay(true);
+        let conn = zmtp::Connection::new(self.zmtp_config(), std::time::Instant::now());
+        let link = Link::new(conn, hwm(self.options.send_hwm));
+        self.peers.lock().all.push(Arc::clone(&link));
+        if self.closed.load(Ordering::Acquire) {
+            link.close();
+        }
+        let driver = Driver::new(
+            Arc::clone(&link),
+            stream,
+            Arc::clone(&self.inbox),
+            Arc::downgrade(self),
+            Arc::clone(endpoint),
+            self.options.linger,
+        );
+        (link, driver)
+    }
+
+    /// The handshake of `link` is done: gives the peer its routing id (`None`: refused, the
+    /// id is taken) and lets messages flow to it.
+    fn attach(&self, link: &Arc<Link>, peer: &zmtp::Peer, endpoint: &str) -> Option<Bytes> {
+        let mut peers = self.peers.lock();
+        let id = if self.router {
+            let id = if peer.routing_id.is_empty() {
+                let n = peers.next_id;
+                peers.next_id = n.wrapping_add(1);
+                let mut id = vec![0u8];
+                id.extend_from_slice(&n.to_be_bytes());
+                Bytes::from(id)
+            } else {
+                peer.routing_id.clone()
+            };
+            if let Some(old) = peers.by_id.get(&id) {
+                if !self.options.router_handover {
+                    tracing::debug!(peer = %PeerId(id.clone()).short(), "routing id taken: connection refused");
+                    return None;
+                }
+                old.close();
+            }
+            peers.by_id.insert(id.clone(), Arc::clone(link));
+            id
+        } else {
+            Bytes::new()
+        };
+        peers.ready.push(Arc::clone(link));
+        if !peers.pending.is_empty() {
+            let mut state = link.state.lock();
+            for message in peers.pending.drain(..) {
+                link::encode(&mut state, &message);
+            }
+            drop(state);
+            link.driver.wake();
+            self.pending_room.notify_waiters();
+        }
+        drop(peers);
+        self.emit(Event::HandshakeSucceeded {
+            endpoint: endpoint.to_owned(),
+        });
+        Some(id)
+    }
+
+    /// `link` ended: no more messages to it.
+    fn detach(&self, link: &Arc<Link>, id: &Bytes) {
+        let mut peers = self.peers.lock();
+        if self.router && peers.by_id.get(id).is_some_and(|l| Arc::ptr_eq(l, link)) {
+            peers.by_id.remove(id);
+        }
+        peers.ready.retain(|l| !Arc::ptr_eq(l, link));
+    }
+
+    /// `link`'s driver is gone.
+    fn forget(&self, link: &Arc<Link>) {
+        self.peers.lock().all.retain(|l| !Arc::ptr_eq(l, link));
+    }
+}
+
+/// A native ROUTER or DEALER socket: what [`Router`](crate::Router) and
+/// [`Dealer`](crate::Dealer) hold when their engine is [`Engine::Native`](crate::Engine).
+pub(crate) struct Socket {
+    shared: Arc<Shared>,
+}
+
+impl Socket {
+    pub(crate) fn new(router: bool, options: &Options) -> Result<Socket> {
+        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        if options.curve.is_some() {
+            return Err(Error::CurveUnavailable);
+        }
+        let seed = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish() as u32;
+        Ok(Socket {
+            shared: Arc::new(Shared {
+                router,
+                options: options.clone(),
+                inbox: Arc::new(Inbox::new(hwm(options.recv_hwm))),
+                peers: Mutex::new(Peers {
+                    next_id: seed,
+                    ..Peers::default()
+                }),
+                pending_room: Notify::new(),
+                events: Mutex::new(None),
+                events_taken: AtomicBool::new(false),
+                endpoints: Mutex::new(Endpoints::default()),
+                closed: AtomicBool::new(false),
+                runtime,
+                allow_list: None,
+            }),
+        })
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn bind(&self, endpoint: &str) -> Result<String> {
+        self.check_open()?;
+        let address = endpoint::tcp_address(endpoint)?;
+        let bind_error = |source| Error::Bind {
+            endpoint: endpoint.to_owned(),
+            source,
+        };
+        let std_listener = std::net::TcpListener::bind(&address).map_err(bind_error)?;
+        std_listener.set_nonblocking(true).map_err(bind_error)?;
+        let actual = format!("tcp://{}", std_listener.local_addr().map_err(bind_error)?);
+        let _entered = self.shared.runtime.enter();
+        let listener = tokio::net::TcpListener::from_std(std_listener).map_err(bind_error)?;
+        let task = self.shared.runtime.spawn(endpoint::accept(
+            listener,
+            Arc::downgrade(&self.shared),
+            Arc::from(actual.as_str()),
+        ));
+        self.shared
+            .endpoints
+            .lock()
+            .bound
+            .push((actual.clone(), task));
+        tracing::debug!(kind = self.shared.kind(), endpoint = %actual, "bound (native)");
+        self.shared.emit(Event::Listening {
+            endpoint: actual.clone(),
+        });
+        Ok(actual)
+    }
+
+    pub(crate) async fn unbind(&self, endpoint: &str) -> Result<()> {
+        let task = {
+            let mut endpoints = self.shared.endpoints.lock();
+            let Some(index) = endpoints.bound.iter().position(|(e, _)| e == endpoint) else {
+                return Err(Error::NotBound {
+                    endpoint: endpoint.to_owned(),
+                });
+            };
+            endpoints.bound.swap_remove(index).1
+        };
+        task.abort();
+        // The listener is dropped with the task: the port is free once it has ended.
+        let _ = task.await;
+        self.shared.emit(Event::Closed {
+            endpoint: endpoint.to_owned(),
+        });
+        Ok(())
+    }
+
+    pub(crate) fn connect(&self, endpoint: &str) -> Result<()> {
+        self.check_open()?;
+        let address = endpoint::tcp_address(endpoint).map_err(|e| match e {
+            Error::InvalidEndpoint { source, .. } => Error::InvalidEndpoint {
+                endpoint: endpoint.to_owned(),
+                source,
+            },
+            other => other,
+        })?;
+        let cancel = Arc::new(Cancel::default());
+        self.shared.runtime.spawn(endpoint::connect(
+            Arc::downgrade(&self.shared),
+            Arc::from(endpoint),
+            address,
+            Arc::clone(&cancel),
+            self.shared.options.reconnect_interval,
+            self.shared.options.reconnect_interval_max,
+        ));
+        self.shared
+            .endpoints
+            .lock()
+            .connected
+            .push((endpoint.to_owned(), cancel));
+        tracing::debug!(kind = self.shared.kind(), endpoint, "connecting (native)");
+        Ok(())
+    }
+
+    pub(crate) fn disconnect(&self, endpoint: &str) -> Result<()> {
+        let cancel = {
+            let mut endpoints = self.shared.endpoints.lock();
+            let Some(index) = endpoints.connected.iter().position(|(e, _)| e == endpoint) else {
+                return Err(Error::NotConnected {
+                    endpoint: endpoint.to_owned(),
+                });
+            };
+            endpoints.connected.swap_remove(index).1
+        };
+        cancel.stop();
+        Ok(())
+    }
+
+    pub(crate) async fn close(&self) {
+        if self.shared.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let endpoints = std::mem::take(&mut *self.shared.endpoints.lock());
+        for (_, cancel) in &endpoints.connected {
+            cancel.stop();
+        }
+        for link in self.shared.peers.lock().all.iter() {
+            link.close();
+        }
+        self.shared.inbox.close();
+        self.shared.pending_room.notify_waiters();
+        for (endpoint, task) in endpoints.bound {
+            task.abort();
+            let _ = task.await;
+            self.shared.emit(Event::Closed { endpoint });
+        }
+        // The event stream ends with the socket.
+        self.shared.events.lock().take();
+        tracing::debug!(kind = self.shared.kind(), "closed (native)");
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn events(&self) -> Result<Events> {
+        self.check_open()?;
+        if self.shared.events_taken.swap(true, Ordering::AcqRel) {
+            return Err(Error::EventsTaken);
+        }
+        let (tx, events) = monitor::channel();
+        *self.shared.events.lock() = Some(tx);
+        Ok(events)
+    }
+
+    pub(crate) fn allow_list(&self) -> Result<&AllowList> {
+        self.shared.allow_list.as_ref().ok_or(Error::NotCurveServer)
+    }
+
+    pub(crate) fn is_curve_server(&self) -> bool {
+        self.shared.allow_list.is_some()
+    }
+
+    pub(crate) async fn send<F: Frame + Sync>(
+        &self,
+        frames: &[F],
+        peer: Option<&Bytes>,
+    ) -> Result<()> {
+        self.send_with(frames, peer, self.shared.options.backpressure)
+            .await
+    }
+
+    pub(crate) async fn send_with<F: Frame + Sync>(
+        &self,
+        frames: &[F],
+        peer: Option<&Bytes>,
+        backpressure: Backpressure,
+    ) -> Result<()> {
+        loop {
+            match self.try_send(frames, peer) {
+                Err(Blocked(Some(link))) if backpressure == Backpressure::Wait => {
+                    Box::pin(wait(&link.writable)).await
+                }
+                Err(Blocked(None)) if backpressure == Backpressure::Wait => {
+                    Box::pin(wait(&self.shared.pending_room)).await
+                }
+                Err(Blocked(_)) => return Err(Error::QueueFull),
+                Ok(result) => return result,
+            }
+        }
+    }
+
+    pub(crate) fn send_now<F: Frame>(&self, frames: &[F], peer: Option<&Bytes>) -> Result<()> {
+        match self.try_send(frames, peer) {
+            Ok(result) => result,
+            Err(Blocked(_)) => Err(Error::QueueFull),
+        }
+    }
+
+    /// One attempt: `Err(Blocked(link))` at the high-water mark of `link` (`None`: a
+    /// Dealer's queue before any peer).
+    fn try_send<F: Frame>(
+        &self,
+        frames: &[F],
+        peer: Option<&Bytes>,
+    ) -> Result<Result<()>, Blocked> {
+        if frames.is_empty() {
+            return Ok(Err(Error::EmptyMessage));
+        }
+        if self.is_closed() {
+            return Ok(Err(Error::Closed));
+        }
+        let mut peers = self.shared.peers.lock();
+        if let Some(id) = peer.filter(|_| self.shared.router) {
+            let unknown = || {
+                Ok(if self.shared.options.router_mandatory {
+                    Err(Error::UnknownPeer {
+                        peer: PeerId(id.clone()),
+                    })
+                } else {
+                    Ok(())
+                })
+            };
+            let Some(link) = peers.by_id.get(id) else {
+                return unknown();
+            };
+            return match link.send(frames) {
+                Ok(()) => Ok(Ok(())),
+                Err(Refused::Full) => Err(Blocked(Some(Arc::clone(link)))),
+                Err(Refused::Gone) => unknown(),
+            };
+        }
+        if peers.ready.is_empty() {
+            if peers.pending.len() >= hwm(self.shared.options.send_hwm) {
+                return Err(Blocked(None));
+            }
+            let copied = frames.iter().map(copy_frame).collect();
+            peers.pending.push_back(copied);
+            return Ok(Ok(()));
+        }
+        // Round-robin: the next peer with room.
+        let n = peers.ready.len();
+        let mut full = None;
+        for k in 0..n {
+            let i = (peers.next + k) % n;
+            match peers.ready[i].send(frames) {
+                Ok(()) => {
+                    peers.next = (i + 1) % n;
+                    return Ok(Ok(()));
+                }
+                Err(Refused::Full) => full = Some(Arc::clone(&peers.ready[i])),
+                Err(Refused::Gone) => {}
+            }
+        }
+        match full {
+            Some(link) => Err(Blocked(Some(link))),
+            // Every peer is closing: queue it for the next.
+            None if peers.pending.len() < hwm(self.shared.options.send_hwm) => {
+                let copied = frames.iter().map(copy_frame).collect();
+                peers.pending.push_back(copied);
+                Ok(Ok(()))
+            }
+            None => Err(Blocked(None)),
+        }
+    }
+
+    pub(crate) async fn recv(&self) -> Result<Vec<Bytes>> {
+        let mut frames = Vec::new();
+        self.recv_into(&mut frames, false).await?;
+        Ok(frames)
+    }
+
+    pub(crate) async fn recv_message(&self, with_key: bool) -> Result<(Vec<Bytes>, Option<Key>)> {
+        let mut frames = Vec::new();
+        let key = self.recv_into(&mut frames, with_key).await?;
+        Ok((frames, key))
+    }
+
+    /// Appends the next message's frames to `frames` (a Router's begin with the routing
+    /// id, as libzmq's do).
+    pub(crate) async fn recv_into(
+        &self,
+        frames: &mut Vec<Bytes>,
+        _with_key: bool,
+    ) -> Result<Option<Key>> {
+        let item = self.shared.inbox.pop().await?;
+        Ok(self.unpack(item, frames))
+    }
+
+    pub(crate) fn try_recv(&self) -> Result<Option<Vec<Bytes>>> {
+        let mut frames = Vec::new();
+        Ok(self.try_recv_into(&mut frames, false)?.map(|_| frames))
+    }
+
+    pub(crate) fn try_recv_message(
+        &self,
+        with_key: bool,
+    ) -> Result<Option<(Vec<Bytes>, Option<Key>)>> {
+        let mut frames = Vec::new();
+        Ok(self
+            .try_recv_into(&mut frames, with_key)?
+            .map(|key| (frames, key)))
+    }
+
+    pub(crate) fn try_recv_into(
+        &self,
+        frames: &mut Vec<Bytes>,
+        _with_key: bool,
+    ) -> Result<Option<Option<Key>>> {
+        Ok(self
+            .shared
+            .inbox
+            .try_pop()?
+            .map(|item| self.unpack(item, frames)))
+    }
+
+    fn unpack(&self, item: Inbound, frames: &mut Vec<Bytes>) -> Option<Key> {
+        if self.shared.router {
+            frames.push(item.peer);
+        }
+        if frames.is_empty() {
+            *frames = item.frames;
+        } else {
+            frames.extend(item.frames);
+        }
+        item.key
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        // Without `close`: stop every task now (connections end without lingering).
+        self.shared.closed.store(true, Ordering::Release);
+        let endpoints = std::mem::take(&mut *self.shared.endpoints.lock());
+        for (_, cancel) in &endpoints.connected {
+            cancel.stop();
+        }
+        for (_, task) in &endpoints.bound {
+            task.abort();
+        }
+        for link in self.shared.peers.lock().all.iter() {
+            link.close();
+        }
+        self.shared.inbox.close();
+    }
+}
+
+/// A send that met the high-water mark, and where to wait for room.
+struct Blocked(Option<Arc<Link>>);
+
+/// Waits for room, or a short while.
+async fn wait(notify: &Notify) {
+    tokio::select! {
+        () = notify.notified() => {}
+        () = tokio::time::sleep(BLOCKED_SEND_RETRY) => {}
+    }
+}
+
+/// A frame as a `Bytes` of its own, for a message that has to wait for a connection.
+fn copy_frame<F: Frame>(frame: &F) -> Bytes {
+    if let Some(bytes) = frame.to_bytes() {
+        return bytes;
+    }
+    let mut out = vec![0u8; frame.len()];
+    frame.write_to(&mut out);
+    Bytes::from(out)
+}
