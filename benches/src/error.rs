@@ -36,6 +36,20 @@ pub(crate) enum Error {
         /// Bytes that came back.
         got: usize,
     },
+    /// A `floor` row's length prefix announced more than the row ever sends.
+    #[error("a message of {len} bytes, over the limit of {limit}")]
+    TooLarge {
+        /// Bytes announced.
+        len: u64,
+        /// The largest payload accepted.
+        limit: usize,
+    },
+    /// An endpoint the `floor` row cannot use: it takes `tcp://host:port` only.
+    #[error("endpoint {endpoint}: not tcp://host:port")]
+    BadEndpoint {
+        /// The endpoint given.
+        endpoint: String,
+    },
     /// A reply arrived with nothing in flight (the echo answered something never asked).
     #[error("a reply arrived with no request in flight")]
     UnexpectedReply,

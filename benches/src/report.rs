@@ -335,6 +335,7 @@ fn plot(path: &Path, draw: impl FnOnce(&Path) -> PlotResult) -> Result<()> {
 /// The colour of a layer's line, the same in both charts.
 fn colour(layer: Layer) -> RGBColor {
     match layer {
+        Layer::Floor => RGBColor(196, 156, 148),
         Layer::Raw => RGBColor(0, 0, 0),
         Layer::Transport => RGBColor(31, 119, 180),
         Layer::Protocol => RGBColor(44, 160, 44),

@@ -1,5 +1,5 @@
-//! Runs the built harness end to end: server and client processes for two layers, then the
-//! report files. Asserts what a user checks (it ran, both rows are there, the numbers are
+//! Runs the built harness end to end: server and client processes for three layers, then the
+//! report files. Asserts what a user checks (it ran, every row is there, the numbers are
 //! real), not how fast anything is: timing belongs to the report, not to a test.
 
 use std::path::PathBuf;
@@ -17,11 +17,11 @@ fn out_dir() -> PathBuf {
 }
 
 #[test]
-fn a_quick_run_measures_raw_and_node_and_writes_the_report() {
+fn a_quick_run_measures_floor_raw_and_node_and_writes_the_report() {
     let out = out_dir();
     let mut child = Command::new(env!("CARGO_BIN_EXE_benches"))
         .args(["--quick", "--sizes", "100", "--windows", "1,10"])
-        .args(["--layers", "raw,node", "--out"])
+        .args(["--layers", "floor,raw,node", "--out"])
         .arg(&out)
         .env_remove("GATE")
         .stdin(Stdio::null())
@@ -45,8 +45,12 @@ fn a_quick_run_measures_raw_and_node_and_writes_the_report() {
     let json = std::fs::read_to_string(out.join("results.json")).expect("results.json");
     let report: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
     let rows = report["rows"].as_array().expect("rows");
-    assert_eq!(rows.len(), 4, "raw and node at windows 1 and 10: {rows:#?}");
-    for layer in ["raw", "node"] {
+    assert_eq!(
+        rows.len(),
+        6,
+        "floor, raw and node at windows 1 and 10: {rows:#?}"
+    );
+    for layer in ["floor", "raw", "node"] {
         for window in [1, 10] {
             let row = rows
                 .iter()
@@ -67,7 +71,7 @@ fn a_quick_run_measures_raw_and_node_and_writes_the_report() {
     assert!(report["machine"]["cores"].as_u64().unwrap() >= 1);
 
     let csv = std::fs::read_to_string(out.join("results.csv")).expect("results.csv");
-    assert_eq!(csv.lines().count(), 5);
+    assert_eq!(csv.lines().count(), 7);
     for svg in ["throughput.svg", "latency.svg"] {
         let text = std::fs::read_to_string(out.join(svg)).expect(svg);
         assert!(text.starts_with("<svg"), "{svg}");

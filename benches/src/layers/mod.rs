@@ -17,6 +17,7 @@
 //! `peers/`); they are not in [`Layer::ALL`] and are measured only when named in `--layers`,
 //! as are the CPU-bound rows (a study of the node's handler scheduling, not of its cost).
 
+mod floor;
 mod node;
 #[cfg(feature = "peers")]
 mod peers;
@@ -59,6 +60,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 )]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum Layer {
+    /// Plain TCP, no messaging library: a length-prefixed echo on a blocking thread per
+    /// connection, a blocking `std::net::TcpStream` client. The kernel's loopback alone, the
+    /// floor any engine (libzmq or our own) is compared with.
+    Floor,
     /// Plain `zmq` sockets in blocking threads, ROUTER echo and DEALER client: the limit.
     Raw,
     /// `transport::Router` echo and `transport::Dealer` client.
@@ -104,9 +109,11 @@ pub(crate) enum Layer {
 }
 
 impl Layer {
-    /// Every layer of zeronode, in report order: the default set. The CPU-bound rows and the
+    /// Every layer of zeronode, in report order, below them the floor of plain TCP: the
+    /// default set. The CPU-bound rows and the
     /// peers' rows are measured only when named.
-    pub(crate) const ALL: [Layer; 6] = [
+    pub(crate) const ALL: [Layer; 7] = [
+        Layer::Floor,
         Layer::Raw,
         Layer::Transport,
         Layer::Protocol,
@@ -118,6 +125,7 @@ impl Layer {
     /// The name used on the command line and in the report.
     pub(crate) fn name(self) -> &'static str {
         match self {
+            Layer::Floor => "floor",
             Layer::Raw => "raw",
             Layer::Transport => "transport",
             Layer::Protocol => "protocol",
@@ -192,6 +200,7 @@ impl Job {
 /// The bound endpoint is printed on stdout first.
 pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
     match layer {
+        Layer::Floor => floor::serve(endpoint),
         Layer::Raw => raw::serve(endpoint),
         Layer::Transport => runtime()?.block_on(transport::serve(endpoint)),
         Layer::Protocol => runtime()?.block_on(protocol::serve(endpoint)),
@@ -219,6 +228,7 @@ pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
 /// Runs one measurement point against a server already serving `job.layer`.
 pub(crate) fn client(job: &Job) -> Result<Point> {
     match job.layer {
+        Layer::Floor => floor::client(job),
         Layer::Raw => raw::client(job),
         Layer::Transport => runtime()?.block_on(transport::client(job)),
         // A task of their own (see `on_task`).
