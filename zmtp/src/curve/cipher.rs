@@ -101,20 +101,22 @@ impl Cipher {
         self.seal_frame(INNER_COMMAND, body, out);
     }
 
-    /// Decrypts the body of a received frame (its header already parsed) into the frame it
-    /// carries, copying the ciphertext once (see [`decrypt_owned`](Self::decrypt_owned) to
-    /// decrypt in place).
+    /// Decrypts the body of a received frame (its header already parsed; `outer_flags` is
+    /// that header's flags byte) into the frame it carries, copying the ciphertext once (see
+    /// [`decrypt_owned`](Self::decrypt_owned) to decrypt in place).
     ///
-    /// The outer header's flags are not needed: libzmq sends MESSAGE with none, and takes
-    /// the frame's MORE and COMMAND from the flags byte inside the box whatever the outer
-    /// frame says; so do we.
+    /// The outer frame must have neither MORE nor COMMAND set (LONG is free): libzmq never
+    /// sets them on a MESSAGE, and when it receives them it ORs them into the frame's own
+    /// flags (an outer MORE joins the next message to this one, an outer COMMAND turns the
+    /// frame into a command), so a peer that sets them means something libzmq would not
+    /// read as it was meant. The frame's MORE and COMMAND are the flags byte in the box.
     ///
-    /// Errors: [`Error::Unexpected`] for a command other than MESSAGE (libzmq closes on a
-    /// plain-text PING too), [`Error::MalformedCommand`] for a MESSAGE too short to hold a
-    /// box and a flags byte, [`Error::Crypto`] for a nonce not above the last accepted
-    /// (replayed or reordered) or a box that does not open.
-    pub fn decrypt(&mut self, body: &[u8]) -> Result<Decrypted> {
-        let nonce = self.check(body)?;
+    /// Errors: [`Error::Unexpected`] for outer MORE or COMMAND, or a command other than
+    /// MESSAGE (libzmq closes on a plain-text PING too); [`Error::MalformedCommand`] for a
+    /// MESSAGE too short to hold a box and a flags byte; [`Error::Crypto`] for a nonce not
+    /// above the last accepted (replayed or reordered) or a box that does not open.
+    pub fn decrypt(&mut self, outer_flags: u8, body: &[u8]) -> Result<Decrypted> {
+        let nonce = self.check(outer_flags, body)?;
         self.open(
             nonce,
             &body[BOX_AT..BOX_AT + MAC_LEN],
@@ -123,15 +125,20 @@ impl Cipher {
     }
 
     /// As [`decrypt`](Self::decrypt), in place: the payload is a slice of `body`, no copy.
-    pub fn decrypt_owned(&mut self, mut body: BytesMut) -> Result<Decrypted> {
-        let nonce = self.check(&body)?;
+    pub fn decrypt_owned(&mut self, outer_flags: u8, mut body: BytesMut) -> Result<Decrypted> {
+        let nonce = self.check(outer_flags, &body)?;
         let text = body.split_off(BOX_AT + MAC_LEN);
         let mac = body.split_off(BOX_AT);
         self.open(nonce, &mac, text)
     }
 
     /// The name, length and nonce checks, before any decryption: the MESSAGE's nonce.
-    fn check(&self, body: &[u8]) -> Result<u64> {
+    fn check(&self, outer_flags: u8, body: &[u8]) -> Result<u64> {
+        if outer_flags & (frame::MORE | frame::COMMAND) != 0 {
+            return Err(Error::Unexpected {
+                what: "a CURVE MESSAGE in a frame with MORE or COMMAND set",
+            });
+        }
         if !body.starts_with(MESSAGE) {
             return Err(Error::Unexpected {
                 what: "a command other than MESSAGE after the CURVE handshake",

@@ -37,10 +37,12 @@
 //!   COMMAND) followed by the frame. libzmq sends that MESSAGE as an outer frame with **no
 //!   flags at all**: neither COMMAND nor MORE (only LONG above 255 bytes). It builds the
 //!   MESSAGE in a fresh message whose flags are zero, and its encoder derives the outer flags
-//!   from that message, so MORE travels only inside the box. Receiving, libzmq ignores the
-//!   outer MORE and COMMAND bits and replaces them with the inner flags byte (masked to 0x03).
-//!   [`Cipher::encrypt`] therefore writes outer flags 0 and [`Cipher::decrypt`] does not look
-//!   at the outer flags.
+//!   from that message, so MORE travels only inside the box. Receiving, libzmq ORs the
+//!   inner flags byte (masked to 0x03) into the flags the outer frame had (`msg_t::set_flags`
+//!   ORs, and the decoded frame keeps the outer ones): an outer MORE joins the next message
+//!   to this one, an outer COMMAND makes it a command (the interop tests show both). So the
+//!   outer flags must be 0: [`Cipher::encrypt`] writes 0 and [`Cipher::decrypt`] refuses a
+//!   MESSAGE frame with MORE or COMMAND rather than guess.
 //! - PING and PONG (ZMTP 3.1 heartbeats) are commands like any other: libzmq builds the
 //!   plain `"\x04PING" ttl(2) [context]` command and passes it to the mechanism, so under
 //!   CURVE it is a MESSAGE (outer flags 0) whose inner flags byte is 0x02 (COMMAND) and whose

@@ -150,9 +150,9 @@ fn exchange(sender: &mut Cipher, receiver: &mut Cipher) {
             let (flags, body) = next_frame(&mut wire);
             assert_eq!(flags & !frame::LONG, 0);
             let got = if round % 2 == 0 {
-                receiver.decrypt(&body).unwrap()
+                receiver.decrypt(flags, &body).unwrap()
             } else {
-                receiver.decrypt_owned(body).unwrap()
+                receiver.decrypt_owned(flags, body).unwrap()
             };
             assert_eq!(got.payload.as_ref(), *f);
             assert_eq!(got.more, i + 1 < frames.len());
@@ -170,7 +170,7 @@ fn commands_travel_inside_message_with_the_command_flag() {
     client.encrypt_command(&[&ping], &mut wire);
     let (flags, body) = next_frame(&mut wire);
     assert_eq!(flags, 0);
-    let got = server.decrypt(&body).unwrap();
+    let got = server.decrypt(flags, &body).unwrap();
     assert!(got.command && !got.more);
     let cmd = crate::command::Command::parse(&got.payload).unwrap();
     assert_eq!(cmd.name, b"PING");
@@ -188,21 +188,37 @@ fn a_tampered_message_is_refused_anywhere() {
     for at in 8..body.len() {
         let mut bad = body.to_vec();
         bad[at] ^= 0x01;
-        let err = server.decrypt(&bad).unwrap_err();
+        let err = server.decrypt(0, &bad).unwrap_err();
         assert!(matches!(err, Error::Crypto { .. }), "byte {at}: {err:?}");
     }
     // A tampered name is not a MESSAGE.
     let mut bad = body.to_vec();
     bad[1] = b'N';
     assert!(matches!(
-        server.decrypt(&bad),
+        server.decrypt(0, &bad),
         Err(Error::Unexpected { .. })
     ));
     // Failed attempts did not move the nonce: the original still opens.
     assert_eq!(
-        server.decrypt(&body).unwrap().payload.as_ref(),
+        server.decrypt(0, &body).unwrap().payload.as_ref(),
         b"some payload"
     );
+}
+
+#[test]
+fn outer_more_or_command_flags_are_refused() {
+    let (mut client, mut server, _) = handshake();
+    let mut wire = BytesMut::new();
+    client.encrypt(false, &[b"x"], &mut wire);
+    let (_, body) = next_frame(&mut wire);
+    for flags in [frame::MORE, frame::COMMAND, frame::MORE | frame::LONG] {
+        assert!(matches!(
+            server.decrypt(flags, &body),
+            Err(Error::Unexpected { .. })
+        ));
+    }
+    // LONG only says how the size was written.
+    assert!(server.decrypt(frame::LONG, &body).is_ok());
 }
 
 #[test]
@@ -213,31 +229,52 @@ fn a_replayed_or_reordered_nonce_is_refused() {
     client.encrypt(false, &[b"two"], &mut wire);
     let (_, first) = next_frame(&mut wire);
     let (_, second) = next_frame(&mut wire);
-    assert_eq!(server.decrypt(&first).unwrap().payload.as_ref(), b"one");
-    assert!(matches!(server.decrypt(&first), Err(Error::Crypto { .. })));
-    assert_eq!(server.decrypt(&second).unwrap().payload.as_ref(), b"two");
-    assert!(matches!(server.decrypt(&first), Err(Error::Crypto { .. })));
-    assert!(matches!(server.decrypt(&second), Err(Error::Crypto { .. })));
+    assert_eq!(server.decrypt(0, &first).unwrap().payload.as_ref(), b"one");
+    assert!(matches!(
+        server.decrypt(0, &first),
+        Err(Error::Crypto { .. })
+    ));
+    assert_eq!(server.decrypt(0, &second).unwrap().payload.as_ref(), b"two");
+    assert!(matches!(
+        server.decrypt(0, &first),
+        Err(Error::Crypto { .. })
+    ));
+    assert!(matches!(
+        server.decrypt(0, &second),
+        Err(Error::Crypto { .. })
+    ));
 
     // Reordered: a later nonce first, then the earlier one is refused.
     client.encrypt(false, &[b"three"], &mut wire);
     client.encrypt(false, &[b"four"], &mut wire);
     let (_, third) = next_frame(&mut wire);
     let (_, fourth) = next_frame(&mut wire);
-    assert_eq!(server.decrypt(&fourth).unwrap().payload.as_ref(), b"four");
-    assert!(matches!(server.decrypt(&third), Err(Error::Crypto { .. })));
+    assert_eq!(
+        server.decrypt(0, &fourth).unwrap().payload.as_ref(),
+        b"four"
+    );
+    assert!(matches!(
+        server.decrypt(0, &third),
+        Err(Error::Crypto { .. })
+    ));
 
     // The other direction too; a client-to-server MESSAGE does not open at the client
     // (another nonce prefix).
     let mut wire = BytesMut::new();
     server.encrypt(false, &[b"back"], &mut wire);
     let (_, back) = next_frame(&mut wire);
-    assert_eq!(client.decrypt(&back).unwrap().payload.as_ref(), b"back");
-    assert!(matches!(client.decrypt(&back), Err(Error::Crypto { .. })));
+    assert_eq!(client.decrypt(0, &back).unwrap().payload.as_ref(), b"back");
+    assert!(matches!(
+        client.decrypt(0, &back),
+        Err(Error::Crypto { .. })
+    ));
     let mut wire = BytesMut::new();
     client.encrypt(false, &[b"loop"], &mut wire);
     let (_, looped) = next_frame(&mut wire);
-    assert!(matches!(client.decrypt(&looped), Err(Error::Crypto { .. })));
+    assert!(matches!(
+        client.decrypt(0, &looped),
+        Err(Error::Crypto { .. })
+    ));
 }
 
 #[test]
@@ -419,13 +456,13 @@ fn a_truncated_command_is_an_error_at_every_length() {
     client.encrypt(false, &[b"payload"], &mut wire);
     let (_, body) = next_frame(&mut wire);
     for n in 0..body.len() {
-        assert!(server.decrypt(&body[..n]).is_err(), "MESSAGE cut at {n}");
+        assert!(server.decrypt(0, &body[..n]).is_err(), "MESSAGE cut at {n}");
         assert!(
-            server.decrypt_owned(BytesMut::from(&body[..n])).is_err(),
+            server.decrypt_owned(0, BytesMut::from(&body[..n])).is_err(),
             "MESSAGE cut at {n}"
         );
     }
-    assert!(server.decrypt(&body).is_ok());
+    assert!(server.decrypt(0, &body).is_ok());
 }
 
 #[test]
