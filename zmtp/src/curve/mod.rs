@@ -30,6 +30,10 @@
 //!
 //! Checked in libzmq's `curve_mechanism_base.cpp`, `stream_engine_base.cpp`,
 //! `zmtp_engine.cpp` and `v2_encoder.cpp`, and by the interop tests:
+//! - The greeting: libzmq writes zeros after the mechanism's name, so its as-server byte is
+//!   0 even on a CURVE server, and it never reads the peer's. Which side is the CURVE
+//!   server comes from each side's configuration, not from the greeting; a check that
+//!   exactly one side claims as-server would refuse every libzmq peer.
 //! - The handshake commands (HELLO, WELCOME, INITIATE, READY, ERROR) are ordinary ZMTP
 //!   command frames (COMMAND flag set), in plain text apart from their boxes.
 //! - After the handshake, *every* frame, data or command, is one MESSAGE command whose body
@@ -56,6 +60,10 @@
 //!   above the last one it accepted from that peer (HELLO's or INITIATE's on the server,
 //!   READY's on the client at first): strictly increasing, gaps allowed.
 //! - The cookie key is fresh for every connection (libzmq draws a new one in each WELCOME).
+//! - libzmq's server sends no ERROR when HELLO or INITIATE fail (a wrong server key, a bad
+//!   box): it closes the connection and reports `ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL`
+//!   (`ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC`) on its own monitor; the libzmq client
+//!   reconnects. ERROR is sent only for a ZAP refusal (see [`CurveServer::refuse`]).
 //!
 //! ## Secrets
 //! Long-term secret keys, transient secret keys, the shared keys precomputed from them and

@@ -176,10 +176,13 @@ impl CurveServer {
     /// written.
     ///
     /// libzmq's server sends the ZAP status code as the reason (`"400"` for a refused key,
-    /// `"300"` for a temporary failure, `"500"` for an internal one); a libzmq client
+    /// `"300"` for a temporary failure, `"500"` for an internal one). A libzmq 4.3.4 client
     /// reports exactly such a three-digit code as `ZMQ_EVENT_HANDSHAKE_FAILED_AUTH` with the
-    /// number as the event's value, any other reason only as a closed connection (and it
-    /// reconnects either way).
+    /// number as the event's value (any other reason: no such event), then
+    /// `ZMQ_EVENT_DISCONNECTED`; and it takes ERROR as a protocol error, so it does **not**
+    /// reconnect to this endpoint. Closing the connection without ERROR instead is a
+    /// connection error to libzmq, which then reconnects every `ZMQ_RECONNECT_IVL`
+    /// (100 ms by default). Both checked by the interop tests.
     pub fn refuse(&mut self, reason: &str) -> Vec<u8> {
         self.state = State::Refused;
         command::body(b"ERROR", &command::error_data(reason))

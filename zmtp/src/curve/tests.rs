@@ -550,3 +550,32 @@ fn hex(text: &str) -> [u8; 32] {
     }
     out
 }
+
+proptest::proptest! {
+    // Each case runs a whole handshake (X25519 in a debug build): 64 cases keep it short.
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Any bytes, with or without a command's name in front, are an error or a step:
+    /// never a panic.
+    #[test]
+    fn arbitrary_commands_never_panic(
+        prefix in 0usize..6,
+        tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+    ) {
+        let names: [&[u8]; 6] = [
+            b"", b"\x05HELLO", b"\x07WELCOME", b"\x08INITIATE", b"\x05READY", b"\x07MESSAGE",
+        ];
+        let mut body = names[prefix].to_vec();
+        body.extend_from_slice(&tail);
+        let keys = CurveKeys::generate();
+        let mut server = CurveServer::new(&keys);
+        let _ = server.on_command(&body);
+        let mut client = CurveClient::new(&keys, keys.public);
+        let _ = client.on_command(&body, &[]);
+        let _ = client.hello();
+        let _ = client.on_command(&body, &[]);
+        let (mut client, mut server, _) = handshake();
+        let _ = client.decrypt(0, &body);
+        let _ = server.decrypt_owned(0, BytesMut::from(&body[..]));
+    }
+}
