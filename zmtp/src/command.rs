@@ -121,11 +121,9 @@ pub fn parse_error(data: &[u8]) -> Result<String> {
     let (&len, rest) = data.split_first().ok_or(Error::MalformedCommand {
         what: "an ERROR without a reason",
     })?;
-    let reason = rest
-        .get(..usize::from(len))
-        .ok_or(Error::MalformedCommand {
-            what: "an ERROR reason longer than the command",
-        })?;
+    let reason = rest.get(..usize::from(len)).ok_or(Error::MalformedCommand {
+        what: "an ERROR reason longer than the command",
+    })?;
     Ok(String::from_utf8_lossy(reason).into_owned())
 }
 

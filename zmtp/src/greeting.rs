@@ -116,10 +116,7 @@ mod tests {
 
     #[test]
     fn a_stranger_is_refused_on_its_first_bytes() {
-        assert!(matches!(
-            parse(b"GET / HTTP/1.1"),
-            Err(Error::BadGreeting { .. })
-        ));
+        assert!(matches!(parse(b"GET / HTTP/1.1"), Err(Error::BadGreeting { .. })));
         let mut zmtp2 = encode(b"NULL", false);
         zmtp2[10] = 1;
         assert!(matches!(
@@ -128,9 +125,6 @@ mod tests {
         ));
         let mut low_bit = encode(b"NULL", false);
         low_bit[9] = 0x7E;
-        assert!(matches!(
-            parse(&low_bit[..10]),
-            Err(Error::BadGreeting { .. })
-        ));
+        assert!(matches!(parse(&low_bit[..10]), Err(Error::BadGreeting { .. })));
     }
 }
