@@ -20,6 +20,8 @@
 //!
 //! ## Layout
 //! - `frame.rs`, `greeting.rs`, `command.rs`: the wire formats, as pure functions.
+//! - `curve/`: CurveZMQ (RFC 26) as libzmq 4.3 speaks it: the client's and the server's
+//!   handshake, and the [`curve::Cipher`] of every frame after it.
 //! - `connection.rs`: one connection's state machine ([`Connection`]).
 //! - `error.rs`: the one error enum.
 
@@ -28,6 +30,7 @@ mod error;
 mod outbox;
 
 pub mod command;
+pub mod curve;
 pub mod frame;
 pub mod greeting;
 
