@@ -458,7 +458,10 @@ impl Socket {
             };
         }
         if peers.ready.is_empty() {
-            if peers.pending.len() >= hwm(self.shared.options.send_hwm) {
+            // As libzmq, whose pipe to a peer exists from `connect` on: with no endpoint
+            // connected there is nowhere to queue.
+            let connecting = !self.shared.endpoints.lock().connected.is_empty();
+            if !connecting || peers.pending.len() >= hwm(self.shared.options.send_hwm) {
                 return Err(Blocked(None));
             }
             let copied = frames.iter().map(copy_frame).collect();
