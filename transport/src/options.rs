@@ -75,6 +75,9 @@ pub struct Options {
     /// anyone may connect). Both ends must agree: a CURVE server refuses plaintext clients
     /// and a CURVE client refuses plaintext servers, each with a `HandshakeFailed` event.
     pub curve: Option<Curve>,
+    /// How long a connection's greeting and security handshake may take before it is
+    /// dropped (libzmq's ZMQ_HANDSHAKE_IVL; 30 s by default, as libzmq's).
+    pub handshake_timeout: Duration,
     /// Which ZMTP implementation runs the socket (default: the process's, see
     /// [`Engine::from_env`]).
     pub engine: Engine,
@@ -95,6 +98,7 @@ impl Default for Options {
             backpressure: Backpressure::Wait,
             heartbeat: None,
             curve: None,
+            handshake_timeout: Duration::from_secs(30),
             engine: Engine::default(),
         }
     }
@@ -182,6 +186,12 @@ impl Options {
         self
     }
 
+    /// Sets how long a handshake may take (see [`Options::handshake_timeout`]).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
     /// Runs the socket on `engine` (libzmq or the native one).
     pub fn engine(mut self, engine: Engine) -> Self {
         self.engine = engine;
@@ -204,6 +214,10 @@ impl Options {
             })
         }
         set("sndhwm", socket.set_sndhwm(self.send_hwm))?;
+        set(
+            "handshake_ivl",
+            socket.set_handshake_ivl(millis(self.handshake_timeout)),
+        )?;
         set("rcvhwm", socket.set_rcvhwm(self.recv_hwm))?;
         set("linger", socket.set_linger(millis(self.linger)))?;
         set(

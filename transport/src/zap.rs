@@ -81,7 +81,7 @@ impl AllowList {
     }
 
     /// Whether a client with this key may connect.
-    fn allows(&self, key: &Key) -> bool {
+    pub(crate) fn allows(&self, key: &Key) -> bool {
         self.keys
             .read()
             .as_ref()

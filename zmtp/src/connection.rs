@@ -6,11 +6,13 @@
 //! always an argument, so the tests run it with simulated time.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 
 use crate::command::{self, Command, Properties};
+use crate::curve::{Cipher, ClientStep, CurveClient, CurveConfig, CurveServer, ServerStep};
 use crate::error::{Error, Result};
 use crate::frame;
 use crate::greeting;
@@ -51,6 +53,9 @@ pub enum Mechanism {
     /// No security (RFC 23's NULL): the greeting, then READY both ways.
     #[default]
     Null,
+    /// CurveZMQ (RFC 26): every frame encrypted and authenticated, the server knowing the
+    /// client's long-term key.
+    Curve(CurveConfig),
 }
 
 impl Mechanism {
@@ -58,12 +63,25 @@ impl Mechanism {
     fn name(&self) -> &'static [u8] {
         match self {
             Mechanism::Null => b"NULL",
+            Mechanism::Curve(_) => b"CURVE",
         }
     }
 
-    /// The greeting's as-server flag.
+    /// The greeting's as-server flag (RFC 26: set by the CURVE server; libzmq neither sets
+    /// nor reads it, so it is never checked).
     fn as_server(&self) -> bool {
-        false
+        matches!(self, Mechanism::Curve(CurveConfig::Server { .. }))
+    }
+}
+
+/// Decides whether a CURVE client's long-term public key may connect (a server's
+/// allow-list). A pure function of the key: the connection asks it once, after INITIATE.
+#[derive(Clone)]
+pub struct Authorizer(pub Arc<dyn Fn(&[u8; 32]) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for Authorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Authorizer")
     }
 }
 
@@ -96,6 +114,9 @@ pub struct Config {
     pub heartbeat: Option<Heartbeat>,
     /// How long the greeting and the handshake may take.
     pub handshake_timeout: Option<Duration>,
+    /// A CURVE server's admission of client keys; `None` admits every client that completes
+    /// the handshake.
+    pub authorize: Option<Authorizer>,
 }
 
 impl Config {
@@ -109,6 +130,7 @@ impl Config {
             max_message_size: u64::MAX,
             heartbeat: None,
             handshake_timeout: Some(Duration::from_secs(30)),
+            authorize: None,
         }
     }
 }
@@ -186,6 +208,10 @@ enum State {
     Greeting,
     /// NULL: our READY is queued; waiting for the peer's.
     NullReady,
+    /// CURVE client: HELLO sent; WELCOME, then READY, to come.
+    CurveClient(Box<CurveClient>),
+    /// CURVE server: waiting for HELLO, then INITIATE.
+    CurveServer(Box<CurveServer>),
     /// Messages flow.
     Ready,
     /// Failed or closed: nothing more goes in or out.
@@ -215,6 +241,12 @@ pub struct Connection {
     last_input: Instant,
     /// The time to live the peer's PINGs asked for.
     peer_ttl: Option<Duration>,
+    /// Whether the rest of our greeting went out.
+    greeting_rest: bool,
+    /// CURVE after the handshake: every frame goes through it.
+    cipher: Option<Box<Cipher>>,
+    /// Where a frame is gathered before CURVE encrypts it.
+    scratch: Vec<u8>,
 }
 
 impl Connection {
@@ -222,8 +254,10 @@ impl Connection {
     pub fn new(config: Config, now: Instant) -> Connection {
         let mut out = Outbox::default();
         let ours = greeting::encode(config.mechanism.name(), config.mechanism.as_server());
-        out.tail().extend_from_slice(&ours);
-        out.wrote(ours.len());
+        // The signature and the major version now, the rest once the peer's arrive (see
+        // `greeting_rest`).
+        out.tail().extend_from_slice(&ours[..greeting::VERSIONED]);
+        out.wrote(greeting::VERSIONED);
         Connection {
             handshake_deadline: config.handshake_timeout.map(|t| now + t),
             config,
@@ -237,6 +271,9 @@ impl Connection {
             ping_unanswered_since: None,
             last_input: now,
             peer_ttl: None,
+            greeting_rest: false,
+            cipher: None,
+            scratch: Vec::new(),
         }
     }
 
@@ -265,7 +302,7 @@ impl Connection {
     /// the driver can make room for a large frame in one step (bounded by the size limit,
     /// which its header was checked against).
     pub fn wanted(&self, input: &[u8]) -> usize {
-        if !self.is_ready() && !matches!(self.state, State::NullReady) {
+        if matches!(self.state, State::Greeting | State::Closed) {
             return 0;
         }
         match frame::parse_header(input, self.config.max_message_size) {
@@ -299,7 +336,24 @@ impl Connection {
             match self.state {
                 State::Closed => return Ok(()),
                 State::Greeting => {
-                    let Some(theirs) = greeting::parse(input)? else {
+                    let partial = greeting::parse(input)?;
+                    // As libzmq: our mechanism goes out once the peer's signature and major
+                    // version are in. A libzmq server that finds our mechanism wrong closes
+                    // in the same breath, before it writes the rest of its own greeting; sent
+                    // this way, its greeting is on the wire before ours has reached it, and
+                    // we can tell a refusal from a peer that went away.
+                    if !self.greeting_rest && input.len() >= greeting::VERSIONED {
+                        self.greeting_rest = true;
+                        let ours = greeting::encode(
+                            self.config.mechanism.name(),
+                            self.config.mechanism.as_server(),
+                        );
+                        self.out
+                            .tail()
+                            .extend_from_slice(&ours[greeting::VERSIONED..]);
+                        self.out.wrote(greeting::LEN - greeting::VERSIONED);
+                    }
+                    let Some(theirs) = partial else {
                         return Ok(());
                     };
                     input.advance(greeting::LEN);
@@ -317,7 +371,14 @@ impl Connection {
                     input.advance(header.header_len);
                     // The header was checked against the limit, so the length fits.
                     let body = input.split_to(header.body_len as usize);
-                    if header.command() {
+                    if let Some(cipher) = self.cipher.as_mut() {
+                        let frame = cipher.decrypt_owned(header.flags, body)?;
+                        if frame.command {
+                            self.on_command(&frame.payload, now)?;
+                        } else {
+                            self.on_data(frame.more, frame.payload)?;
+                        }
+                    } else if header.command() {
                         self.on_command(&body, now)?;
                     } else {
                         self.on_data(header.more(), body.freeze())?;
@@ -336,20 +397,92 @@ impl Connection {
             });
         }
         self.peer_minor = theirs.minor;
-        match self.config.mechanism {
+        match &self.config.mechanism {
             Mechanism::Null => {
-                let mut data = Vec::with_capacity(32 + self.config.routing_id.len());
-                command::put_property(
-                    &mut data,
-                    b"Socket-Type",
-                    self.config.socket_type.name().as_bytes(),
-                );
-                command::put_property(&mut data, b"Identity", &self.config.routing_id);
+                let data = self.metadata();
                 self.push_command(b"READY", &data);
                 self.state = State::NullReady;
             }
+            Mechanism::Curve(CurveConfig::Client { keys, server_key }) => {
+                let mut client = CurveClient::new(keys, *server_key);
+                let hello = client.hello();
+                self.push_command_body(&hello);
+                self.state = State::CurveClient(Box::new(client));
+            }
+            Mechanism::Curve(CurveConfig::Server { keys }) => {
+                self.state = State::CurveServer(Box::new(CurveServer::new(keys)));
+            }
         }
         Ok(())
+    }
+
+    /// Our properties: `Socket-Type` and `Identity` (what libzmq sends a ROUTER or DEALER).
+    fn metadata(&self) -> Vec<u8> {
+        let mut data = Vec::with_capacity(32 + self.config.routing_id.len());
+        command::put_property(
+            &mut data,
+            b"Socket-Type",
+            self.config.socket_type.name().as_bytes(),
+        );
+        command::put_property(&mut data, b"Identity", &self.config.routing_id);
+        data
+    }
+
+    /// A handshake command of CURVE's, as it came (name-size, name, data).
+    fn on_curve_command(&mut self, body: &[u8], now: Instant) -> Result<()> {
+        let metadata = self.metadata();
+        match &mut self.state {
+            State::CurveClient(client) => match client.on_command(body, &metadata)? {
+                ClientStep::Send(initiate) => {
+                    self.push_command_body(&initiate);
+                    Ok(())
+                }
+                ClientStep::Ready { properties } => {
+                    let properties = Properties::parse(&properties)?;
+                    let State::CurveClient(client) =
+                        std::mem::replace(&mut self.state, State::Closed)
+                    else {
+                        unreachable!("matched above")
+                    };
+                    self.cipher = Some(Box::new(client.into_cipher()));
+                    self.become_ready(properties, None, now)
+                }
+            },
+            State::CurveServer(server) => match server.on_command(body)? {
+                ServerStep::Send(welcome) => {
+                    self.push_command_body(&welcome);
+                    Ok(())
+                }
+                ServerStep::Authorize {
+                    client_key,
+                    properties,
+                } => {
+                    let admitted = self
+                        .config
+                        .authorize
+                        .as_ref()
+                        .is_none_or(|authorize| (authorize.0)(&client_key));
+                    if !admitted {
+                        // "400", as a ZAP refusal reads in libzmq: its client then
+                        // reports an authentication failure and gives the endpoint up.
+                        let error = server.refuse("400");
+                        self.push_command_body(&error);
+                        return Err(Error::Unauthorized);
+                    }
+                    let properties = Properties::parse(&properties)?;
+                    let ready = server.ready(&metadata);
+                    self.push_command_body(&ready);
+                    let State::CurveServer(server) =
+                        std::mem::replace(&mut self.state, State::Closed)
+                    else {
+                        unreachable!("matched above")
+                    };
+                    self.cipher = Some(Box::new(server.into_cipher()));
+                    self.become_ready(properties, Some(client_key), now)
+                }
+            },
+            _ => Ok(()),
+        }
     }
 
     fn on_command(&mut self, body: &[u8], now: Instant) -> Result<()> {
@@ -369,6 +502,7 @@ impl Connection {
                 let properties = Properties::parse(cmd.data)?;
                 self.become_ready(properties, None, now)
             }
+            State::CurveClient(_) | State::CurveServer(_) => self.on_curve_command(body, now),
             State::Ready => {
                 self.on_heartbeat(cmd, now);
                 Ok(())
@@ -457,6 +591,17 @@ impl Connection {
             });
         }
         let len = payload.len();
+        if let Some(cipher) = self.cipher.as_mut() {
+            self.scratch.clear();
+            self.scratch.resize(len, 0);
+            payload.write_to(&mut self.scratch);
+            let tail = self.out.tail();
+            let before = tail.len();
+            cipher.encrypt(more, &[&self.scratch], tail);
+            let n = tail.len() - before;
+            self.out.wrote(n);
+            return Ok(());
+        }
         let flags = if more { frame::MORE } else { 0 };
         let tail = self.out.tail();
         frame::write_header(tail, flags, len);
@@ -491,12 +636,25 @@ impl Connection {
         self.state = State::Closed;
     }
 
+    /// Queues a command; under CURVE after the handshake, in a MESSAGE box.
     fn push_command(&mut self, name: &[u8], data: &[u8]) {
         let tail = self.out.tail();
         let before = tail.len();
-        command::write(tail, name, data);
+        match self.cipher.as_mut() {
+            Some(cipher) => cipher.encrypt_command(&[&[name.len() as u8], name, data], tail),
+            None => command::write(tail, name, data),
+        }
         let n = tail.len() - before;
         self.out.wrote(n);
+    }
+
+    /// Queues a plain command frame from its body (name-size, name, data), as CURVE's
+    /// handshake makes them.
+    fn push_command_body(&mut self, body: &[u8]) {
+        let tail = self.out.tail();
+        frame::write_header(tail, frame::COMMAND, body.len());
+        tail.extend_from_slice(body);
+        self.out.wrote(frame::header_len(body.len()) + body.len());
     }
 
     /// The next moment [`handle_timeout`](Self::handle_timeout) has something to do.

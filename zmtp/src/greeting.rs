@@ -8,13 +8,18 @@
 //! filler     31 zero bytes
 //! ```
 //!
-//! Both sides send the whole greeting at once and parse the peer's as it arrives (libzmq
-//! sends it in parts: signature, then version, then the rest).
+//! Each side sends its signature and major version at once, and the rest once the peer's
+//! signature and major version have arrived, as libzmq does ([`VERSIONED`]); it parses the
+//! peer's greeting as it arrives.
 
 use crate::error::{Error, Result};
 
 /// Length of a greeting.
 pub const LEN: usize = 64;
+
+/// Length of the signature and the major version: what a side sends before it has seen
+/// the peer's (libzmq sends its mechanism only after the peer's major version arrived).
+pub const VERSIONED: usize = 11;
 
 /// Offset and length of the mechanism's name.
 const MECHANISM: std::ops::Range<usize> = 12..32;

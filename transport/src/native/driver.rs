@@ -118,10 +118,12 @@ impl Driver {
         }
         if !closing {
             if let Poll::Ready(end) = self.poll_read(cx, now) {
+                self.flush_last(cx, &end);
                 return Poll::Ready(end);
             }
         }
         if let Poll::Ready(end) = self.poll_timers(cx, now) {
+            self.flush_last(cx, &end);
             return Poll::Ready(end);
         }
         match self.poll_write(cx) {
@@ -244,6 +246,15 @@ impl Driver {
             }
         }
         Poll::Pending
+    }
+
+    /// A connection that failed may have a last word queued (an ERROR refusing the
+    /// handshake, which tells a libzmq client not to try again): write what the socket
+    /// takes now, without waiting.
+    fn flush_last(&mut self, cx: &mut Context<'_>, end: &End) {
+        if matches!(end, End::Failed(_)) {
+            let _ = self.poll_write(cx);
+        }
     }
 
     /// Writes what is queued. `Ok(true)` when everything is written.

@@ -32,7 +32,7 @@ use self::driver::Driver;
 use self::endpoint::Cancel;
 use self::inbox::{Inbound, Inbox};
 use self::link::{Link, Refused};
-use crate::curve::Key;
+use crate::curve::{Curve, Key};
 use crate::error::{Error, Result};
 use crate::frame::Frame;
 use crate::monitor::{self, Event, Events};
@@ -91,7 +91,10 @@ struct Shared {
     endpoints: Mutex<Endpoints>,
     closed: AtomicBool,
     runtime: Handle,
-    allow_list: Option<AllowList>,
+    /// A CURVE server's allow-list, which its connections' authorizer reads.
+    allow_list: Option<Arc<AllowList>>,
+    /// The CURVE settings of every connection (`None`: NULL).
+    curve: Option<zmtp::curve::CurveConfig>,
 }
 
 impl Shared {
@@ -130,6 +133,16 @@ impl Shared {
             timeout: hb.timeout,
             ttl: hb.ttl,
         });
+        config.handshake_timeout = Some(self.options.handshake_timeout);
+        if let Some(curve) = &self.curve {
+            config.mechanism = zmtp::Mechanism::Curve(curve.clone());
+        }
+        if let Some(list) = &self.allow_list {
+            let list = Arc::clone(list);
+            config.authorize = Some(zmtp::Authorizer(Arc::new(move |key| {
+                list.allows(&Key::from_bytes(*key))
+            })));
+        }
         config
     }
 
@@ -220,9 +233,21 @@ pub(crate) struct Socket {
 impl Socket {
     pub(crate) fn new(router: bool, options: &Options) -> Result<Socket> {
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        if options.curve.is_some() {
-            return Err(Error::CurveUnavailable);
-        }
+        let curve = options.curve.as_ref().map(|curve| match curve {
+            Curve::Server { secret_key } => zmtp::curve::CurveConfig::Server {
+                keys: zmtp::curve::CurveKeys::from_secret(*secret_key.as_bytes()),
+            },
+            Curve::Client {
+                public_key,
+                secret_key,
+                server_key,
+            } => zmtp::curve::CurveConfig::Client {
+                keys: zmtp::curve::CurveKeys::new(*public_key.as_bytes(), *secret_key.as_bytes()),
+                server_key: *server_key.as_bytes(),
+            },
+        });
+        let allow_list = matches!(options.curve, Some(Curve::Server { .. }))
+            .then(|| Arc::new(AllowList::default()));
         let seed = std::collections::hash_map::RandomState::new()
             .build_hasher()
             .finish() as u32;
@@ -241,7 +266,8 @@ impl Socket {
                 endpoints: Mutex::new(Endpoints::default()),
                 closed: AtomicBool::new(false),
                 runtime,
-                allow_list: None,
+                allow_list,
+                curve,
             }),
         })
     }
@@ -381,7 +407,10 @@ impl Socket {
     }
 
     pub(crate) fn allow_list(&self) -> Result<&AllowList> {
-        self.shared.allow_list.as_ref().ok_or(Error::NotCurveServer)
+        self.shared
+            .allow_list
+            .as_deref()
+            .ok_or(Error::NotCurveServer)
     }
 
     pub(crate) fn is_curve_server(&self) -> bool {
