@@ -64,6 +64,11 @@ pub(crate) struct SecurityArgs {
     /// made for the connection. (A Z85 key may start with `-`: taken as the value.)
     #[arg(long, value_name = "KEY|FILE", allow_hyphen_values = true)]
     pub(crate) server_key: Option<String>,
+    /// The ZMTP engine of the command's sockets: `native` (ZMTP in Rust) or `libzmq`.
+    /// Default: the `ZERONODE_ENGINE` environment variable, else libzmq. Either talks to
+    /// nodes on the other.
+    #[arg(long, value_name = "ENGINE")]
+    pub(crate) engine: Option<node::Engine>,
 }
 
 /// `zeronode bench`: everything after it goes to the harness untouched.

@@ -26,6 +26,8 @@ pub(crate) struct Security {
     pub(crate) keys: Option<KeyPair>,
     /// The key of the node(s) `--connect` reaches: connects are secured.
     pub(crate) server_key: Option<Key>,
+    /// The engine the node's sockets run on, when `--engine` chose one.
+    pub(crate) engine: Option<node::Engine>,
 }
 
 impl Security {
@@ -45,11 +47,19 @@ impl Security {
                 "--server-key needs --key: this node's own key pair (zeronode keygen FILE)".into(),
             ));
         }
-        Ok(Security { keys, server_key })
+        Ok(Security {
+            keys,
+            server_key,
+            engine: args.engine,
+        })
     }
 
-    /// The builder with this node's key pair, if any.
+    /// The builder with this node's key pair, if any, and the chosen engine.
     pub(crate) fn apply(&self, builder: NodeBuilder) -> NodeBuilder {
+        let builder = match self.engine {
+            Some(engine) => builder.engine(engine),
+            None => builder,
+        };
         match &self.keys {
             Some(keys) => builder.curve(keys.clone()),
             None => builder,

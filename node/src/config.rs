@@ -25,6 +25,9 @@ pub struct Config {
     pub handshake_timeout: Duration,
     /// Send and receive high-water marks of every socket (messages per peer).
     pub hwm: i32,
+    /// Which ZMTP engine the node's sockets run on (default: the process's,
+    /// `ZERONODE_ENGINE`, else libzmq; see [`transport::Engine`]).
+    pub engine: transport::Engine,
     /// Largest payload accepted.
     pub max_payload: usize,
     /// How `*_any` picks a peer.
@@ -174,6 +177,7 @@ impl Default for Config {
             dead_peer_timeout: heartbeat_interval * 5 / 2,
             handshake_timeout: Duration::from_secs(5),
             hwm: 10_000,
+            engine: transport::Engine::default(),
             max_payload: protocol::DEFAULT_MAX_PAYLOAD,
             strategy: Strategy::Random,
             close_grace: Duration::from_secs(10),
@@ -318,6 +322,14 @@ impl NodeBuilder {
     pub fn hwm(self, messages: i32) -> Self {
         self.set(move |config| {
             config.hwm = messages;
+        })
+    }
+
+    /// Runs the node's sockets on `engine`: libzmq, or the native ZMTP engine. Nodes on
+    /// different engines talk to each other (both speak ZMTP 3.1).
+    pub fn engine(self, engine: transport::Engine) -> Self {
+        self.set(move |config| {
+            config.engine = engine;
         })
     }
 

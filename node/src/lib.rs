@@ -93,7 +93,7 @@ pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
 pub use protocol::{Meta, MetaError, MetaLimits, MetaValue};
 pub use tower::BoxError;
 pub use trace::{TraceParent, TRACEPARENT};
-pub use transport::{HandshakeFailure, Key, KeyPair, SecretKey};
+pub use transport::{Engine, HandshakeFailure, Key, KeyPair, SecretKey};
 pub use upstream::ConnectOptions;
 
 /// The README's code example, compiled and run as a doctest so it cannot go stale.

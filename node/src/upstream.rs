@@ -119,6 +119,7 @@ impl Inner {
     pub(crate) fn transport_options(&self) -> transport::Options {
         let config = &self.config;
         transport::Options::default()
+            .engine(config.engine)
             .hwm(config.hwm)
             .max_message_size(Some(config.max_payload as u64 + 64 * 1024))
             .linger(Duration::from_millis(200))

@@ -68,6 +68,8 @@ pub(crate) enum Layer {
     Raw,
     /// `transport::Router` echo and `transport::Dealer` client.
     Transport,
+    /// The `transport` row on the native ZMTP engine (`Engine::Native`) on both sides.
+    TransportNative,
     /// `protocol::Server` with an echo handler and `protocol::Client`.
     Protocol,
     /// A `Node` bound with a raw echo handler and a `Node` connected to it (`request_raw`).
@@ -77,6 +79,12 @@ pub(crate) enum Layer {
     /// The `node` row over CURVE: both nodes with key pairs, `connect_secure` (every
     /// message encrypted and authenticated).
     NodeCurve,
+    /// The `node` row on the native ZMTP engine on both sides.
+    NodeNative,
+    /// The `node-curve` row on the native ZMTP engine (CURVE in Rust) on both sides.
+    NodeNativeCurve,
+    /// The `node-block-on` row on the native engine. Not in [`Layer::ALL`].
+    NodeNativeBlockOn,
     /// The `node` row with the client's request loop as the runtime's `block_on` future, as
     /// `#[tokio::main]` code runs it (the `node` row's loop is a spawned task). Not in
     /// [`Layer::ALL`].
@@ -112,7 +120,7 @@ impl Layer {
     /// Every layer of zeronode, in report order, below them the floor of plain TCP: the
     /// default set. The CPU-bound rows and the
     /// peers' rows are measured only when named.
-    pub(crate) const ALL: [Layer; 7] = [
+    pub(crate) const ALL: [Layer; 10] = [
         Layer::Floor,
         Layer::Raw,
         Layer::Transport,
@@ -120,6 +128,9 @@ impl Layer {
         Layer::Node,
         Layer::NodeTick,
         Layer::NodeCurve,
+        Layer::TransportNative,
+        Layer::NodeNative,
+        Layer::NodeNativeCurve,
     ];
 
     /// The name used on the command line and in the report.
@@ -128,10 +139,14 @@ impl Layer {
             Layer::Floor => "floor",
             Layer::Raw => "raw",
             Layer::Transport => "transport",
+            Layer::TransportNative => "transport-native",
             Layer::Protocol => "protocol",
             Layer::Node => "node",
             Layer::NodeTick => "node-tick",
             Layer::NodeCurve => "node-curve",
+            Layer::NodeNative => "node-native",
+            Layer::NodeNativeCurve => "node-native-curve",
+            Layer::NodeNativeBlockOn => "node-native-block-on",
             Layer::NodeBlockOn => "node-block-on",
             Layer::NodeCtx => "node-ctx",
             Layer::NodeCaller => "node-caller",
@@ -145,6 +160,17 @@ impl Layer {
     /// Whether the row is a one-way stream: one point per size, no window, no latency.
     pub(crate) fn is_stream(self) -> bool {
         self == Layer::NodeTick
+    }
+
+    /// The ZMTP engine the row's sockets run on, on both sides.
+    pub(crate) fn engine(self) -> ::transport::Engine {
+        match self {
+            Layer::TransportNative
+            | Layer::NodeNative
+            | Layer::NodeNativeCurve
+            | Layer::NodeNativeBlockOn => ::transport::Engine::Native,
+            _ => ::transport::Engine::Libzmq,
+        }
     }
 
     /// Whether the row's server does a CPU-bound job per request (`node-cpu-N`): its rate is
@@ -199,16 +225,24 @@ impl Job {
 /// Serves `layer` on `endpoint` (`tcp://127.0.0.1:0` picks a port) until the process ends.
 /// The bound endpoint is printed on stdout first.
 pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
+    set_engine(layer.engine());
     match layer {
         Layer::Floor => floor::serve(endpoint),
         Layer::Raw => raw::serve(endpoint),
-        Layer::Transport => runtime()?.block_on(transport::serve(endpoint)),
+        Layer::Transport | Layer::TransportNative => {
+            runtime()?.block_on(transport::serve(endpoint))
+        }
         Layer::Protocol => runtime()?.block_on(protocol::serve(endpoint)),
         // One node server answers both the request/reply and the tick rows.
-        Layer::Node | Layer::NodeTick | Layer::NodeBlockOn | Layer::NodeCaller => {
-            runtime()?.block_on(node::serve(endpoint, false))
+        Layer::Node
+        | Layer::NodeTick
+        | Layer::NodeBlockOn
+        | Layer::NodeCaller
+        | Layer::NodeNative
+        | Layer::NodeNativeBlockOn => runtime()?.block_on(node::serve(endpoint, false)),
+        Layer::NodeCurve | Layer::NodeNativeCurve => {
+            runtime()?.block_on(node::serve(endpoint, true))
         }
-        Layer::NodeCurve => runtime()?.block_on(node::serve(endpoint, true)),
         Layer::NodeCtx => {
             node::observe_everything();
             runtime()?.block_on(node::serve_ctx(endpoint))
@@ -227,19 +261,23 @@ pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
 
 /// Runs one measurement point against a server already serving `job.layer`.
 pub(crate) fn client(job: &Job) -> Result<Point> {
+    set_engine(job.layer.engine());
     match job.layer {
         Layer::Floor => floor::client(job),
         Layer::Raw => raw::client(job),
-        Layer::Transport => runtime()?.block_on(transport::client(job)),
+        Layer::Transport | Layer::TransportNative => runtime()?.block_on(transport::client(job)),
         // A task of their own (see `on_task`).
         Layer::Protocol => on_task(job, |job| async move { protocol::client(&job).await }),
         // The CPU-bound rows' client is the `node` row's, on a current-thread runtime.
-        Layer::Node | Layer::NodeCurve | Layer::NodeCpu1 | Layer::NodeCpu2 => {
-            on_task(job, |job| async move { node::client(&job).await })
-        }
+        Layer::Node
+        | Layer::NodeCurve
+        | Layer::NodeNative
+        | Layer::NodeNativeCurve
+        | Layer::NodeCpu1
+        | Layer::NodeCpu2 => on_task(job, |job| async move { node::client(&job).await }),
         Layer::NodeCaller => on_task(job, |job| async move { node::caller_client(&job).await }),
         Layer::NodeTick => runtime()?.block_on(node::tick_client(job)),
-        Layer::NodeBlockOn => runtime()?.block_on(node::client(job)),
+        Layer::NodeBlockOn | Layer::NodeNativeBlockOn => runtime()?.block_on(node::client(job)),
         Layer::NodeCtx => {
             node::observe_everything();
             on_task(job, |job| async move { node::client(&job).await })
@@ -273,6 +311,25 @@ where
 fn not_built_in(layer: Layer) -> crate::error::Error {
     crate::error::Error::NotBuiltIn {
         layer: layer.name(),
+    }
+}
+
+/// The engine of this process's sockets: the row's (set by `serve` and `client`).
+static ENGINE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn set_engine(engine: ::transport::Engine) {
+    ENGINE.store(
+        engine == ::transport::Engine::Native,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// The engine the row being served or measured runs on.
+pub(crate) fn engine() -> ::transport::Engine {
+    if ENGINE.load(std::sync::atomic::Ordering::Relaxed) {
+        ::transport::Engine::Native
+    } else {
+        ::transport::Engine::Libzmq
     }
 }
 

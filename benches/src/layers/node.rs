@@ -58,6 +58,7 @@ const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 fn builder(id: String) -> NodeBuilder {
     Node::builder()
         .id(id)
+        .engine(super::engine())
         .hwm(HWM)
         .max_payload(64 * 1024 * 1024)
         .request_timeout(REQUEST_TIMEOUT)

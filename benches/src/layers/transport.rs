@@ -14,7 +14,7 @@ use crate::measure::{Plan, Point, Recorder};
 
 /// Router echo until the process ends.
 pub(super) async fn serve(endpoint: &str) -> Result<()> {
-    let router = Router::with_options(Options::default().hwm(HWM))?;
+    let router = Router::with_options(Options::default().hwm(HWM).engine(super::engine()))?;
     announce(&router.bind(endpoint)?)?;
     // One receive buffer for the whole run; the frames go back borrowed.
     let mut frames = Vec::with_capacity(2);
@@ -26,7 +26,7 @@ pub(super) async fn serve(endpoint: &str) -> Result<()> {
 
 /// Dealer client: one point.
 pub(super) async fn client(job: &Job) -> Result<Point> {
-    let dealer = Dealer::with_options(Options::default().hwm(HWM))?;
+    let dealer = Dealer::with_options(Options::default().hwm(HWM).engine(super::engine()))?;
     dealer.connect(&job.endpoint)?;
     let payload = job.payload();
     // One round trip so the connection is up before the plan starts.

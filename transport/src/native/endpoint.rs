@@ -184,8 +184,8 @@ fn gives_up(end: &End) -> bool {
     matches!(end, End::Failed(e) if !matches!(e, zmtp::Error::HandshakeTimeout))
 }
 
-/// The event for a connection that ended: a disconnection after a handshake, a failed
-/// handshake before.
+/// The events for a connection that ended: a disconnection, after a failed handshake when it
+/// had not completed one.
 fn report(shared: &Shared, endpoint: &str, end: &End, attached: bool, accepted: bool) {
     let endpoint = endpoint.to_owned();
     if attached {
@@ -209,7 +209,12 @@ fn report(shared: &Shared, endpoint: &str, end: &End, attached: bool, accepted: 
         End::Lost | End::Duplicate => HandshakeFailure::Interrupted,
     };
     tracing::debug!(endpoint = %endpoint, %reason, ?end, "handshake failed");
-    shared.emit(Event::HandshakeFailed { endpoint, reason });
+    shared.emit(Event::HandshakeFailed {
+        endpoint: endpoint.clone(),
+        reason,
+    });
+    // libzmq reports every connection that ends, a failed handshake too, as disconnected.
+    shared.emit(Event::Disconnected { endpoint });
 }
 
 /// How a ZMTP error reads as a handshake failure, as libzmq reports the same cases.
