@@ -77,7 +77,10 @@ impl Mechanism {
 /// Decides whether a CURVE client's long-term public key may connect (a server's
 /// allow-list). A pure function of the key: the connection asks it once, after INITIATE.
 #[derive(Clone)]
-pub struct Authorizer(pub Arc<dyn Fn(&[u8; 32]) -> bool + Send + Sync>);
+pub struct Authorizer(pub Arc<AuthorizeFn>);
+
+/// The function an [`Authorizer`] holds: whether a client key may connect.
+pub type AuthorizeFn = dyn Fn(&[u8; 32]) -> bool + Send + Sync;
 
 impl std::fmt::Debug for Authorizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -35,8 +35,8 @@ pub mod frame;
 pub mod greeting;
 
 pub use connection::{
-    Authorizer, Config, Connection, Event, Heartbeat, Mechanism, Payload, Peer, SocketType,
-    FRAME_OVERHEAD,
+    AuthorizeFn, Authorizer, Config, Connection, Event, Heartbeat, Mechanism, Payload, Peer,
+    SocketType, FRAME_OVERHEAD,
 };
 pub use error::{Error, Result};
 pub use outbox::Outbox;
