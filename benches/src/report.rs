@@ -346,6 +346,7 @@ fn colour(layer: Layer) -> RGBColor {
         Layer::NodeNative => RGBColor(255, 152, 150),
         Layer::NodeNativeCurve => RGBColor(219, 219, 141),
         Layer::NodeNativeBlockOn => RGBColor(199, 199, 199),
+        Layer::NodeNativeTick => RGBColor(197, 176, 213),
         Layer::NodeBlockOn => RGBColor(127, 127, 127),
         Layer::NodeCtx => RGBColor(255, 187, 120),
         Layer::NodeCaller => RGBColor(152, 223, 138),

@@ -65,7 +65,7 @@ pub(crate) struct SecurityArgs {
     #[arg(long, value_name = "KEY|FILE", allow_hyphen_values = true)]
     pub(crate) server_key: Option<String>,
     /// The ZMTP engine of the command's sockets: `native` (ZMTP in Rust) or `libzmq`.
-    /// Default: the `ZERONODE_ENGINE` environment variable, else libzmq. Either talks to
+    /// Default: the `ZERONODE_ENGINE` environment variable, else native. Either talks to
     /// nodes on the other.
     #[arg(long, value_name = "ENGINE")]
     pub(crate) engine: Option<node::Engine>,

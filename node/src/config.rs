@@ -26,7 +26,7 @@ pub struct Config {
     /// Send and receive high-water marks of every socket (messages per peer).
     pub hwm: i32,
     /// Which ZMTP engine the node's sockets run on (default: the process's,
-    /// `ZERONODE_ENGINE`, else libzmq; see [`transport::Engine`]).
+    /// `ZERONODE_ENGINE`, else native; see [`transport::Engine`]).
     pub engine: transport::Engine,
     /// Largest payload accepted.
     pub max_payload: usize,

@@ -50,9 +50,16 @@ const KEY_LEN: usize = 32;
 pub struct Key([u8; KEY_LEN]);
 
 /// A CURVE secret key: 32 bytes. Its `Debug` output hides the key, so it never ends up in a
-/// log by accident; [`to_z85`](Self::to_z85) gives the text when you mean to store it.
+/// log by accident; [`to_z85`](Self::to_z85) gives the text when you mean to store it. Its
+/// bytes are zeroed when it is dropped.
 #[derive(Clone)]
 pub struct SecretKey([u8; KEY_LEN]);
+
+impl Drop for SecretKey {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
 
 impl Key {
     /// The key's length in bytes.

@@ -18,8 +18,13 @@ use crate::zap::AllowList;
 /// Which implementation of ZMTP a socket runs on.
 ///
 /// The default is the process's: `ZERONODE_ENGINE=native` or `ZERONODE_ENGINE=libzmq` in
-/// the environment (read once), else [`Engine::Libzmq`]. Set one per socket with
-/// [`Options::engine`].
+/// the environment (read once), else [`Engine::Native`], the faster of the two on every
+/// measure but one (CURVE with many messages in flight; see PERFORMANCE.md). Set one per
+/// socket with [`Options::engine`]. The native engine speaks `tcp://` only: `ipc://` and
+/// `inproc://` need [`Engine::Libzmq`] (on a native socket they are
+/// [`Error::InvalidEndpoint`]).
+///
+/// [`Options::engine`]: crate::Options::engine
 ///
 /// ```
 /// use transport::{Engine, Options};
@@ -38,7 +43,7 @@ pub enum Engine {
 }
 
 impl Engine {
-    /// The process's default: `ZERONODE_ENGINE` (`native` or `libzmq`), else libzmq. An
+    /// The process's default: `ZERONODE_ENGINE` (`native` or `libzmq`), else native. An
     /// unknown value is reported once and ignored.
     pub fn from_env() -> Engine {
         static DEFAULT: OnceLock<Engine> = OnceLock::new();
@@ -46,11 +51,11 @@ impl Engine {
             Ok(value) => value.parse().unwrap_or_else(|_| {
                 tracing::warn!(
                     value,
-                    "ZERONODE_ENGINE is `native` or `libzmq`: using libzmq"
+                    "ZERONODE_ENGINE is `native` or `libzmq`: using native"
                 );
-                Engine::Libzmq
+                Engine::Native
             }),
-            Err(_) => Engine::Libzmq,
+            Err(_) => Engine::Native,
         })
     }
 

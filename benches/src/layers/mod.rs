@@ -85,6 +85,8 @@ pub(crate) enum Layer {
     NodeNativeCurve,
     /// The `node-block-on` row on the native engine. Not in [`Layer::ALL`].
     NodeNativeBlockOn,
+    /// The `node-tick` row on the native engine.
+    NodeNativeTick,
     /// The `node` row with the client's request loop as the runtime's `block_on` future, as
     /// `#[tokio::main]` code runs it (the `node` row's loop is a spawned task). Not in
     /// [`Layer::ALL`].
@@ -120,7 +122,7 @@ impl Layer {
     /// Every layer of zeronode, in report order, below them the floor of plain TCP: the
     /// default set. The CPU-bound rows and the
     /// peers' rows are measured only when named.
-    pub(crate) const ALL: [Layer; 10] = [
+    pub(crate) const ALL: [Layer; 11] = [
         Layer::Floor,
         Layer::Raw,
         Layer::Transport,
@@ -131,6 +133,7 @@ impl Layer {
         Layer::TransportNative,
         Layer::NodeNative,
         Layer::NodeNativeCurve,
+        Layer::NodeNativeTick,
     ];
 
     /// The name used on the command line and in the report.
@@ -147,6 +150,7 @@ impl Layer {
             Layer::NodeNative => "node-native",
             Layer::NodeNativeCurve => "node-native-curve",
             Layer::NodeNativeBlockOn => "node-native-block-on",
+            Layer::NodeNativeTick => "node-native-tick",
             Layer::NodeBlockOn => "node-block-on",
             Layer::NodeCtx => "node-ctx",
             Layer::NodeCaller => "node-caller",
@@ -159,7 +163,7 @@ impl Layer {
 
     /// Whether the row is a one-way stream: one point per size, no window, no latency.
     pub(crate) fn is_stream(self) -> bool {
-        self == Layer::NodeTick
+        matches!(self, Layer::NodeTick | Layer::NodeNativeTick)
     }
 
     /// The ZMTP engine the row's sockets run on, on both sides.
@@ -168,7 +172,8 @@ impl Layer {
             Layer::TransportNative
             | Layer::NodeNative
             | Layer::NodeNativeCurve
-            | Layer::NodeNativeBlockOn => ::transport::Engine::Native,
+            | Layer::NodeNativeBlockOn
+            | Layer::NodeNativeTick => ::transport::Engine::Native,
             _ => ::transport::Engine::Libzmq,
         }
     }
@@ -239,7 +244,8 @@ pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
         | Layer::NodeBlockOn
         | Layer::NodeCaller
         | Layer::NodeNative
-        | Layer::NodeNativeBlockOn => runtime()?.block_on(node::serve(endpoint, false)),
+        | Layer::NodeNativeBlockOn
+        | Layer::NodeNativeTick => runtime()?.block_on(node::serve(endpoint, false)),
         Layer::NodeCurve | Layer::NodeNativeCurve => {
             runtime()?.block_on(node::serve(endpoint, true))
         }
@@ -276,7 +282,7 @@ pub(crate) fn client(job: &Job) -> Result<Point> {
         | Layer::NodeCpu1
         | Layer::NodeCpu2 => on_task(job, |job| async move { node::client(&job).await }),
         Layer::NodeCaller => on_task(job, |job| async move { node::caller_client(&job).await }),
-        Layer::NodeTick => runtime()?.block_on(node::tick_client(job)),
+        Layer::NodeTick | Layer::NodeNativeTick => runtime()?.block_on(node::tick_client(job)),
         Layer::NodeBlockOn | Layer::NodeNativeBlockOn => runtime()?.block_on(node::client(job)),
         Layer::NodeCtx => {
             node::observe_everything();

@@ -30,9 +30,9 @@ pub(super) fn tcp_address(endpoint: &str) -> Result<String, Error> {
         endpoint: endpoint.to_owned(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_owned()),
     };
-    let rest = endpoint
-        .strip_prefix("tcp://")
-        .ok_or_else(|| invalid("the native engine speaks tcp:// only"))?;
+    let rest = endpoint.strip_prefix("tcp://").ok_or_else(|| {
+        invalid("the native engine speaks tcp:// only (Engine::Libzmq has ipc:// and inproc://)")
+    })?;
     let (host, port) = rest.rsplit_once(':').ok_or_else(|| invalid("no port"))?;
     let host = if host == "*" { "0.0.0.0" } else { host };
     let port = if port == "*" { "0" } else { port };
