@@ -187,12 +187,16 @@ impl Sock {
         on_engine!(self, send_now(frames, peer))
     }
 
+    /// Receives one multipart message (a Router's begins with the routing id).
     pub(crate) async fn recv(&self) -> Result<Vec<Bytes>> {
-        on_engine!(self, recv().await)
+        self.recv_message(false).await.map(|(frames, _)| frames)
     }
 
+    /// [`recv`](Self::recv) with the CURVE client key of a CURVE server's message.
     pub(crate) async fn recv_message(&self, with_key: bool) -> Result<(Vec<Bytes>, Option<Key>)> {
-        on_engine!(self, recv_message(with_key).await)
+        let mut frames = Vec::with_capacity(2);
+        let key = self.recv_into(&mut frames, with_key).await?;
+        Ok((frames, key))
     }
 
     pub(crate) async fn recv_into(
@@ -203,15 +207,21 @@ impl Sock {
         on_engine!(self, recv_into(frames, with_key).await)
     }
 
+    /// Receives one message if one is already there, without waiting.
     pub(crate) fn try_recv(&self) -> Result<Option<Vec<Bytes>>> {
-        on_engine!(self, try_recv())
+        Ok(self.try_recv_message(false)?.map(|(frames, _)| frames))
     }
 
+    /// [`try_recv`](Self::try_recv) with the CURVE client key, as in
+    /// [`recv_message`](Self::recv_message).
     pub(crate) fn try_recv_message(
         &self,
         with_key: bool,
     ) -> Result<Option<(Vec<Bytes>, Option<Key>)>> {
-        on_engine!(self, try_recv_message(with_key))
+        let mut frames = Vec::with_capacity(2);
+        Ok(self
+            .try_recv_into(&mut frames, with_key)?
+            .map(|key| (frames, key)))
     }
 
     pub(crate) fn try_recv_into(

@@ -18,17 +18,10 @@ pub enum Backpressure {
     Fail,
 }
 
-/// ZMTP-level heartbeats (libzmq's `ZMQ_HEARTBEAT_*`): libzmq pings the peer and closes a
-/// connection that stays silent, which then shows up as a `Disconnected` event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Heartbeat {
-    /// How often to send a ZMTP PING on an idle connection.
-    pub interval: Duration,
-    /// How long to wait for traffic after a PING before closing the connection.
-    pub timeout: Duration,
-    /// How long the remote side should wait for our traffic before closing (ZMQ_HEARTBEAT_TTL).
-    pub ttl: Duration,
-}
+/// ZMTP-level heartbeats (libzmq's `ZMQ_HEARTBEAT_*`, and the native engine's own): PINGs on
+/// the connection, which is closed when it stays silent, and which then shows up as a
+/// `Disconnected` event. The type is the ZMTP core's, the same for both engines.
+pub use zmtp::Heartbeat;
 
 /// Options for a [`Router`](crate::Router) or [`Dealer`](crate::Dealer).
 ///

@@ -448,19 +448,6 @@ impl Core {
         self.blocked_senders.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Receives one multipart message.
-    pub(crate) async fn recv(&self) -> Result<Vec<Bytes>> {
-        self.recv_message(false).await.map(|(frames, _)| frames)
-    }
-
-    /// Receives one multipart message with the CURVE client key libzmq attached to it (see
-    /// [`recv_frames`]); `with_key` false skips the lookup.
-    pub(crate) async fn recv_message(&self, with_key: bool) -> Result<(Vec<Bytes>, Option<Key>)> {
-        let mut frames = Vec::with_capacity(2);
-        let key = self.recv_into(&mut frames, with_key).await?;
-        Ok((frames, key))
-    }
-
     /// Receives one multipart message, appending its frames to `frames` (so a caller that
     /// receives in a loop reuses one buffer), and returns the CURVE client key if `with_key`.
     pub(crate) async fn recv_into(
@@ -579,26 +566,9 @@ impl Core {
         }
     }
 
-    /// Receives one message if one is already there, without waiting. Lets a busy reader
-    /// take a batch of messages per wake-up.
-    pub(crate) fn try_recv(&self) -> Result<Option<Vec<Bytes>>> {
-        Ok(self.try_recv_message(false)?.map(|(frames, _)| frames))
-    }
-
-    /// [`try_recv`](Self::try_recv) with the CURVE client key, as in
-    /// [`recv_message`](Self::recv_message).
-    pub(crate) fn try_recv_message(
-        &self,
-        with_key: bool,
-    ) -> Result<Option<(Vec<Bytes>, Option<Key>)>> {
-        let mut frames = Vec::with_capacity(2);
-        Ok(self
-            .try_recv_into(&mut frames, with_key)?
-            .map(|key| (frames, key)))
-    }
-
-    /// [`try_recv`](Self::try_recv), appending the frames to `frames` as in
-    /// [`recv_into`](Self::recv_into): `Some(key)` when a message was there.
+    /// Receives one message if one is already there, without waiting (a busy reader takes a
+    /// batch per wake-up), appending its frames to `frames` as
+    /// [`recv_into`](Self::recv_into) does: `Some(key)` when a message was there.
     pub(crate) fn try_recv_into(
         &self,
         frames: &mut Vec<Bytes>,

@@ -128,11 +128,7 @@ impl Shared {
             config.routing_id = self.options.routing_id.clone().unwrap_or_default();
         }
         config.max_message_size = self.options.max_message_size.unwrap_or(u64::MAX);
-        config.heartbeat = self.options.heartbeat.map(|hb| zmtp::Heartbeat {
-            interval: hb.interval,
-            timeout: hb.timeout,
-            ttl: hb.ttl,
-        });
+        config.heartbeat = self.options.heartbeat;
         config.handshake_timeout = Some(self.options.handshake_timeout);
         if let Some(curve) = &self.curve {
             config.mechanism = zmtp::Mechanism::Curve(curve.clone());
@@ -523,18 +519,6 @@ impl Socket {
         }
     }
 
-    pub(crate) async fn recv(&self) -> Result<Vec<Bytes>> {
-        let mut frames = Vec::new();
-        self.recv_into(&mut frames, false).await?;
-        Ok(frames)
-    }
-
-    pub(crate) async fn recv_message(&self, with_key: bool) -> Result<(Vec<Bytes>, Option<Key>)> {
-        let mut frames = Vec::new();
-        let key = self.recv_into(&mut frames, with_key).await?;
-        Ok((frames, key))
-    }
-
     /// Appends the next message's frames to `frames` (a Router's begin with the routing
     /// id, as libzmq's do).
     pub(crate) async fn recv_into(
@@ -544,21 +528,6 @@ impl Socket {
     ) -> Result<Option<Key>> {
         let item = self.shared.inbox.pop().await?;
         Ok(self.unpack(item, frames))
-    }
-
-    pub(crate) fn try_recv(&self) -> Result<Option<Vec<Bytes>>> {
-        let mut frames = Vec::new();
-        Ok(self.try_recv_into(&mut frames, false)?.map(|_| frames))
-    }
-
-    pub(crate) fn try_recv_message(
-        &self,
-        with_key: bool,
-    ) -> Result<Option<(Vec<Bytes>, Option<Key>)>> {
-        let mut frames = Vec::new();
-        Ok(self
-            .try_recv_into(&mut frames, with_key)?
-            .map(|key| (frames, key)))
     }
 
     pub(crate) fn try_recv_into(
