@@ -351,6 +351,11 @@ async fn hostile_bytes_close_the_connection_and_the_native_router_keeps_serving(
     huge.push(zmtp::frame::LONG);
     huge.extend_from_slice(&(1u64 << 63).to_be_bytes());
     hostile(&huge, options(NATIVE).max_message_size(Some(1 << 20))).await;
+    // With no limit at all, a length no buffer can hold is refused the same way.
+    let mut endless = ready_bytes(b"NULL");
+    endless.push(zmtp::frame::LONG);
+    endless.extend_from_slice(&u64::MAX.to_be_bytes());
+    hostile(&endless, options(NATIVE).max_message_size(None)).await;
 }
 
 #[tokio::test]

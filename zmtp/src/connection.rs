@@ -142,6 +142,15 @@ impl Config {
 /// `Bytes` handle per frame.
 pub const FRAME_OVERHEAD: u64 = 32;
 
+/// The largest gathering buffer CURVE keeps between frames.
+const MAX_SCRATCH: usize = 256 * 1024;
+
+/// The most [`Connection::wanted`] asks room for at once.
+pub const MAX_WANTED: usize = 8 * 1024 * 1024;
+
+/// The longest routing id a peer may announce (ZMTP's routing ids are 1 to 255 bytes).
+pub const MAX_ROUTING_ID: usize = 255;
+
 /// Who the peer is, once its handshake is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
@@ -262,7 +271,12 @@ impl Connection {
         out.tail().extend_from_slice(&ours[..greeting::VERSIONED]);
         out.wrote(greeting::VERSIONED);
         Connection {
-            handshake_deadline: config.handshake_timeout.map(|t| now + t),
+            // Zero means no timeout (as libzmq's ZMQ_HANDSHAKE_IVL); so does one past the
+            // end of time.
+            handshake_deadline: config
+                .handshake_timeout
+                .filter(|t| !t.is_zero())
+                .and_then(|t| now.checked_add(t)),
             config,
             state: State::Greeting,
             out,
@@ -304,14 +318,19 @@ impl Connection {
     /// How many bytes the frame being received still needs beyond what `input` holds, so
     /// the driver can make room for a large frame in one step (bounded by the size limit,
     /// which its header was checked against).
+    ///
+    /// Nothing before the handshake is done (its frames are small, and an unauthenticated
+    /// peer must not make us reserve memory), and at most [`MAX_WANTED`] at a time: a larger
+    /// frame grows the buffer step by step as its bytes arrive.
     pub fn wanted(&self, input: &[u8]) -> usize {
-        if matches!(self.state, State::Greeting | State::Closed) {
+        if !self.is_ready() {
             return 0;
         }
         match frame::parse_header(input, self.config.max_message_size) {
             Ok(Some(h)) => {
-                let whole = h.header_len as u64 + h.body_len;
-                usize::try_from(whole.saturating_sub(input.len() as u64)).unwrap_or(0)
+                let whole = (h.header_len as u64).saturating_add(h.body_len);
+                let missing = whole.saturating_sub(input.len() as u64);
+                usize::try_from(missing.min(MAX_WANTED as u64)).unwrap_or(0)
             }
             _ => 0,
         }
@@ -367,7 +386,15 @@ impl Connection {
                     else {
                         return Ok(());
                     };
-                    let whole = header.header_len as u64 + header.body_len;
+                    // Without a limit the length is the peer's word: an overflow is a frame
+                    // no buffer can hold.
+                    let whole = (header.header_len as u64)
+                        .checked_add(header.body_len)
+                        .filter(|&w| usize::try_from(w).is_ok())
+                        .ok_or(Error::FrameTooLarge {
+                            size: header.body_len,
+                            limit: self.config.max_message_size,
+                        })?;
                     if (input.len() as u64) < whole {
                         return Ok(());
                     }
@@ -545,6 +572,11 @@ impl Connection {
             });
         }
         let routing_id = properties.get("Identity").cloned().unwrap_or_default();
+        if routing_id.len() > MAX_ROUTING_ID {
+            return Err(Error::MalformedCommand {
+                what: "an Identity longer than 255 bytes",
+            });
+        }
         self.state = State::Ready;
         self.handshake_deadline = None;
         if let Some(hb) = self.config.heartbeat {
@@ -603,6 +635,10 @@ impl Connection {
             cipher.encrypt(more, &[&self.scratch], tail);
             let n = tail.len() - before;
             self.out.wrote(n);
+            // One large frame must not keep its copy's memory for the connection's life.
+            if self.scratch.capacity() > MAX_SCRATCH {
+                self.scratch = Vec::new();
+            }
             return Ok(());
         }
         let flags = if more { frame::MORE } else { 0 };
@@ -665,6 +701,7 @@ impl Connection {
         let timeout = self
             .config
             .heartbeat
+            .filter(|hb| !hb.timeout.is_zero())
             .and_then(|hb| self.ping_unanswered_since.map(|t| t + hb.timeout));
         let ttl = self.peer_ttl.map(|ttl| self.last_input + ttl);
         [self.handshake_deadline, self.next_ping, timeout, ttl]
@@ -699,9 +736,11 @@ impl Connection {
         let Some(hb) = self.config.heartbeat else {
             return Ok(());
         };
-        if self
-            .ping_unanswered_since
-            .is_some_and(|since| now >= since + hb.timeout)
+        // A zero timeout is none, as libzmq's ZMQ_HEARTBEAT_TIMEOUT.
+        if !hb.timeout.is_zero()
+            && self
+                .ping_unanswered_since
+                .is_some_and(|since| now >= since + hb.timeout)
         {
             return Err(Error::HeartbeatTimeout);
         }

@@ -36,7 +36,7 @@ pub mod greeting;
 
 pub use connection::{
     AuthorizeFn, Authorizer, Config, Connection, Event, Heartbeat, Mechanism, Payload, Peer,
-    SocketType, FRAME_OVERHEAD,
+    SocketType, FRAME_OVERHEAD, MAX_ROUTING_ID, MAX_WANTED,
 };
 pub use error::{Error, Result};
 pub use outbox::Outbox;

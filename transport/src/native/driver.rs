@@ -47,6 +47,8 @@ pub(super) struct Driver {
     link: Arc<Link>,
     stream: TcpStream,
     inbox: Arc<Inbox>,
+    /// This connection's lane in the inbox.
+    lane: usize,
     socket: Weak<Shared>,
     endpoint: Arc<str>,
     /// Bytes read and not yet consumed by the state machine.
@@ -68,6 +70,14 @@ pub(super) struct Driver {
     linger_until: Option<Instant>,
 }
 
+impl Drop for Driver {
+    /// However the driver ends (its connection closed, or its task dropped with the
+    /// runtime), its lane is given back once.
+    fn drop(&mut self) {
+        self.inbox.close_lane(self.lane);
+    }
+}
+
 impl Driver {
     pub(super) fn new(
         link: Arc<Link>,
@@ -77,9 +87,11 @@ impl Driver {
         endpoint: Arc<str>,
         linger: Duration,
     ) -> Driver {
+        let lane = inbox.open_lane();
         Driver {
             link,
             stream,
+            lane,
             inbox,
             socket,
             endpoint,
@@ -135,7 +147,9 @@ impl Driver {
 
     fn poll_read(&mut self, cx: &mut Context<'_>, now: Instant) -> Poll<End> {
         for _ in 0..READS_PER_POLL {
-            if !self.inbox.has_room(cx.waker()) {
+            // The mark holds back messages, not handshakes: a new peer is let in (and an
+            // attached one's PINGs are still read once there is room).
+            if self.attached && !self.inbox.has_room(self.lane, cx.waker()) {
                 return Poll::Pending;
             }
             match self.stream.poll_read_ready(cx) {
@@ -194,7 +208,7 @@ impl Driver {
         }
         self.events = events;
         if self.attached {
-            self.inbox.push(&mut self.batch);
+            self.inbox.push(self.lane, &mut self.batch);
         }
         self.batch.clear();
         outcome?;

@@ -19,6 +19,9 @@ use super::Shared;
 use crate::error::Error;
 use crate::monitor::{Event, HandshakeFailure};
 
+/// The shortest pause between two connection attempts.
+const MIN_RECONNECT: Duration = Duration::from_millis(1);
+
 /// How long an accept task waits after a failed `accept` (out of file descriptors, say)
 /// before it tries again, so it does not spin; the node above pauses longer on its own.
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
@@ -130,6 +133,9 @@ pub(super) async fn connect(
         let Some(shared) = socket.upgrade() else {
             return;
         };
+        if shared.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         match connected {
             Ok(stream) => {
                 shared.emit(Event::Connected {
@@ -175,6 +181,8 @@ pub(super) async fn connect(
         if max > interval {
             backoff = (backoff * 2).min(max);
         }
+        // A zero interval must not become a loop that never sleeps.
+        backoff = backoff.max(MIN_RECONNECT);
     }
 }
 

@@ -41,8 +41,9 @@ use crate::zap::AllowList;
 use crate::PeerId;
 
 /// How long a sender blocked at the high-water mark sleeps before it looks again even
-/// without a wake-up: a safety net, not the mechanism.
-const BLOCKED_SEND_RETRY: Duration = Duration::from_millis(2);
+/// without a wake-up: a safety net, not the mechanism (the wake-up is armed before the
+/// sender's second look, so none is missed).
+const BLOCKED_SEND_RETRY: Duration = Duration::from_millis(50);
 
 /// A high-water mark in messages; libzmq's 0 (no limit) is none here either.
 fn hwm(messages: i32) -> usize {
@@ -168,11 +169,17 @@ impl Shared {
         let mut peers = self.peers.lock();
         let id = if self.router {
             let id = if peer.routing_id.is_empty() {
-                let n = peers.next_id;
-                peers.next_id = n.wrapping_add(1);
-                let mut id = vec![0u8];
-                id.extend_from_slice(&n.to_be_bytes());
-                Bytes::from(id)
+                // The next free one: a peer may have chosen an id of this form itself.
+                loop {
+                    let n = peers.next_id;
+                    peers.next_id = n.wrapping_add(1);
+                    let mut id = vec![0u8];
+                    id.extend_from_slice(&n.to_be_bytes());
+                    let id = Bytes::from(id);
+                    if !peers.by_id.contains_key(&id) {
+                        break id;
+                    }
+                }
             } else {
                 peer.routing_id.clone()
             };
@@ -334,6 +341,12 @@ impl Socket {
             other => other,
         })?;
         let cancel = Arc::new(Cancel::default());
+        // Known to `close` before the connector runs, so a close at the same time stops it.
+        self.shared
+            .endpoints
+            .lock()
+            .connected
+            .push((endpoint.to_owned(), Arc::clone(&cancel)));
         self.shared.runtime.spawn(endpoint::connect(
             Arc::downgrade(&self.shared),
             Arc::from(endpoint),
@@ -342,11 +355,6 @@ impl Socket {
             self.shared.options.reconnect_interval,
             self.shared.options.reconnect_interval_max,
         ));
-        self.shared
-            .endpoints
-            .lock()
-            .connected
-            .push((endpoint.to_owned(), cancel));
         tracing::debug!(kind = self.shared.kind(), endpoint, "connecting (native)");
         Ok(())
     }
@@ -430,16 +438,45 @@ impl Socket {
     ) -> Result<()> {
         loop {
             match self.try_send(frames, peer) {
-                Err(Blocked(Some(link))) if backpressure == Backpressure::Wait => {
-                    Box::pin(wait(&link.writable)).await
-                }
-                Err(Blocked(None)) if backpressure == Backpressure::Wait => {
-                    Box::pin(wait(&self.shared.pending_room)).await
-                }
-                Err(Blocked(_)) => return Err(Error::QueueFull),
                 Ok(result) => return result,
+                Err(Blocked(_)) if backpressure == Backpressure::Fail => {
+                    return Err(Error::QueueFull)
+                }
+                // Boxed: the wait is the rare path, and inline it would grow every send
+                // future, which callers embed.
+                Err(Blocked(target)) => {
+                    if let Some(result) = Box::pin(self.wait_for_room(target, frames, peer)).await {
+                        return result;
+                    }
+                }
             }
         }
+    }
+
+    /// Waits until `target` (a link, or a Dealer's queue before any peer) may have room:
+    /// the wake-up is armed before the second look, so a drain between the two cannot be
+    /// missed. `Some` when that second look sent (or failed).
+    async fn wait_for_room<F: Frame>(
+        &self,
+        target: Option<Arc<Link>>,
+        frames: &[F],
+        peer: Option<&Bytes>,
+    ) -> Option<Result<()>> {
+        let notify = match &target {
+            Some(link) => &link.writable,
+            None => &self.shared.pending_room,
+        };
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if let Ok(result) = self.try_send(frames, peer) {
+            return Some(result);
+        }
+        tokio::select! {
+            () = notified => {}
+            () = tokio::time::sleep(BLOCKED_SEND_RETRY) => {}
+        }
+        None
     }
 
     pub(crate) fn send_now<F: Frame>(&self, frames: &[F], peer: Option<&Bytes>) -> Result<()> {
@@ -575,14 +612,6 @@ impl Drop for Socket {
 
 /// A send that met the high-water mark, and where to wait for room.
 struct Blocked(Option<Arc<Link>>);
-
-/// Waits for room, or a short while.
-async fn wait(notify: &Notify) {
-    tokio::select! {
-        () = notify.notified() => {}
-        () = tokio::time::sleep(BLOCKED_SEND_RETRY) => {}
-    }
-}
 
 /// A frame as a `Bytes` of its own, for a message that has to wait for a connection.
 fn copy_frame<F: Frame>(frame: &F) -> Bytes {

@@ -390,3 +390,74 @@ fn a_curve_server_refuses_a_key_it_does_not_admit_with_an_error_command() {
         "{err}"
     );
 }
+
+#[test]
+fn without_a_limit_a_huge_length_is_still_a_typed_error_and_no_reservation() {
+    let now = Instant::now();
+    // No limit at all: the length is the peer's word.
+    let mut conn = Connection::new(Config::new(SocketType::Router), now);
+    let mut wire = peer_bytes(b"NULL", b"DEALER");
+    // Before the handshake is done, nothing is reserved for a frame's sake.
+    let mut early = wire.clone();
+    early.extend_from_slice(&[frame::LONG]);
+    early.extend_from_slice(&(1u64 << 40).to_be_bytes());
+    assert_eq!(conn.wanted(&early[greeting::LEN..]), 0);
+    conn.handle_input(&mut wire, now).unwrap();
+    assert!(conn.is_ready());
+    let mut huge = BytesMut::new();
+    huge.extend_from_slice(&[frame::LONG]);
+    huge.extend_from_slice(&(1u64 << 40).to_be_bytes());
+    // Ready: room is asked for, but never more than MAX_WANTED at once.
+    assert_eq!(conn.wanted(&huge), crate::MAX_WANTED);
+    let mut overflow = BytesMut::new();
+    overflow.extend_from_slice(&[frame::LONG]);
+    overflow.extend_from_slice(&u64::MAX.to_be_bytes());
+    assert!(matches!(
+        conn.handle_input(&mut overflow, now),
+        Err(Error::FrameTooLarge { .. })
+    ));
+}
+
+#[test]
+fn an_identity_over_255_bytes_is_refused() {
+    let now = Instant::now();
+    let mut wire = BytesMut::from(&greeting::encode(b"NULL", false)[..]);
+    let mut data = Vec::new();
+    command::put_property(&mut data, b"Socket-Type", b"DEALER");
+    command::put_property(&mut data, b"Identity", &[7u8; 256]);
+    command::write(&mut wire, b"READY", &data);
+    let mut conn = Connection::new(Config::new(SocketType::Router), now);
+    assert!(matches!(
+        conn.handle_input(&mut wire, now),
+        Err(Error::MalformedCommand { .. })
+    ));
+}
+
+#[test]
+fn a_zero_handshake_timeout_is_none_and_a_zero_heartbeat_timeout_never_fires() {
+    let now = Instant::now();
+    let mut config = Config::new(SocketType::Dealer);
+    config.handshake_timeout = Some(Duration::ZERO);
+    let conn = Connection::new(config, now);
+    assert_eq!(conn.poll_timeout(), None);
+    let mut config = Config::new(SocketType::Dealer);
+    config.handshake_timeout = Some(Duration::MAX);
+    assert_eq!(Connection::new(config, now).poll_timeout(), None);
+
+    let mut dealer_config = Config::new(SocketType::Dealer);
+    dealer_config.heartbeat = Some(Heartbeat {
+        timeout: Duration::ZERO,
+        ..heartbeat()
+    });
+    let mut dealer = Side::new(Connection::new(dealer_config, now));
+    let mut router = Side::new(Connection::new(Config::new(SocketType::Router), now));
+    for _ in 0..3 {
+        shuttle(&mut dealer, &mut router, usize::MAX, now).unwrap();
+        shuttle(&mut router, &mut dealer, usize::MAX, now).unwrap();
+    }
+    // PINGs go out each second and nobody answers: still alive a minute later.
+    for s in 1..60 {
+        dealer.handle_timeout(now + Duration::from_secs(s)).unwrap();
+    }
+    assert!(!dealer.is_closed());
+}
