@@ -269,7 +269,6 @@ impl Connection {
         // The signature and the major version now, the rest once the peer's arrive (see
         // `greeting_rest`).
         out.tail().extend_from_slice(&ours[..greeting::VERSIONED]);
-        out.wrote(greeting::VERSIONED);
         Connection {
             // Zero means no timeout (as libzmq's ZMQ_HANDSHAKE_IVL); so does one past the
             // end of time.
@@ -373,7 +372,6 @@ impl Connection {
                         self.out
                             .tail()
                             .extend_from_slice(&ours[greeting::VERSIONED..]);
-                        self.out.wrote(greeting::LEN - greeting::VERSIONED);
                     }
                     let Some(theirs) = partial else {
                         return Ok(());
@@ -630,11 +628,7 @@ impl Connection {
             self.scratch.clear();
             self.scratch.resize(len, 0);
             payload.write_to(&mut self.scratch);
-            let tail = self.out.tail();
-            let before = tail.len();
-            cipher.encrypt(more, &[&self.scratch], tail);
-            let n = tail.len() - before;
-            self.out.wrote(n);
+            cipher.encrypt(more, &[&self.scratch], self.out.tail());
             // One large frame must not keep its copy's memory for the connection's life.
             if self.scratch.capacity() > MAX_SCRATCH {
                 self.scratch = Vec::new();
@@ -644,10 +638,8 @@ impl Connection {
         let flags = if more { frame::MORE } else { 0 };
         let tail = self.out.tail();
         frame::write_header(tail, flags, len);
-        let header = frame::header_len(len);
         if len >= ZERO_COPY_MIN {
             if let Some(bytes) = payload.to_bytes() {
-                self.out.wrote(header);
                 self.out.push_bytes(bytes);
                 return Ok(());
             }
@@ -655,7 +647,6 @@ impl Connection {
         let start = tail.len();
         tail.resize(start + len, 0);
         payload.write_to(&mut tail[start..]);
-        self.out.wrote(header + len);
         Ok(())
     }
 
@@ -678,13 +669,10 @@ impl Connection {
     /// Queues a command; under CURVE after the handshake, in a MESSAGE box.
     fn push_command(&mut self, name: &[u8], data: &[u8]) {
         let tail = self.out.tail();
-        let before = tail.len();
         match self.cipher.as_mut() {
             Some(cipher) => cipher.encrypt_command(&[&[name.len() as u8], name, data], tail),
             None => command::write(tail, name, data),
         }
-        let n = tail.len() - before;
-        self.out.wrote(n);
     }
 
     /// Queues a plain command frame from its body (name-size, name, data), as CURVE's
@@ -693,7 +681,6 @@ impl Connection {
         let tail = self.out.tail();
         frame::write_header(tail, frame::COMMAND, body.len());
         tail.extend_from_slice(body);
-        self.out.wrote(frame::header_len(body.len()) + body.len());
     }
 
     /// The next moment [`handle_timeout`](Self::handle_timeout) has something to do.

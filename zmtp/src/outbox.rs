@@ -16,40 +16,36 @@ pub(crate) const ZERO_COPY_MIN: usize = 8 * 1024;
 pub struct Outbox {
     /// Whole pieces, written before `tail`.
     chunks: VecDeque<Bytes>,
+    /// The bytes in `chunks`: with `tail`'s length, all that is queued.
+    chunked: usize,
     /// Where headers and small frames are copied; written after `chunks`.
     tail: BytesMut,
-    /// Bytes queued in all, for the driver's limits.
-    len: usize,
 }
 
 impl Outbox {
     /// Bytes waiting.
     pub fn len(&self) -> usize {
-        self.len
+        self.chunked + self.tail.len()
     }
 
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
-    /// The buffer small pieces are copied into; the caller adds what it wrote with
-    /// [`wrote`](Self::wrote).
+    /// The buffer small pieces are copied into, after everything queued so far.
     pub(crate) fn tail(&mut self) -> &mut BytesMut {
         &mut self.tail
-    }
-
-    /// Counts `n` bytes just appended to [`tail`](Self::tail).
-    pub(crate) fn wrote(&mut self, n: usize) {
-        self.len += n;
     }
 
     /// Queues `bytes` as one piece, after everything queued so far.
     pub(crate) fn push_bytes(&mut self, bytes: Bytes) {
         if !self.tail.is_empty() {
-            self.chunks.push_back(self.tail.split().freeze());
+            let copied = self.tail.split().freeze();
+            self.chunked += copied.len();
+            self.chunks.push_back(copied);
         }
-        self.len += bytes.len();
+        self.chunked += bytes.len();
         self.chunks.push_back(bytes);
     }
 
@@ -72,16 +68,17 @@ impl Outbox {
 
     /// Drops the first `n` bytes, which were written.
     pub fn advance(&mut self, mut n: usize) {
-        debug_assert!(n <= self.len);
-        self.len -= n.min(self.len);
+        debug_assert!(n <= self.len());
         while n > 0 {
             match self.chunks.front_mut() {
                 Some(chunk) if chunk.len() <= n => {
                     n -= chunk.len();
+                    self.chunked -= chunk.len();
                     self.chunks.pop_front();
                 }
                 Some(chunk) => {
                     chunk.advance(n);
+                    self.chunked -= n;
                     return;
                 }
                 None => {
@@ -90,11 +87,6 @@ impl Outbox {
                     return;
                 }
             }
-        }
-        if self.len == 0 && self.tail.is_empty() {
-            // Everything is written: start the buffer again from its beginning, so it does
-            // not creep through fresh memory.
-            self.tail.clear();
         }
     }
 }
@@ -113,10 +105,8 @@ mod tests {
     fn pieces_come_out_in_order_and_advance_across_them() {
         let mut outbox = Outbox::default();
         outbox.tail().extend_from_slice(b"ab");
-        outbox.wrote(2);
         outbox.push_bytes(Bytes::from_static(b"cdef"));
         outbox.tail().extend_from_slice(b"gh");
-        outbox.wrote(2);
         assert_eq!(written(&outbox), b"abcdefgh");
         assert_eq!(outbox.len(), 8);
         outbox.advance(3);

@@ -519,17 +519,6 @@ impl Socket {
                 Err(Refused::Gone) => unknown(),
             };
         }
-        if peers.ready.is_empty() {
-            // As libzmq, whose pipe to a peer exists from `connect` on: with no endpoint
-            // connected there is nowhere to queue.
-            let connecting = !self.shared.endpoints.lock().connected.is_empty();
-            if !connecting || peers.pending.len() >= hwm(self.shared.options.send_hwm) {
-                return Err(Blocked(None));
-            }
-            let copied = frames.iter().map(copy_frame).collect();
-            peers.pending.push_back(copied);
-            return Ok(Ok(()));
-        }
         // Round-robin: the next peer with room.
         let n = peers.ready.len();
         let mut full = None;
@@ -544,16 +533,20 @@ impl Socket {
                 Err(Refused::Gone) => {}
             }
         }
-        match full {
-            Some(link) => Err(Blocked(Some(link))),
-            // Every peer is closing: queue it for the next.
-            None if peers.pending.len() < hwm(self.shared.options.send_hwm) => {
-                let copied = frames.iter().map(copy_frame).collect();
-                peers.pending.push_back(copied);
-                Ok(Ok(()))
-            }
-            None => Err(Blocked(None)),
+        if let Some(link) = full {
+            return Err(Blocked(Some(link)));
         }
+        // No peer yet, or every one closing: queued for the next. With no peer at all, only
+        // once an endpoint is connected, as libzmq, whose pipe to a peer exists from
+        // `connect` on: with none there is nowhere to queue.
+        let nowhere = n == 0 && self.shared.endpoints.lock().connected.is_empty();
+        if nowhere || peers.pending.len() >= hwm(self.shared.options.send_hwm) {
+            return Err(Blocked(None));
+        }
+        peers
+            .pending
+            .push_back(frames.iter().map(copy_frame).collect());
+        Ok(Ok(()))
     }
 
     /// Appends the next message's frames to `frames` (a Router's begin with the routing
