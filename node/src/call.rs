@@ -51,7 +51,7 @@ fn finished<T>(
     started: Option<std::time::Instant>,
 ) {
     let outcome = Outcome::of(result);
-    trace::finish(span, outcome.as_str());
+    trace::finish(span, outcome);
     if let Some(started) = started {
         node.inner.observers.called(&Called {
             event,
@@ -404,11 +404,11 @@ impl<'a> Call<'a> {
     /// context taken.
     fn prepare(mut self) -> Result<Prepared<'a>> {
         let span = trace::call_span(self.event, &self.to);
-        // The span is current while the call is resolved and its trace context taken (so
-        // the call carries it as the parent of the receiver's span), not at every poll of
-        // the wait: entering a span costs the subscriber work, and nothing of ours logs
-        // inside the wait.
-        let outgoing = if span.is_disabled() {
+        // With `otel`, the span is current while the call is resolved and its trace
+        // context taken (so the call carries it as the parent of the receiver's span);
+        // never at every poll of the wait: entering a span costs the subscriber work, and
+        // nothing of ours logs inside the wait.
+        let outgoing = if !trace::ENTER_CALL_SPAN || span.is_disabled() {
             self.resolve()?
         } else {
             span.in_scope(|| self.resolve())?

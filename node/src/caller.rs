@@ -23,6 +23,7 @@
 //! `poll_ready` is real backpressure: with [`Caller::max_in_flight`] it is ready only while
 //! fewer calls than that are in flight.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -43,13 +44,14 @@ use crate::node::Node;
 
 /// One request for a [`Caller`]: where it goes, the event, the payload (raw, passed
 /// through), metadata, and a timeout (the node's default when `None`). Cloneable, so a
-/// retry can send it again.
+/// retry can send it again: a `&'static str` event is not copied (an allocation for the
+/// request and one for each retry's clone were about 40 ns of a call).
 #[derive(Debug, Clone)]
 pub struct Outbound {
     /// Who it goes to.
     pub to: Target,
     /// The event.
-    pub event: String,
+    pub event: Cow<'static, str>,
     /// The payload, sent untouched.
     pub payload: Bytes,
     /// The metadata (the user's entries).
@@ -60,7 +62,11 @@ pub struct Outbound {
 
 impl Outbound {
     /// A request with a raw payload.
-    pub fn new(to: impl Into<Target>, event: impl Into<String>, payload: Bytes) -> Outbound {
+    pub fn new(
+        to: impl Into<Target>,
+        event: impl Into<Cow<'static, str>>,
+        payload: Bytes,
+    ) -> Outbound {
         Outbound {
             to: to.into(),
             event: event.into(),
@@ -73,7 +79,7 @@ impl Outbound {
     /// A request with `data` encoded as MessagePack.
     pub fn encode<T: Serialize + ?Sized>(
         to: impl Into<Target>,
-        event: impl Into<String>,
+        event: impl Into<Cow<'static, str>>,
         data: &T,
     ) -> Result<Outbound> {
         Ok(Outbound::new(to, event, encode_value(data)?))

@@ -44,6 +44,7 @@
 
 mod breaker;
 mod call;
+mod call_timeout;
 mod caller;
 mod config;
 mod context;
@@ -76,6 +77,7 @@ mod watch;
 
 pub use breaker::{Breaker, BreakerFuture, CircuitBreaker, CircuitBreakerLayer, CircuitOpen};
 pub use call::{Call, Reply};
+pub use call_timeout::{CallTimeout, CallTimeoutLayer};
 pub use caller::{CallFuture, Caller, Outbound, RetrySafe};
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
 pub use error::{Error, ErrorCode, Result};

@@ -35,7 +35,6 @@ use crate::observe::{Outcome, Watch};
 use crate::peer::{NodeId, PeerWork};
 use crate::trace;
 use protocol::Runners;
-use tracing::Instrument;
 
 /// The error code of a request refused because the node's handlers are at their limit.
 pub(crate) const BUSY: &str = "BUSY";
@@ -469,7 +468,7 @@ async fn run_request(
     let work = if span.is_disabled() {
         futures::future::Either::Left(work)
     } else {
-        futures::future::Either::Right(work.instrument(span.clone()))
+        futures::future::Either::Right(trace::InSpan::new(&span, work))
     };
     let handled = AssertUnwindSafe(work).catch_unwind();
     let outcome = tokio::select! {
@@ -498,7 +497,7 @@ async fn run_request(
         // Its caller has given up: the same.
         () = Expiry::new(deadline) => expired(inner, responder),
     };
-    trace::finish(&span, outcome.as_str());
+    trace::finish(&span, outcome);
     outcome
 }
 

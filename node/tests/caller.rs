@@ -178,6 +178,56 @@ async fn timeout_concurrency_limit_and_rate_limit_layers() {
     .await;
     w.most.store(0, Ordering::SeqCst);
 
+    // The node's call timeout: the call's own deadline, so the error is the node's
+    // timeout and the worker's handler is stopped at it, not left running.
+    let mut deadlined = ServiceBuilder::new()
+        .layer(node::CallTimeoutLayer::new(Duration::from_millis(50)))
+        .service(client.caller());
+    let slow = Outbound::encode("w", "slow", &60_000u64).unwrap();
+    let started = Instant::now();
+    let error = deadlined
+        .ready()
+        .await
+        .unwrap()
+        .call(slow)
+        .await
+        .unwrap_err();
+    assert!(error.is_timeout(), "{error}");
+    // Generous: the 50 ms deadline, not the call's 5 s default or the handler's minute.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    within("the worker to stop the expired handler", async {
+        while w.running.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // A request's own shorter timeout is kept under a longer layer.
+    let mut long = ServiceBuilder::new()
+        .layer(node::CallTimeoutLayer::new(Duration::from_secs(30)))
+        .service(client.caller());
+    let short = Outbound::encode("w", "slow", &60_000u64)
+        .unwrap()
+        .timeout(Duration::from_millis(50));
+    let started = Instant::now();
+    let error = long.ready().await.unwrap().call(short).await.unwrap_err();
+    assert!(error.is_timeout(), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    within("the second expired handler to stop", async {
+        while w.running.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    w.most.store(0, Ordering::SeqCst);
+
     // Concurrency limit: 12 calls, at most 3 at the worker at once.
     let limited = ServiceBuilder::new()
         .concurrency_limit(3)

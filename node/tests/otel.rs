@@ -66,6 +66,9 @@ async fn one_trace_spans_client_router_and_worker_with_correct_parents() {
     .instrument(root)
     .await;
     assert!(seen.is_some(), "the worker got a traceparent");
+    // A call that fails: its span says how, and its status is an error.
+    let missing = caller.call("nobody", "work").send::<_, ()>(&()).await;
+    assert!(missing.is_err());
     // Spans end when their futures do; the worker's answers before it ends, so give the
     // nodes a moment (bounded) to close theirs.
     let spans = within("the three nodes' spans", async {
@@ -73,7 +76,13 @@ async fn one_trace_spans_client_router_and_worker_with_correct_parents() {
             let _ = provider.force_flush();
             let spans = exporter.get_finished_spans().unwrap();
             let handles = spans.iter().filter(|s| s.name == "zeronode.handle").count();
-            if spans.iter().any(|s| s.name == "test.root") && handles >= 2 {
+            let failed_call = spans.iter().any(|s| {
+                s.name == "zeronode.call"
+                    && s.attributes
+                        .iter()
+                        .any(|kv| kv.key.as_str() == "to" && kv.value.as_str() == "nobody")
+            });
+            if spans.iter().any(|s| s.name == "test.root") && handles >= 2 && failed_call {
                 return spans;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -83,17 +92,40 @@ async fn one_trace_spans_client_router_and_worker_with_correct_parents() {
 
     let root = spans.iter().find(|s| s.name == "test.root").unwrap();
     let trace_id = root.span_context.trace_id();
-    // The last (successful) call: the caller's span, the router's, the worker's.
+    // The last (successful) call: the caller's span, the router's, the worker's. A span
+    // records an outcome only when its request failed, and its status is then an error.
     let calls: Vec<&SpanData> = spans.iter().filter(|s| s.name == "zeronode.call").collect();
+    let failed = |s: &SpanData| s.attributes.iter().any(|kv| kv.key.as_str() == "outcome");
     let call = calls
         .iter()
         .rev()
-        .find(|s| {
-            s.attributes
-                .iter()
-                .any(|kv| kv.key.as_str() == "outcome" && kv.value.as_str() == "ok")
-        })
+        .find(|s| !failed(s))
         .expect("a call that succeeded");
+    assert_eq!(
+        call.status,
+        opentelemetry::trace::Status::Unset,
+        "{call:#?}"
+    );
+    let missed = spans
+        .iter()
+        .find(|s| {
+            s.name == "zeronode.call"
+                && s.attributes
+                    .iter()
+                    .any(|kv| kv.key.as_str() == "to" && kv.value.as_str() == "nobody")
+        })
+        .unwrap();
+    assert!(
+        missed
+            .attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == "outcome" && kv.value.as_str() == "refused"),
+        "{missed:#?}"
+    );
+    assert!(
+        matches!(missed.status, opentelemetry::trace::Status::Error { .. }),
+        "{missed:#?}"
+    );
     let at_router = named(&spans, "zeronode.handle", "_system:forward");
     let at_worker = named(&spans, "zeronode.handle", "work");
     for span in [*call, at_router, at_worker] {

@@ -98,6 +98,10 @@ pub(crate) enum Layer {
     /// The `node` row's requests sent through `Node::caller()` under tower's retry
     /// (`RetrySafe`), timeout and concurrency-limit layers. Not in [`Layer::ALL`].
     NodeCaller,
+    /// The `node-ctx` row on the native engine. Not in [`Layer::ALL`].
+    NodeNativeCtx,
+    /// The `node-caller` row on the native engine. Not in [`Layer::ALL`].
+    NodeNativeCaller,
     /// The `node` row with a handler that does a fixed CPU-bound job of about 200 µs per
     /// request before answering the payload back; the server on a multi-thread runtime with
     /// one worker thread. Not in [`Layer::ALL`].
@@ -154,6 +158,8 @@ impl Layer {
             Layer::NodeBlockOn => "node-block-on",
             Layer::NodeCtx => "node-ctx",
             Layer::NodeCaller => "node-caller",
+            Layer::NodeNativeCtx => "node-native-ctx",
+            Layer::NodeNativeCaller => "node-native-caller",
             Layer::NodeCpu1 => "node-cpu-1",
             Layer::NodeCpu2 => "node-cpu-2",
             Layer::Nats => "nats",
@@ -173,9 +179,16 @@ impl Layer {
             | Layer::NodeNative
             | Layer::NodeNativeCurve
             | Layer::NodeNativeBlockOn
-            | Layer::NodeNativeTick => ::transport::Engine::Native,
+            | Layer::NodeNativeTick
+            | Layer::NodeNativeCtx
+            | Layer::NodeNativeCaller => ::transport::Engine::Native,
             _ => ::transport::Engine::Libzmq,
         }
+    }
+
+    /// Whether the row has the request context on (`node-ctx`, `node-native-ctx`).
+    pub(crate) fn is_ctx(self) -> bool {
+        matches!(self, Layer::NodeCtx | Layer::NodeNativeCtx)
     }
 
     /// Whether the row's server does a CPU-bound job per request (`node-cpu-N`): its rate is
@@ -243,13 +256,14 @@ pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
         | Layer::NodeTick
         | Layer::NodeBlockOn
         | Layer::NodeCaller
+        | Layer::NodeNativeCaller
         | Layer::NodeNative
         | Layer::NodeNativeBlockOn
         | Layer::NodeNativeTick => runtime()?.block_on(node::serve(endpoint, false)),
         Layer::NodeCurve | Layer::NodeNativeCurve => {
             runtime()?.block_on(node::serve(endpoint, true))
         }
-        Layer::NodeCtx => {
+        Layer::NodeCtx | Layer::NodeNativeCtx => {
             node::observe_everything();
             runtime()?.block_on(node::serve_ctx(endpoint))
         }
@@ -281,10 +295,12 @@ pub(crate) fn client(job: &Job) -> Result<Point> {
         | Layer::NodeNativeCurve
         | Layer::NodeCpu1
         | Layer::NodeCpu2 => on_task(job, |job| async move { node::client(&job).await }),
-        Layer::NodeCaller => on_task(job, |job| async move { node::caller_client(&job).await }),
+        Layer::NodeCaller | Layer::NodeNativeCaller => {
+            on_task(job, |job| async move { node::caller_client(&job).await })
+        }
         Layer::NodeTick | Layer::NodeNativeTick => runtime()?.block_on(node::tick_client(job)),
         Layer::NodeBlockOn | Layer::NodeNativeBlockOn => runtime()?.block_on(node::client(job)),
-        Layer::NodeCtx => {
+        Layer::NodeCtx | Layer::NodeNativeCtx => {
             node::observe_everything();
             on_task(job, |job| async move { node::client(&job).await })
         }

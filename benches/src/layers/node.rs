@@ -188,7 +188,7 @@ fn cpu_job() -> u64 {
 /// (`ENDPOINT KEY`, as `serve` announced it) the client has its own key pair.
 async fn connect(job: &Job) -> Result<(Node, NodeId)> {
     let builder = builder(format!("bench-client-{}", std::process::id()))
-        .metrics(job.layer == super::Layer::NodeCtx && context_part("metrics"));
+        .metrics(job.layer.is_ctx() && context_part("metrics"));
     let (client, peer) = match job.endpoint.split_once(' ') {
         Some((endpoint, key)) => {
             let server_key = Key::from_z85(key)?;
@@ -211,7 +211,7 @@ pub(super) async fn client(job: &Job) -> Result<Point> {
     let method = if job.layer.is_cpu_bound() { WORK } else { ECHO };
     let payload = job.payload();
     let plan = Plan::starting_now(job.warmup, job.duration);
-    let context = job.layer == super::Layer::NodeCtx && context_part("meta");
+    let context = job.layer.is_ctx() && context_part("meta");
     let recorder = drive_concurrent(job.window, plan, || async {
         let call = client.call(&server, method).timeout(REQUEST_TIMEOUT);
         // The context row: two short metadata entries, as an auth token and a tenant.
@@ -230,19 +230,41 @@ pub(super) async fn client(job: &Job) -> Result<Point> {
 
 /// Request/reply through `Node::caller()` under retry, timeout and concurrency-limit
 /// layers (the limit far above the window: it is the layer's cost that is measured, not
-/// its limiting).
+/// its limiting). The timeout is the node's [`node::CallTimeoutLayer`] (the call's own
+/// deadline); with `ZERONODE_CALLER_TIMEOUT=tower`, tower's (a timer per call).
 pub(super) async fn caller_client(job: &Job) -> Result<Point> {
-    use tower::ServiceExt;
     let (client, server) = connect(job).await?;
-    let stack = tower::ServiceBuilder::new()
-        .retry(node::RetrySafe::new(3))
-        .timeout(REQUEST_TIMEOUT)
-        .concurrency_limit(job.window.max(1) * 4)
-        .service(client.caller());
+    let stack = tower::ServiceBuilder::new().retry(node::RetrySafe::new(3));
+    let limit = job.window.max(1) * 4;
+    let point = if std::env::var("ZERONODE_CALLER_TIMEOUT").is_ok_and(|t| t == "tower") {
+        let stack = stack
+            .timeout(REQUEST_TIMEOUT)
+            .concurrency_limit(limit)
+            .service(client.caller());
+        drive_caller(job, &server, stack).await
+    } else {
+        let stack = stack
+            .layer(node::CallTimeoutLayer::new(REQUEST_TIMEOUT))
+            .concurrency_limit(limit)
+            .service(client.caller());
+        drive_caller(job, &server, stack).await
+    };
+    client.close().await;
+    point
+}
+
+/// The caller row's request loop over `stack`: a clone of it per request (`oneshot`), as
+/// tower services are used from many tasks.
+async fn drive_caller<S>(job: &Job, server: &NodeId, stack: S) -> Result<Point>
+where
+    S: tower::Service<node::Outbound, Response = node::Reply> + Clone,
+    S::Error: std::fmt::Display,
+{
+    use tower::ServiceExt;
     let payload = job.payload();
     let plan = Plan::starting_now(job.warmup, job.duration);
     let recorder = drive_concurrent(job.window, plan, || async {
-        let request = node::Outbound::new(&server, ECHO, payload.clone());
+        let request = node::Outbound::new(server, ECHO, payload.clone());
         let reply = stack
             .clone()
             .oneshot(request)
@@ -251,10 +273,8 @@ pub(super) async fn caller_client(job: &Job) -> Result<Point> {
         job.check_reply(reply.payload().len())
     })
     .await?;
-    client.close().await;
     Ok(recorder.finish(job.layer, job.size, job.window.max(1)))
 }
-
 /// One-way ticks: one point, throughput as counted by the receiver.
 ///
 /// The client sends ticks as fast as the socket takes them (backpressure at the high-water
