@@ -1,5 +1,9 @@
-//! The calling side as a tower stack: `node.caller()` under retry, timeout, a concurrency
+//! The calling side as a tower stack: `node.caller()` under retry, a timeout, a concurrency
 //! limit and a circuit breaker.
+//!
+//! The timeout is `CallTimeoutLayer`: it gives each call its own deadline, which the node
+//! keeps with its other requests' (no timer per call) and which the callee sees.
+//! `tower::timeout` works in the same place too.
 //!
 //! A `client` calls a `pricing` node that is not up yet: the calls fail with "node not
 //! found", which is safe to retry (nothing ran), so `RetrySafe` keeps trying while the node
@@ -16,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use examples::{address, init_tracing, unexpected, Result};
 use node::{
-    CircuitBreakerLayer, CircuitOpen, Error, HandlerError, Node, Outbound, Request, RetrySafe,
+    CallTimeoutLayer, CircuitBreakerLayer, CircuitOpen, Error, HandlerError, Node, Outbound,
+    Request, RetrySafe,
 };
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
@@ -52,7 +57,7 @@ async fn main() -> Result {
     let stack = ServiceBuilder::new()
         .layer(CircuitBreakerLayer::new(3, Duration::from_millis(500)))
         .retry(RetrySafe::new(8))
-        .timeout(Duration::from_secs(2))
+        .layer(CallTimeoutLayer::new(Duration::from_secs(2)))
         .concurrency_limit(4)
         .service(client.caller());
 
