@@ -18,6 +18,9 @@ pub(super) struct Waiter {
     /// How the request ended, once it did (the table keeps the entry, ended, until the
     /// caller takes it).
     pub(super) outcome: Option<Outcome>,
+    /// The caller is no task (the runtime's `block_on` future): see
+    /// `Answered::outside_tasks`.
+    pub(super) outside_task: bool,
 }
 
 /// How a pending request ended, as the driver tells its caller (who turns it into the
