@@ -166,8 +166,19 @@ impl Meta {
     }
 
     /// The value of `key` (the last one, if it was given twice), framework keys included.
+    ///
+    /// Keys are compared as bytes and only the value found is checked as text: looking up
+    /// a key in a request's section was, with every entry's key and text checked as UTF-8,
+    /// about 40 ns of each side's request context (two entries, `perf`).
     pub fn get(&self, key: &str) -> Option<MetaValue<'_>> {
-        self.all().filter(|(k, _)| *k == key).last().map(|(_, v)| v)
+        let (_, kind, value) = self
+            .raw_entries()
+            .filter(|(k, _, _)| *k == key.as_bytes())
+            .last()?;
+        match kind {
+            KIND_TEXT => std::str::from_utf8(value).ok().map(MetaValue::Text),
+            _ => Some(MetaValue::Bytes(value)),
+        }
     }
 
     /// The text value of `key`, if it is there and is text.
@@ -189,6 +200,12 @@ impl Meta {
     /// Every entry, framework ones included.
     fn all(&self) -> Entries<'_> {
         Entries { rest: &self.raw }
+    }
+
+    /// Every entry as bytes (key, kind, value), nothing checked as text: for looking at keys
+    /// and sizes. The section was checked when it was parsed or built.
+    fn raw_entries(&self) -> RawEntries<'_> {
+        RawEntries { rest: &self.raw }
     }
 
     /// Sets `key` to text `value`, replacing an earlier value. A key that is empty, longer
@@ -233,7 +250,7 @@ impl Meta {
     /// The same entries without the framework's (what a layer passes on to the next hop,
     /// which adds its own).
     pub fn user_only(&self) -> Meta {
-        if !self.all().any(|(key, _)| key.starts_with(RESERVED_PREFIX)) {
+        if !self.raw_entries().any(|(key, _, _)| is_reserved(key)) {
             return self.clone();
         }
         let mut raw = BytesMut::with_capacity(self.raw.len());
@@ -246,8 +263,11 @@ impl Meta {
     /// Checks this section's user entries, as they would be sent, against `limits`.
     pub fn check(&self, limits: &MetaLimits) -> Result<(), MetaError> {
         let (entries, bytes) = self
-            .iter()
-            .fold((0, 0), |(n, size), (k, v)| (n + 1, size + entry_len(k, v)));
+            .raw_entries()
+            .filter(|(key, _, _)| !is_reserved(key))
+            .fold((0, 0), |(n, size), (key, _, value)| {
+                (n + 1, size + ENTRY_OVERHEAD + key.len() + value.len())
+            });
         limits.check(entries, bytes)
     }
 
@@ -347,6 +367,52 @@ fn split_entry(raw: &[u8]) -> Result<(&str, MetaValue<'_>, &[u8]), MetaError> {
         _ => return Err(MetaError::Malformed("unknown value kind")),
     };
     Ok((key, value, rest))
+}
+
+/// Whether a key (as bytes) is the framework's.
+fn is_reserved(key: &[u8]) -> bool {
+    key.first() == Some(&(RESERVED_PREFIX as u8))
+}
+
+/// The entries of a checked section as bytes: key, value kind, value.
+struct RawEntries<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for RawEntries<'a> {
+    type Item = (&'a [u8], u8, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match split_raw(self.rest) {
+            Some((key, kind, value, rest)) => {
+                self.rest = rest;
+                Some((key, kind, value))
+            }
+            // Not after `parse`; a section built unchecked stops at its first bad entry.
+            None => {
+                self.rest = &[];
+                None
+            }
+        }
+    }
+}
+
+/// Splits the first entry off `raw` as bytes: key, value kind, value, and what follows;
+/// `None` at the end or at a malformed entry.
+fn split_raw(raw: &[u8]) -> Option<(&[u8], u8, &[u8], &[u8])> {
+    let (&key_len, rest) = raw.split_first()?;
+    let key_len = usize::from(key_len);
+    if key_len == 0 || rest.len() < key_len + 5 {
+        return None;
+    }
+    let (key, rest) = rest.split_at(key_len);
+    let value_len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+    let (kind, rest) = (rest[0], &rest[5..]);
+    if rest.len() < value_len {
+        return None;
+    }
+    let (value, rest) = rest.split_at(value_len);
+    Some((key, kind, value, rest))
 }
 
 /// The entries of a checked section.
