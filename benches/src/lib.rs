@@ -13,11 +13,14 @@
 //! | `node-curve` | the `node` row's server with a CURVE key pair | `connect_secure`, then as `node` |
 //! | `node-cpu-1`, `node-cpu-2` | `Node`, a ~200 µs CPU-bound handler, 1 or 2 worker threads | as `node` |
 //! | `node-ctx` | the `node` row's server with metrics on, spans recorded | `Node::call` with two metadata entries, metrics on, spans recorded |
-//! | `node-caller` | the `node` row's server | `Node::caller()` under retry, timeout and concurrency-limit layers |
+//! | `node-caller` | the `node` row's server | `Node::caller()` under retry, `CallTimeoutLayer` and concurrency-limit layers (`ZERONODE_CALLER_TIMEOUT=tower`: tower's timeout) |
+//! | `node-native-ctx`, `node-native-caller` | as `node-ctx`, `node-caller`, on the native engine | the same |
 //!
 //! `node-ctx` and `node-caller` are not in the default set either: `--layers
 //! node,node-ctx,node-caller` shows what the request context (metadata, tracing spans,
-//! metrics) and the caller's tower stack cost beside the plain row.
+//! metrics) and the caller's tower stack cost beside the plain row (`node-native,
+//! node-native-ctx,node-native-caller` on the native engine). `ZERONODE_CTX` (a subset of
+//! `meta,spans,metrics`) turns parts of the context off.
 //!
 //! The CPU-bound rows are not in the default set: `--layers node-cpu-1,node-cpu-2` measures
 //! both in one run (side by side at every size and window), to show whether a second worker

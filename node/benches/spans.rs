@@ -1,5 +1,5 @@
 //! What a recording `tracing` subscriber charges for one request's span, shaped as the
-//! node's: `zeronode.handle` with `event` and `from` (and two empty fields), created,
+//! node's: `zeronode.handle` with `event` and `from` (and three empty fields), created,
 //! entered once around the handler and closed. This is the subscriber's own cost, which the
 //! `node-ctx` benchmark rows include on each side of every request.
 //!
@@ -27,6 +27,7 @@ fn request_span(from: &str, record: bool) {
         from = %from,
         trace_id = tracing::field::Empty,
         outcome = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     );
     if !span.is_disabled() {
         let _entered = span.enter();

@@ -70,11 +70,23 @@ struct Prepared<'a> {
     outgoing: Outgoing,
     span: tracing::Span,
     started: Option<std::time::Instant>,
+    /// Whether [`finished`](Self::finished) recorded the end: a call dropped before it
+    /// ends (a `select!`, `tower::timeout`) records `cancelled` in its span on drop.
+    ended: bool,
+}
+
+impl Drop for Prepared<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            trace::finish(&self.span, Outcome::Cancelled);
+        }
+    }
 }
 
 impl Prepared<'_> {
     /// Records how the call ended.
-    fn finished<T>(&self, tick: bool, result: &Result<T>) {
+    fn finished<T>(&mut self, tick: bool, result: &Result<T>) {
+        self.ended = true;
         finished(
             self.node,
             self.event,
@@ -358,7 +370,7 @@ impl<'a> Call<'a> {
         // builder (a request's future is moved at each level that awaits it).
         let prepared = self.prepare();
         async move {
-            let prepared = prepared?;
+            let mut prepared = prepared?;
             let result = prepared
                 .node
                 .send_request(&prepared.to, prepared.event, payload, &prepared.outgoing)
@@ -373,7 +385,7 @@ impl<'a> Call<'a> {
     /// the metadata the handler set ([`Response::with_meta`](crate::Response::with_meta)).
     pub async fn send_raw_reply(self, payload: Bytes) -> Result<Reply> {
         let limits = self.node.inner.config.max_metadata;
-        let prepared = self.prepare()?;
+        let mut prepared = self.prepare()?;
         let result = prepared
             .node
             .send_request(&prepared.to, prepared.event, payload, &prepared.outgoing)
@@ -391,7 +403,7 @@ impl<'a> Call<'a> {
 
     /// Sends it as a tick with a raw payload.
     pub async fn tick_raw(self, payload: Bytes) -> Result<()> {
-        let prepared = self.prepare()?;
+        let mut prepared = self.prepare()?;
         let result = prepared
             .node
             .send_tick(&prepared.to, prepared.event, payload, &prepared.outgoing)
@@ -422,6 +434,7 @@ impl<'a> Call<'a> {
             outgoing,
             span,
             started,
+            ended: false,
         })
     }
 

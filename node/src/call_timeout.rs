@@ -26,8 +26,11 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Under a retry, as above, each attempt has the whole timeout; put it outside the retry
-//! for one budget over all attempts.
+//! The timeout is relative: under a retry, as above, each attempt has the whole of it (and
+//! the waits between attempts are not counted), as with `tower::timeout` in the same place.
+//! A request with a timeout of its own keeps the smaller of the two; one without gets the
+//! layer's in place of the node's default
+//! ([`request_timeout`](crate::Config::request_timeout)), which may be longer.
 
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -36,8 +39,8 @@ use tower::{Layer, Service};
 
 use crate::caller::Outbound;
 
-/// Gives every [`Outbound`] request at most `timeout` (the smaller of it and the request's
-/// own). See the [module](self).
+/// Gives every [`Outbound`] request `timeout`, or its own if that is smaller (see the
+/// [module](self): a request without one gets this in place of the node's default).
 #[derive(Debug, Clone, Copy)]
 pub struct CallTimeoutLayer {
     timeout: Duration,

@@ -205,6 +205,13 @@ async fn timeout_concurrency_limit_and_rate_limit_layers() {
         }
     })
     .await;
+    // Stopped at the call's 50 ms deadline, which it carried: well before the node's 5 s
+    // default would have stopped it (generous for a loaded machine).
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     // A request's own shorter timeout is kept under a longer layer.
     let mut long = ServiceBuilder::new()
         .layer(node::CallTimeoutLayer::new(Duration::from_secs(30)))
@@ -226,6 +233,11 @@ async fn timeout_concurrency_limit_and_rate_limit_layers() {
         }
     })
     .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     w.most.store(0, Ordering::SeqCst);
 
     // Concurrency limit: 12 calls, at most 3 at the worker at once.

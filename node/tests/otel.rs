@@ -69,6 +69,12 @@ async fn one_trace_spans_client_router_and_worker_with_correct_parents() {
     // A call that fails: its span says how, and its status is an error.
     let missing = caller.call("nobody", "work").send::<_, ()>(&()).await;
     assert!(missing.is_err());
+    // A call given up before it ended (its future dropped): cancelled, not a success.
+    drop(
+        caller
+            .call("worker", "dropped")
+            .send_raw(bytes::Bytes::new()),
+    );
     // Spans end when their futures do; the worker's answers before it ends, so give the
     // nodes a moment (bounded) to close theirs.
     let spans = within("the three nodes' spans", async {
@@ -82,7 +88,14 @@ async fn one_trace_spans_client_router_and_worker_with_correct_parents() {
                         .iter()
                         .any(|kv| kv.key.as_str() == "to" && kv.value.as_str() == "nobody")
             });
-            if spans.iter().any(|s| s.name == "test.root") && handles >= 2 && failed_call {
+            let dropped = spans.iter().any(|s| {
+                s.name == "zeronode.call"
+                    && s.attributes
+                        .iter()
+                        .any(|kv| kv.key.as_str() == "event" && kv.value.as_str() == "dropped")
+            });
+            if spans.iter().any(|s| s.name == "test.root") && handles >= 2 && failed_call && dropped
+            {
                 return spans;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -125,6 +138,14 @@ async fn one_trace_spans_client_router_and_worker_with_correct_parents() {
     assert!(
         matches!(missed.status, opentelemetry::trace::Status::Error { .. }),
         "{missed:#?}"
+    );
+    let dropped = named(&spans, "zeronode.call", "dropped");
+    assert!(
+        dropped
+            .attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == "outcome" && kv.value.as_str() == "cancelled"),
+        "{dropped:#?}"
     );
     let at_router = named(&spans, "zeronode.handle", "_system:forward");
     let at_worker = named(&spans, "zeronode.handle", "work");

@@ -176,6 +176,7 @@ impl<L: Link> Conversation<L> {
         // look (under the lock) right after the send: an outcome that came first has woken
         // us already.
         let waker = std::future::poll_fn(|cx| std::task::Poll::Ready(cx.waker().clone())).await;
+        let outside_task = tokio::task::try_id().is_none();
         // The table gives the request its id.
         let id = {
             let mut pending = self.pending.lock();
@@ -185,7 +186,7 @@ impl<L: Link> Conversation<L> {
                     peer: peer.clone(),
                     waker: Some(waker),
                     outcome: None,
-                    outside_task: tokio::task::try_id().is_none(),
+                    outside_task,
                 },
             );
             if pending.armed.is_none_or(|armed| deadline < armed) {
@@ -472,10 +473,12 @@ impl<L: Link> Conversation<L> {
                         // protocol 500-1000 B window 100: +4-6%). Once per batch, not per
                         // answer: per answer measured 28% slower.
                         // A caller that is no task (the runtime's `block_on` future, as
-                        // `#[tokio::main]` runs) is polled only once the run queue is empty
-                        // or the I/O driver was polled: a self-wake would put this driver
-                        // back in the queue ahead of it and read on, so it yields to the
-                        // runtime instead (an `epoll_wait` more per batch, only then).
+                        // `#[tokio::main]` runs) is polled, on a current-thread runtime,
+                        // only once the run queue is empty or the I/O driver was polled: a
+                        // self-wake would put this driver back in the queue ahead of it and
+                        // read on, so it yields to the runtime instead (an `epoll_wait` more
+                        // per batch, only then; on a multi-thread runtime `block_on` has a
+                        // thread of its own and the yield costs only that).
                         // Native node, 100 B, window 100: `block_on` +10%; with every
                         // caller a task this way instead, -25%.
                         if answered.outside_tasks {

@@ -177,7 +177,8 @@ impl Meta {
             .last()?;
         match kind {
             KIND_TEXT => std::str::from_utf8(value).ok().map(MetaValue::Text),
-            _ => Some(MetaValue::Bytes(value)),
+            KIND_BYTES => Some(MetaValue::Bytes(value)),
+            _ => None,
         }
     }
 
@@ -380,13 +381,13 @@ struct RawEntries<'a> {
 }
 
 impl<'a> Iterator for RawEntries<'a> {
-    type Item = (&'a [u8], u8, &'a [u8]);
+    type Item = RawEntry<'a>;
 
     fn next(&mut self) -> Option<Self::Item> {
         match split_raw(self.rest) {
-            Some((key, kind, value, rest)) => {
+            Some((entry, rest)) => {
                 self.rest = rest;
-                Some((key, kind, value))
+                Some(entry)
             }
             // Not after `parse`; a section built unchecked stops at its first bad entry.
             None => {
@@ -397,9 +398,12 @@ impl<'a> Iterator for RawEntries<'a> {
     }
 }
 
-/// Splits the first entry off `raw` as bytes: key, value kind, value, and what follows;
-/// `None` at the end or at a malformed entry.
-fn split_raw(raw: &[u8]) -> Option<(&[u8], u8, &[u8], &[u8])> {
+/// One entry as bytes: key, value kind, value.
+type RawEntry<'a> = (&'a [u8], u8, &'a [u8]);
+
+/// Splits the first entry off `raw` as bytes, and what follows; `None` at the end or at a
+/// malformed entry.
+fn split_raw(raw: &[u8]) -> Option<(RawEntry<'_>, &[u8])> {
     let (&key_len, rest) = raw.split_first()?;
     let key_len = usize::from(key_len);
     if key_len == 0 || rest.len() < key_len + 5 {
@@ -412,7 +416,7 @@ fn split_raw(raw: &[u8]) -> Option<(&[u8], u8, &[u8], &[u8])> {
         return None;
     }
     let (value, rest) = rest.split_at(value_len);
-    Some((key, kind, value, rest))
+    Some(((key, kind, value), rest))
 }
 
 /// The entries of a checked section.
@@ -447,6 +451,45 @@ mod tests {
 
     fn limits() -> MetaLimits {
         MetaLimits::default()
+    }
+
+    #[test]
+    fn lookups_by_key_bytes_agree_with_the_checked_entries() {
+        let mut meta = Meta::new();
+        meta.insert("auth", "t0k3n").unwrap();
+        meta.insert_bytes("blob", &[0xff, 0xfe]).unwrap();
+        meta.set(":budget-like", MetaValue::Bytes(&[1, 2, 3]));
+        meta.insert("tenant", "acme").unwrap();
+        let parsed = Meta::parse(meta.as_bytes().clone(), &limits()).unwrap();
+        // Every entry the checked walk sees, the lookup finds with the same value.
+        for (key, value) in parsed.all() {
+            assert_eq!(parsed.get(key), Some(value), "{key}");
+        }
+        assert_eq!(parsed.get("nope"), None);
+        assert_eq!(parsed.get("aut"), None, "a prefix of a key is not the key");
+        // The size check counts user entries only, each as it is encoded.
+        let user: usize = parsed.iter().map(|(k, v)| entry_len(k, v)).sum();
+        let exact = MetaLimits {
+            max_entries: 3,
+            max_bytes: user,
+        };
+        assert_eq!(parsed.check(&exact), Ok(()));
+        let tighter = MetaLimits {
+            max_bytes: user - 1,
+            ..exact
+        };
+        assert!(parsed.check(&tighter).is_err());
+        let fewer = MetaLimits {
+            max_entries: 2,
+            ..exact
+        };
+        assert!(parsed.check(&fewer).is_err());
+        // Passed on without the framework's entry, the user's in their order.
+        let passed = parsed.user_only();
+        let keys: Vec<&str> = passed.all().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["auth", "blob", "tenant"]);
+        let plain = passed.user_only();
+        assert_eq!(plain.as_bytes(), passed.as_bytes());
     }
 
     #[test]

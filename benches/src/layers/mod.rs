@@ -96,7 +96,8 @@ pub(crate) enum Layer {
     /// recorded into a Prometheus recorder, on both sides. Not in [`Layer::ALL`].
     NodeCtx,
     /// The `node` row's requests sent through `Node::caller()` under tower's retry
-    /// (`RetrySafe`), timeout and concurrency-limit layers. Not in [`Layer::ALL`].
+    /// (`RetrySafe`), the node's `CallTimeoutLayer` (tower's timeout with
+    /// `ZERONODE_CALLER_TIMEOUT=tower`) and tower's concurrency limit. Not in [`Layer::ALL`].
     NodeCaller,
     /// The `node-ctx` row on the native engine. Not in [`Layer::ALL`].
     NodeNativeCtx,

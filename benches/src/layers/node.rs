@@ -275,6 +275,7 @@ where
     .await?;
     Ok(recorder.finish(job.layer, job.size, job.window.max(1)))
 }
+
 /// One-way ticks: one point, throughput as counted by the receiver.
 ///
 /// The client sends ticks as fast as the socket takes them (backpressure at the high-water
