@@ -156,6 +156,27 @@ async fn retry_sends_again_only_what_reached_no_handler() {
     );
 }
 
+/// Sends `slow` (a handler that waits a minute, with a 50 ms deadline by one means or
+/// another) through `service`: the node's timeout, and the worker's handler stopped at the
+/// deadline the call carried. Both well before the node's 5 s default would end them
+/// (3 s: generous for a loaded machine).
+async fn expires_and_stops<S>(w: &Worker, mut service: S, slow: Outbound)
+where
+    S: Service<Outbound, Error = Error>,
+{
+    let started = Instant::now();
+    let error = service.ready().await.unwrap().call(slow).await.err();
+    assert!(error.as_ref().is_some_and(Error::is_timeout), "{error:?}");
+    within("the worker to stop the expired handler", async {
+        while w.running.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
 #[tokio::test]
 async fn timeout_concurrency_limit_and_rate_limit_layers() {
     let w = worker("w").await;
@@ -180,64 +201,19 @@ async fn timeout_concurrency_limit_and_rate_limit_layers() {
 
     // The node's call timeout: the call's own deadline, so the error is the node's
     // timeout and the worker's handler is stopped at it, not left running.
-    let mut deadlined = ServiceBuilder::new()
+    let short = ServiceBuilder::new()
         .layer(node::CallTimeoutLayer::new(Duration::from_millis(50)))
         .service(client.caller());
     let slow = Outbound::encode("w", "slow", &60_000u64).unwrap();
-    let started = Instant::now();
-    let error = deadlined
-        .ready()
-        .await
-        .unwrap()
-        .call(slow)
-        .await
-        .unwrap_err();
-    assert!(error.is_timeout(), "{error}");
-    // Generous: the 50 ms deadline, not the call's 5 s default or the handler's minute.
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
-    within("the worker to stop the expired handler", async {
-        while w.running.load(Ordering::SeqCst) > 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    // Stopped at the call's 50 ms deadline, which it carried: well before the node's 5 s
-    // default would have stopped it (generous for a loaded machine).
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
+    expires_and_stops(&w, short, slow).await;
     // A request's own shorter timeout is kept under a longer layer.
-    let mut long = ServiceBuilder::new()
+    let long = ServiceBuilder::new()
         .layer(node::CallTimeoutLayer::new(Duration::from_secs(30)))
         .service(client.caller());
-    let short = Outbound::encode("w", "slow", &60_000u64)
+    let slow = Outbound::encode("w", "slow", &60_000u64)
         .unwrap()
         .timeout(Duration::from_millis(50));
-    let started = Instant::now();
-    let error = long.ready().await.unwrap().call(short).await.unwrap_err();
-    assert!(error.is_timeout(), "{error}");
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
-    within("the second expired handler to stop", async {
-        while w.running.load(Ordering::SeqCst) > 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
+    expires_and_stops(&w, long, slow).await;
     w.most.store(0, Ordering::SeqCst);
 
     // Concurrency limit: 12 calls, at most 3 at the worker at once.

@@ -13,15 +13,20 @@ use support::*;
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
 
-fn named<'a>(spans: &'a [SpanData], name: &str, event: &str) -> &'a SpanData {
-    spans
+/// Whether `span` has the attribute `key` = `value`.
+fn has(span: &SpanData, key: &str, value: &str) -> bool {
+    span.attributes
         .iter()
-        .find(|s| {
-            s.name == name
-                && s.attributes
-                    .iter()
-                    .any(|kv| kv.key.as_str() == "event" && kv.value.as_str() == event)
-        })
+        .any(|kv| kv.key.as_str() == key && kv.value.as_str() == value)
+}
+
+/// The span called `name` with the attribute `key` = `value`, if there is one.
+fn find<'a>(spans: &'a [SpanData], name: &str, key: &str, value: &str) -> Option<&'a SpanData> {
+    spans.iter().find(|s| s.name == name && has(s, key, value))
+}
+
+fn named<'a>(spans: &'a [SpanData], name: &str, event: &str) -> &'a SpanData {
+    find(spans, name, "event", event)
         .unwrap_or_else(|| panic!("no {name} span for {event:?} in {spans:#?}"))
 }
 
@@ -82,18 +87,8 @@ async fn one_trace_spans_client_router_and_worker_with_correct_parents() {
             let _ = provider.force_flush();
             let spans = exporter.get_finished_spans().unwrap();
             let handles = spans.iter().filter(|s| s.name == "zeronode.handle").count();
-            let failed_call = spans.iter().any(|s| {
-                s.name == "zeronode.call"
-                    && s.attributes
-                        .iter()
-                        .any(|kv| kv.key.as_str() == "to" && kv.value.as_str() == "nobody")
-            });
-            let dropped = spans.iter().any(|s| {
-                s.name == "zeronode.call"
-                    && s.attributes
-                        .iter()
-                        .any(|kv| kv.key.as_str() == "event" && kv.value.as_str() == "dropped")
-            });
+            let failed_call = find(&spans, "zeronode.call", "to", "nobody").is_some();
+            let dropped = find(&spans, "zeronode.call", "event", "dropped").is_some();
             if spans.iter().any(|s| s.name == "test.root") && handles >= 2 && failed_call && dropped
             {
                 return spans;
@@ -119,34 +114,14 @@ async fn one_trace_spans_client_router_and_worker_with_correct_parents() {
         opentelemetry::trace::Status::Unset,
         "{call:#?}"
     );
-    let missed = spans
-        .iter()
-        .find(|s| {
-            s.name == "zeronode.call"
-                && s.attributes
-                    .iter()
-                    .any(|kv| kv.key.as_str() == "to" && kv.value.as_str() == "nobody")
-        })
-        .unwrap();
-    assert!(
-        missed
-            .attributes
-            .iter()
-            .any(|kv| kv.key.as_str() == "outcome" && kv.value.as_str() == "refused"),
-        "{missed:#?}"
-    );
+    let missed = find(&spans, "zeronode.call", "to", "nobody").unwrap();
+    assert!(has(missed, "outcome", "refused"), "{missed:#?}");
     assert!(
         matches!(missed.status, opentelemetry::trace::Status::Error { .. }),
         "{missed:#?}"
     );
     let dropped = named(&spans, "zeronode.call", "dropped");
-    assert!(
-        dropped
-            .attributes
-            .iter()
-            .any(|kv| kv.key.as_str() == "outcome" && kv.value.as_str() == "cancelled"),
-        "{dropped:#?}"
-    );
+    assert!(has(dropped, "outcome", "cancelled"), "{dropped:#?}");
     let at_router = named(&spans, "zeronode.handle", "_system:forward");
     let at_worker = named(&spans, "zeronode.handle", "work");
     for span in [*call, at_router, at_worker] {
