@@ -15,6 +15,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -140,7 +141,7 @@ impl Fanned {
 }
 
 /// The local targets of a fan-out: each with its id, link and group.
-type Targets = Vec<(NodeId, Link, Option<String>)>;
+type Targets = Vec<(NodeId, Arc<Link>, Option<String>)>;
 
 /// A gather's stream of outcomes.
 pub(crate) type Outcomes<'a> = BoxStream<'a, (NodeId, Result<Reply>)>;
@@ -183,7 +184,7 @@ impl Inner {
 
     /// The routers a fan-out is offered to next: those joined here, less what `exclude`
     /// rules out.
-    fn next_routers(&self, exclude: impl Fn(&NodeId) -> bool) -> Vec<(NodeId, Link)> {
+    fn next_routers(&self, exclude: impl Fn(&NodeId) -> bool) -> Vec<(NodeId, Arc<Link>)> {
         let routers = self.state.lock().registry.routers();
         routers
             .into_iter()
@@ -196,7 +197,7 @@ impl Inner {
     async fn fan_to_routers(
         &self,
         mut forward: Forward,
-        routers: Vec<(NodeId, Link)>,
+        routers: Vec<(NodeId, Arc<Link>)>,
         user: &Meta,
         payload: Bytes,
         deadline: Instant,

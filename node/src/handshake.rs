@@ -249,7 +249,7 @@ pub(crate) fn handshake_downstream(
         let holder = held.map(|e| Holder {
             instance: &e.instance,
             ticket: e.token.as_deref(),
-            same_connection: matches!(&e.link, Link::Down { route: r, .. } if r == &route),
+            same_connection: matches!(&*e.link, Link::Down { route: r, .. } if r == &route),
         });
         let bound = key.is_none_or(|key| inner.key_may_claim(&hello.id, &key));
         let decision = admit(
@@ -271,11 +271,11 @@ pub(crate) fn handshake_downstream(
                 token: Some(ticket.clone()),
                 router: hello.router,
                 key,
-                link: Link::Down {
+                link: Arc::new(Link::Down {
                     server: server.clone(),
                     route: route.clone(),
                     limit,
-                },
+                }),
                 last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
                 dead_after: inner.dead_after(&hello),
                 in_flight: Arc::new(AtomicUsize::new(0)),

@@ -61,7 +61,7 @@ pub(crate) async fn heartbeat_loop(weak: Weak<Inner>) {
             let heard: Vec<_> = state
                 .registry
                 .all()
-                .filter_map(|e| match &e.link {
+                .filter_map(|e| match &*e.link {
                     Link::Up { client, .. } => Some((e.id.clone(), client.last_heard()?)),
                     Link::Down { .. } => None,
                 })

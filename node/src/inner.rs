@@ -37,7 +37,7 @@ use crate::upstream::Upstream;
 /// The registry and the map from downstream routing ids to node ids, under one lock.
 #[derive(Default)]
 pub(crate) struct State {
-    pub(crate) registry: Registry<Link>,
+    pub(crate) registry: Registry<Arc<Link>>,
     pub(crate) routes: HashMap<PeerId, NodeId>,
 }
 
@@ -46,14 +46,14 @@ impl State {
     /// routing id `route`; whether it is new (not the same instance rejoining).
     pub(crate) fn join_downstream(
         &mut self,
-        mut entry: Entry<Link>,
+        mut entry: Entry<Arc<Link>>,
         route: PeerId,
     ) -> std::result::Result<bool, Refusal> {
         let id = entry.id.clone();
         // The same connection handshaking again keeps its peer's work (and count); a
         // takeover from another connection stops the old connection's work.
         if let Some(old) = self.registry.get(&id, Direction::Downstream) {
-            if matches!(&old.link, Link::Down { route: r, .. } if r == &route) {
+            if matches!(&*old.link, Link::Down { route: r, .. } if r == &route) {
                 old.work.set_limit(entry.work.limit());
                 entry.work = Arc::clone(&old.work);
             }
@@ -65,7 +65,7 @@ impl State {
         if let Some(old) = &replaced {
             if let Link::Down {
                 route: old_route, ..
-            } = &old.link
+            } = &*old.link
             {
                 if old_route != &route {
                     old.work.cancel();
@@ -79,14 +79,12 @@ impl State {
     }
 
     /// Forgets a peer; its entry, if it was joined.
-    fn leave(&mut self, id: &NodeId, direction: Direction) -> Option<Entry<Link>> {
+    fn leave(&mut self, id: &NodeId, direction: Direction) -> Option<Entry<Arc<Link>>> {
         let entry = self.registry.leave(id, direction);
-        if let Some(Entry {
-            link: Link::Down { route, .. },
-            ..
-        }) = &entry
-        {
-            self.routes.remove(route);
+        if let Some(Entry { link, .. }) = &entry {
+            if let Link::Down { route, .. } = &**link {
+                self.routes.remove(route);
+            }
         }
         entry
     }
@@ -297,7 +295,7 @@ impl Inner {
     }
 
     /// The links of the joined peers (all, or one direction).
-    pub(crate) fn links(&self, only: Option<Direction>) -> Vec<Link> {
+    pub(crate) fn links(&self, only: Option<Direction>) -> Vec<Arc<Link>> {
         self.state
             .lock()
             .registry
@@ -326,7 +324,7 @@ impl Inner {
         entry.link.fail_pending();
         // Its handlers' answers could go nowhere: they stop, their memory goes.
         entry.work.cancel();
-        if let Link::Up { left, .. } = &entry.link {
+        if let Link::Up { left, .. } = &*entry.link {
             left.set(reason);
         }
         tracing::debug!(node = %self.id, peer = %id, ?direction, ?reason, "peer left");
@@ -365,6 +363,7 @@ impl Inner {
                     .lock()
                     .registry
                     .get_link(from, Direction::Upstream)
+                    .map(|link| &**link)
                 {
                     left.ask_rejoin();
                 }

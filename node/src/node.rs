@@ -294,7 +294,7 @@ impl Node {
             .lock()
             .registry
             .all()
-            .find(|entry| match &entry.link {
+            .find(|entry| match &*entry.link {
                 Link::Up { client, .. } => client.endpoint() == address,
                 Link::Down { .. } => false,
             })
@@ -493,7 +493,7 @@ impl Node {
 
     /// Drops the downstream peers whose key matches: goodbye sent, peer left (revoked).
     async fn drop_peers_keyed(&self, matches: impl Fn(&Key) -> bool) {
-        let dropped: Vec<(NodeId, Link)> = self
+        let dropped: Vec<(NodeId, Arc<Link>)> = self
             .inner
             .state
             .lock()

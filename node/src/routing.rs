@@ -8,6 +8,7 @@
 //! [`forward::retry_elsewhere`] says the message provably reached no handler.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -87,7 +88,7 @@ impl Inner {
     async fn forward_via(
         &self,
         forward: &Forward,
-        routers: Vec<(NodeId, Link)>,
+        routers: Vec<(NodeId, Arc<Link>)>,
         payload: Bytes,
         deadline: Instant,
         user: &Meta,
@@ -310,7 +311,7 @@ impl Inner {
         };
         let filter = Filter::from_spec(spec.clone())
             .map_err(|e| RemoteError::system_error("BAD_FORWARD", e.to_string()))?;
-        let links: Vec<Link> = self
+        let links: Vec<Arc<Link>> = self
             .state
             .lock()
             .registry
@@ -331,7 +332,7 @@ impl Inner {
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let next = forward.next_hop(&self.id, left);
-        let routers: Vec<(NodeId, Link)> = self
+        let routers: Vec<(NodeId, Arc<Link>)> = self
             .state
             .lock()
             .registry
@@ -358,7 +359,7 @@ impl Inner {
         &self,
         forward: &Forward,
         from: &NodeId,
-    ) -> std::result::Result<Option<Link>, RemoteError> {
+    ) -> std::result::Result<Option<Arc<Link>>, RemoteError> {
         let mut state = self.state.lock();
         Ok(match &forward.to {
             Destination::Id(id) if forward.excludes(id) => None,

@@ -247,7 +247,7 @@ impl Node {
         if self.is_closing() {
             return Err(Error::Closed);
         }
-        let links: Vec<Link> = self
+        let links: Vec<Arc<Link>> = self
             .inner
             .state
             .lock()
@@ -294,7 +294,7 @@ impl Node {
     }
 
     /// Finds the link for a target.
-    fn resolve(&self, target: &Target) -> Result<(NodeId, Link, Arc<AtomicUsize>)> {
+    fn resolve(&self, target: &Target) -> Result<(NodeId, Arc<Link>, Arc<AtomicUsize>)> {
         let mut state = self.inner.state.lock();
         match target {
             Target::Id(id) => match state.registry.route(id) {

@@ -492,11 +492,11 @@ async fn join(
         token: None,
         router: hello.router,
         key: server_key,
-        link: Link::Up {
+        link: Arc::new(Link::Up {
             client: client.clone(),
             left: Arc::clone(left),
             limit,
-        },
+        }),
         last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
         dead_after: inner.dead_after(&hello),
         in_flight: Arc::new(AtomicUsize::new(0)),
@@ -507,7 +507,7 @@ async fn join(
         let mut entry = entry;
         // A new handshake on this same connection (a rejoin request) keeps the peer's work.
         if let Some(old) = state.registry.get(&entry.id, Direction::Upstream) {
-            if matches!(&old.link, Link::Up { client: c, .. } if c.same_as(client)) {
+            if matches!(&*old.link, Link::Up { client: c, .. } if c.same_as(client)) {
                 old.work.set_limit(limit);
                 entry.work = Arc::clone(&old.work);
             }
