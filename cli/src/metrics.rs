@@ -34,8 +34,25 @@ pub(crate) async fn serve(address: &str) -> Result<SocketAddr, Error> {
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder)
         .map_err(|e| Error::Usage(format!("a metrics recorder is already installed: {e}")))?;
+    tokio::spawn(upkeep(handle.clone()));
     tokio::spawn(accept(listener, handle));
     Ok(local)
+}
+
+/// How often the recorder's histogram samples are folded into their buckets when nobody
+/// scrapes (the exporter's own default).
+const UPKEEP: Duration = Duration::from_secs(5);
+
+/// Folds the histograms' pending samples into their buckets every [`UPKEEP`]: a recorder
+/// only does so when rendered, so a node nobody scrapes would keep every sample it
+/// recorded (8 bytes a request and handler, without bound).
+async fn upkeep(handle: PrometheusHandle) {
+    let mut every = tokio::time::interval(UPKEEP);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        handle.run_upkeep();
+    }
 }
 
 async fn accept(listener: TcpListener, handle: PrometheusHandle) {
