@@ -1,7 +1,10 @@
 //! Metrics through the `metrics` facade, so any exporter works (the `zeronode` command
 //! serves them in Prometheus text with `metrics-exporter-prometheus`). On with
 //! [`NodeBuilder::metrics`](crate::NodeBuilder::metrics); install the recorder before
-//! building the node (handles are taken from the recorder of the time).
+//! building the node (handles are taken from the recorder of the time). A Prometheus
+//! recorder made with `build_recorder` keeps every histogram sample until it is rendered:
+//! call its handle's `run_upkeep` every few seconds, as the `zeronode` command does
+//! (`install` and the exporter's own listener do it themselves).
 //!
 //! Every series has the label `node` (the node's id). Per event, with the labels `event`
 //! and `outcome` ([`Outcome::as_str`](crate::Outcome::as_str)):
