@@ -41,60 +41,30 @@ fn watch_from(node: &Node) -> Option<std::time::Instant> {
     node.inner.observers.active().then(std::time::Instant::now)
 }
 
-/// Records how a call ended: in its span (the current one), and for the hooks and metrics.
-fn finished<T>(
-    node: &Node,
-    event: &str,
-    tick: bool,
-    result: &Result<T>,
-    span: &tracing::Span,
-    started: Option<std::time::Instant>,
-) {
-    let outcome = Outcome::of(result);
-    trace::finish(span, outcome);
-    if let Some(started) = started {
-        node.inner.observers.called(&Called {
-            event,
-            tick,
-            outcome,
-            duration: started.elapsed(),
-        });
-    }
-}
-
 /// A call ready to go: see [`Call::prepare`].
 struct Prepared<'a> {
     node: &'a Node,
     to: Target,
     event: &'a str,
     outgoing: Outgoing,
-    span: tracing::Span,
+    /// The call's span: `cancelled` if the call is dropped before it ends.
+    span: trace::Unended<tracing::Span>,
     started: Option<std::time::Instant>,
-    /// Whether [`finished`](Self::finished) recorded the end: a call dropped before it
-    /// ends (a `select!`, `tower::timeout`) records `cancelled` in its span on drop.
-    ended: bool,
-}
-
-impl Drop for Prepared<'_> {
-    fn drop(&mut self) {
-        if !self.ended {
-            trace::finish(&self.span, Outcome::Cancelled);
-        }
-    }
 }
 
 impl Prepared<'_> {
-    /// Records how the call ended.
+    /// Records how the call ended: in its span, and for the hooks and metrics.
     fn finished<T>(&mut self, tick: bool, result: &Result<T>) {
-        self.ended = true;
-        finished(
-            self.node,
-            self.event,
-            tick,
-            result,
-            &self.span,
-            self.started,
-        );
+        let outcome = Outcome::of(result);
+        self.span.ended(outcome);
+        if let Some(started) = self.started {
+            self.node.inner.observers.called(&Called {
+                event: self.event,
+                tick,
+                outcome,
+                duration: started.elapsed(),
+            });
+        }
     }
 }
 
@@ -432,9 +402,8 @@ impl<'a> Call<'a> {
             to,
             event,
             outgoing,
-            span,
+            span: trace::Unended::new(span),
             started,
-            ended: false,
         })
     }
 

@@ -462,7 +462,7 @@ async fn run_request(
     }
     let (inner, peer) = (&work.inner, &work.peer);
     let (span, trace) = trace::handle_span(incoming.event(), &from, &received.meta);
-    let unended = trace::Unended::new(&span);
+    let mut unended = trace::Unended::new(&span);
     let context = Context { deadline, trace };
     let work = context::scope(context, inner.handle(from, incoming, received, first));
     // Entered at each poll only when a subscriber records it (entering costs it work).

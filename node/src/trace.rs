@@ -31,6 +31,7 @@
 //! OpenTelemetry-instrumented code continues across nodes). Without it, the trace is
 //! carried as it came (whoever set the first `traceparent`), and the spans record its id.
 
+use std::borrow::Borrow;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
@@ -240,30 +241,31 @@ pub(crate) fn finish(span: &tracing::Span, outcome: Outcome) {
     }
 }
 
-/// Records `cancelled` in a handler's span if the handler's job is dropped before it
-/// [`ended`](Self::ended) (the node aborted): otherwise the span would read as a success.
-pub(crate) struct Unended<'a> {
-    span: &'a tracing::Span,
+/// A request's span (owned, or borrowed: `S`) that records `cancelled` if it is dropped
+/// before the request [`ended`](Self::ended) (a call's future dropped by a `select!` or
+/// `tower::timeout`, a handler's job by an abort): otherwise the span would read as a
+/// success.
+pub(crate) struct Unended<S: Borrow<tracing::Span>> {
+    span: S,
     ended: bool,
 }
 
-impl<'a> Unended<'a> {
-    pub(crate) fn new(span: &'a tracing::Span) -> Unended<'a> {
+impl<S: Borrow<tracing::Span>> Unended<S> {
+    pub(crate) fn new(span: S) -> Unended<S> {
         Unended { span, ended: false }
     }
 
-    /// The request ended with `outcome`: recorded (see [`finish`]).
-    pub(crate) fn ended(mut self, outcome: Outcome) {
-        self.ended = true;
-        finish(self.span, outcome);
+    /// The request ended with `outcome`: recorded once (see [`finish`]).
+    pub(crate) fn ended(&mut self, outcome: Outcome) {
+        if !std::mem::replace(&mut self.ended, true) {
+            finish(self.span.borrow(), outcome);
+        }
     }
 }
 
-impl Drop for Unended<'_> {
+impl<S: Borrow<tracing::Span>> Drop for Unended<S> {
     fn drop(&mut self) {
-        if !self.ended {
-            finish(self.span, Outcome::Cancelled);
-        }
+        self.ended(Outcome::Cancelled);
     }
 }
 
