@@ -85,9 +85,10 @@ pub(crate) struct ScaleArgs {
     /// request_any calls kept in flight.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     window: u32,
-    /// Peer nodes per client process (each node holds three libzmq sockets; libzmq allows
-    /// 1,023 per process).
-    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..=300))]
+    /// Peer nodes per client process. On the libzmq engine keep it at 300 or less: each
+    /// node holds three libzmq sockets and libzmq allows 1,023 per process. The native
+    /// engine has no such limit (`--per-process 1000` runs every count in one process).
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..=5000))]
     per_process: u32,
     /// Heartbeat interval of every node, in seconds (a peer is dead after 2.5 intervals).
     #[arg(long, default_value_t = 60.0)]

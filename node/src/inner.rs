@@ -19,7 +19,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use protocol::{Incoming, PeerId, Server};
-use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -102,7 +101,7 @@ pub(crate) struct Inner {
     /// Upstream connections by address.
     pub(crate) upstreams: Mutex<HashMap<String, Upstream>>,
     pub(crate) handlers: Handlers,
-    pub(crate) events: broadcast::Sender<NodeEvent>,
+    pub(crate) events: crate::events::EventChannel,
     pub(crate) closing: AtomicBool,
     /// Where handler work runs, and its limits.
     pub(crate) runtime: Runtime,
@@ -143,7 +142,6 @@ const MAX_BOUND_KEYS: usize = 65_536;
 
 impl Inner {
     pub(crate) fn new(id: NodeId, options: Options, config: Config) -> Inner {
-        let (events, _) = broadcast::channel(1024);
         let observers = crate::observe::Observers::new(&id, config.metrics);
         Inner {
             id,
@@ -155,7 +153,7 @@ impl Inner {
             server: Mutex::new(None),
             upstreams: Mutex::new(HashMap::new()),
             handlers: Handlers::default(),
-            events,
+            events: crate::events::EventChannel::default(),
             closing: AtomicBool::new(false),
             heartbeat: Mutex::new(None),
             unjoined: AtomicU64::new(0),
@@ -237,8 +235,7 @@ impl Inner {
                 _ => {}
             }
         }
-        // No receiver is fine.
-        let _ = self.events.send(event);
+        self.events.send(event);
     }
 
     /// Reports an error as a [`NodeEvent::Error`], rate-limited per source: past the burst,
@@ -274,7 +271,7 @@ impl Inner {
                     let told = limit.lock().summary(tokio::time::Instant::now());
                     if let Some(told) = told {
                         tracing::debug!(node = %id, ?source, "error events {told}");
-                        let _ = events.send(summary_event(source, told));
+                        events.send(summary_event(source, told));
                     }
                 });
             }
