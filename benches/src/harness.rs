@@ -217,7 +217,7 @@ fn run_point(reexec: &Reexec, target: Target, warmup: f64, duration: f64) -> Res
         "--layer",
         layer,
         "--endpoint",
-        "tcp://127.0.0.1:0",
+        target.layer.endpoint(),
         "--watch-stdin",
     ]);
     let mut server = Process::start(command, format!("{layer} server"))?;

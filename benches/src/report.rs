@@ -352,6 +352,8 @@ fn colour(layer: Layer) -> RGBColor {
         Layer::NodeCaller => RGBColor(152, 223, 138),
         Layer::NodeNativeCtx => RGBColor(255, 127, 80),
         Layer::NodeNativeCaller => RGBColor(100, 190, 100),
+        Layer::NodeIpc => RGBColor(70, 130, 180),
+        Layer::NodeNativeIpc => RGBColor(135, 206, 235),
         Layer::NodeCpu1 => RGBColor(227, 119, 194),
         Layer::NodeCpu2 => RGBColor(188, 189, 34),
         Layer::Nats => RGBColor(23, 190, 207),

@@ -67,6 +67,37 @@ async fn both_directions_of_a_joined_pair_can_send() {
 }
 
 #[tokio::test]
+async fn nodes_join_and_talk_over_ipc() {
+    // The default engine (native unless ZERONODE_ENGINE says libzmq) over a Unix socket.
+    let hub = builder("ipc-hub").bind("ipc://*").build().await.unwrap();
+    let endpoint = address(&hub);
+    assert!(endpoint.starts_with("ipc://"), "{endpoint}");
+    hub.on_request("whoami", |req: Request| {
+        let from = req.from().to_string();
+        async move { Ok::<_, HandlerError>(from) }
+    });
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&ticks);
+    hub.on_tick("ping", move |_req: Request| {
+        counted.fetch_add(1, Ordering::Relaxed);
+        async {}
+    });
+    let worker = client("ipc-worker").await;
+    worker.connect(&endpoint).await.unwrap();
+    let seen: String = worker.request("ipc-hub", "whoami", &()).await.unwrap();
+    assert_eq!(seen, "ipc-worker");
+    worker.tick("ipc-hub", "ping", &()).await.unwrap();
+    within("the tick", async {
+        while ticks.load(Ordering::Relaxed) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    worker.close().await;
+    hub.close().await;
+}
+
+#[tokio::test]
 async fn handlers_see_the_sender_bound_to_its_connection() {
     let a = server("a").await;
     a.on_request("who-sent", |req: Request| async move {

@@ -20,9 +20,10 @@ use crate::zap::AllowList;
 /// The default is the process's: `ZERONODE_ENGINE=native` or `ZERONODE_ENGINE=libzmq` in
 /// the environment (read once), else [`Engine::Native`], the faster of the two on every
 /// measure but one (CURVE with many messages in flight; see PERFORMANCE.md). Set one per
-/// socket with [`Options::engine`]. The native engine speaks `tcp://` only: `ipc://` and
-/// `inproc://` need [`Engine::Libzmq`] (on a native socket they are
-/// [`Error::InvalidEndpoint`]).
+/// socket with [`Options::engine`]. Both speak `tcp://` and `ipc://` (and meet each other
+/// over either); `inproc://` and `ipc://@abstract` names need [`Engine::Libzmq`] (on a
+/// native socket they are [`Error::InvalidEndpoint`]). Binding an `ipc://` path some live
+/// socket listens on is `AddrInUse` on the native engine, where libzmq takes the path over.
 ///
 /// [`Options::engine`]: crate::Options::engine
 ///
@@ -38,7 +39,8 @@ pub enum Engine {
     /// `tcp://`, `ipc://` and `inproc://`.
     Libzmq,
     /// ZMTP in Rust on tokio (the `zmtp` crate and a driver task per connection): no thread
-    /// hop between a task and its socket. Supports `tcp://`.
+    /// hop between a task and its socket. Supports `tcp://` and `ipc://` (a path, or `*` for
+    /// a fresh one).
     Native,
 }
 

@@ -74,6 +74,33 @@ async fn frames_of_every_size_cross_between_the_engines_both_ways() {
 }
 
 #[tokio::test]
+async fn ipc_crosses_between_the_engines_both_ways() {
+    let dir = std::env::temp_dir().join(format!("zn-interop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sizes = [0, 256, 64 * 1024];
+    for (i, (r, d)) in CROSSED.into_iter().enumerate() {
+        let endpoint = format!("ipc://{}", dir.join(format!("cross-{i}")).display());
+        let router = Router::with_options(options(r)).unwrap();
+        assert_eq!(router.bind(&endpoint).unwrap(), endpoint);
+        let dealer = Dealer::with_options(options(d)).unwrap();
+        dealer.connect(&endpoint).unwrap();
+        let message: Vec<Bytes> = sizes.iter().map(|&n| sized(n)).collect();
+        dealer.send(message.clone()).await.unwrap();
+        let (peer, got) = within("ipc up", router.recv()).await.unwrap();
+        assert!(got == message, "{r}/{d}: the message changed on the way up");
+        router.send(&peer, message.clone()).await.unwrap();
+        let back = within("ipc down", dealer.recv()).await.unwrap();
+        assert!(
+            back == message,
+            "{r}/{d}: the message changed on the way down"
+        );
+        router.close().await;
+        dealer.close().await;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn a_chosen_routing_id_crosses_and_unknown_peers_are_errors() {
     for (r, d) in CROSSED {
         let (router, _dealer, peer, _) =

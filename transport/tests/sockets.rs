@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use transport::{Backpressure, Dealer, Error, Event, Options, PeerId, Router};
+use transport::{Backpressure, Dealer, Engine, Error, Event, Options, PeerId, Router};
 
 mod support;
 use support::{connected_pair, frames, ready_pair, within};
@@ -291,22 +291,79 @@ async fn unbind_stops_listening() {
 }
 
 #[tokio::test]
-async fn ipc_and_inproc_work() {
-    // libzmq's transports: the native engine speaks tcp:// only.
-    let libzmq = || Options::default().engine(transport::Engine::Libzmq);
+async fn ipc_works_on_both_engines_and_inproc_on_libzmq() {
+    let engine = |engine| Options::default().engine(engine);
     let dir = std::env::temp_dir().join(format!("zn-transport-{}", std::process::id()));
-    let ipc = format!("ipc://{}", dir.display());
-    for endpoint in [ipc.as_str(), "inproc://transport-test"] {
-        let router = Router::with_options(libzmq()).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ipc-test");
+    let ipc = format!("ipc://{}", path.display());
+    let cases = [
+        (Engine::Native, ipc.as_str()),
+        (Engine::Libzmq, ipc.as_str()),
+        (Engine::Libzmq, "inproc://transport-test"),
+    ];
+    for (engine_used, endpoint) in cases {
+        let router = Router::with_options(engine(engine_used)).unwrap();
         let bound = router.bind(endpoint).unwrap();
-        let dealer = Dealer::with_options(libzmq()).unwrap();
+        assert_eq!(bound, endpoint, "{engine_used}");
+        let dealer = Dealer::with_options(engine(engine_used)).unwrap();
         dealer.connect(&bound).unwrap();
         dealer.send(frames(&[b"via"])).await.unwrap();
-        let (_, got) = within(endpoint, router.recv()).await.unwrap();
+        let (peer, got) = within(endpoint, router.recv()).await.unwrap();
         assert_eq!(got, frames(&[b"via"]));
+        router.send(&peer, frames(&[b"back"])).await.unwrap();
+        assert_eq!(
+            within(endpoint, dealer.recv()).await.unwrap(),
+            frames(&[b"back"])
+        );
         router.close().await;
+        dealer.close().await;
     }
-    let _ = std::fs::remove_file(dir);
+    // The native engine removes the file of a path it unbinds, and refuses inproc://. (A
+    // path of its own: libzmq closes the listener above on its I/O thread, after `close`.)
+    let path = dir.join("ipc-unbound");
+    let ipc = format!("ipc://{}", path.display());
+    let router = Router::with_options(engine(Engine::Native)).unwrap();
+    router.bind(&ipc).unwrap();
+    assert!(path.exists());
+    router.unbind(&ipc).await.unwrap();
+    assert!(!path.exists(), "unbind removes the socket file");
+    assert!(matches!(
+        router.bind("inproc://transport-test").unwrap_err(),
+        Error::InvalidEndpoint { .. }
+    ));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_native_ipc_wildcard_binds_a_fresh_path_and_close_removes_it() {
+    let router = Router::with_options(Options::default().engine(Engine::Native)).unwrap();
+    let bound = router.bind("ipc://*").unwrap();
+    let path = std::path::PathBuf::from(bound.strip_prefix("ipc://").unwrap());
+    assert!(path.exists(), "{bound}");
+    let other = Router::with_options(Options::default().engine(Engine::Native)).unwrap();
+    assert_ne!(
+        other.bind("ipc://*").unwrap(),
+        bound,
+        "each wildcard is its own path"
+    );
+    // A second socket on a path in use is refused (libzmq would take the path over).
+    match other.bind(&bound).unwrap_err() {
+        Error::Bind { source, .. } => assert_eq!(source.kind(), std::io::ErrorKind::AddrInUse),
+        e => panic!("expected Bind, got {e:?}"),
+    }
+    let dealer = Dealer::with_options(Options::default().engine(Engine::Native)).unwrap();
+    dealer.connect(&bound).unwrap();
+    dealer.send(frames(&[b"x"])).await.unwrap();
+    within("the wildcard path", router.recv()).await.unwrap();
+    router.close().await;
+    assert!(!path.exists(), "close removes the socket file");
+    assert!(
+        !path.parent().unwrap().exists(),
+        "and the wildcard's directory"
+    );
+    other.close().await;
+    dealer.close().await;
 }
 
 #[tokio::test]
@@ -652,4 +709,24 @@ async fn a_zmtp_1_0_peer_is_refused() {
         .await
         .unwrap();
     assert_eq!(got, frames(&[b"real"]));
+}
+
+#[tokio::test]
+async fn a_native_dealer_waits_for_an_ipc_path_that_is_bound_later() {
+    let native = || Options::default().engine(Engine::Native);
+    let dir = std::env::temp_dir().join(format!("zn-later-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let endpoint = format!("ipc://{}", dir.join("later").display());
+    let dealer = Dealer::with_options(native()).unwrap();
+    dealer.connect(&endpoint).unwrap();
+    // Queued until the path exists and the connector's next attempt gets through.
+    dealer.send(frames(&[b"early"])).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let router = Router::with_options(native()).unwrap();
+    router.bind(&endpoint).unwrap();
+    let (_, got) = within("the queued message", router.recv()).await.unwrap();
+    assert_eq!(got, frames(&[b"early"]));
+    router.close().await;
+    dealer.close().await;
+    let _ = std::fs::remove_dir_all(dir);
 }

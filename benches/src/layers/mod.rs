@@ -101,6 +101,10 @@ pub(crate) enum Layer {
     NodeCaller,
     /// The `node-ctx` row on the native engine. Not in [`Layer::ALL`].
     NodeNativeCtx,
+    /// The `node` row over `ipc://` (a Unix socket) instead of TCP. Not in [`Layer::ALL`].
+    NodeIpc,
+    /// The `node-native` row over `ipc://`. Not in [`Layer::ALL`].
+    NodeNativeIpc,
     /// The `node-caller` row on the native engine. Not in [`Layer::ALL`].
     NodeNativeCaller,
     /// The `node` row with a handler that does a fixed CPU-bound job of about 200 µs per
@@ -160,6 +164,8 @@ impl Layer {
             Layer::NodeCtx => "node-ctx",
             Layer::NodeCaller => "node-caller",
             Layer::NodeNativeCtx => "node-native-ctx",
+            Layer::NodeIpc => "node-ipc",
+            Layer::NodeNativeIpc => "node-native-ipc",
             Layer::NodeNativeCaller => "node-native-caller",
             Layer::NodeCpu1 => "node-cpu-1",
             Layer::NodeCpu2 => "node-cpu-2",
@@ -182,8 +188,18 @@ impl Layer {
             | Layer::NodeNativeBlockOn
             | Layer::NodeNativeTick
             | Layer::NodeNativeCtx
-            | Layer::NodeNativeCaller => ::transport::Engine::Native,
+            | Layer::NodeNativeCaller
+            | Layer::NodeNativeIpc => ::transport::Engine::Native,
             _ => ::transport::Engine::Libzmq,
+        }
+    }
+
+    /// Where the row's server binds: a free loopback port, or a fresh Unix socket path for
+    /// the `ipc` rows.
+    pub(crate) fn endpoint(self) -> &'static str {
+        match self {
+            Layer::NodeIpc | Layer::NodeNativeIpc => "ipc://*",
+            _ => "tcp://127.0.0.1:0",
         }
     }
 
@@ -260,7 +276,9 @@ pub(crate) fn serve(layer: Layer, endpoint: &str) -> Result<()> {
         | Layer::NodeNativeCaller
         | Layer::NodeNative
         | Layer::NodeNativeBlockOn
-        | Layer::NodeNativeTick => runtime()?.block_on(node::serve(endpoint, false)),
+        | Layer::NodeNativeTick
+        | Layer::NodeIpc
+        | Layer::NodeNativeIpc => runtime()?.block_on(node::serve(endpoint, false)),
         Layer::NodeCurve | Layer::NodeNativeCurve => {
             runtime()?.block_on(node::serve(endpoint, true))
         }
@@ -295,7 +313,9 @@ pub(crate) fn client(job: &Job) -> Result<Point> {
         | Layer::NodeNative
         | Layer::NodeNativeCurve
         | Layer::NodeCpu1
-        | Layer::NodeCpu2 => on_task(job, |job| async move { node::client(&job).await }),
+        | Layer::NodeCpu2
+        | Layer::NodeIpc
+        | Layer::NodeNativeIpc => on_task(job, |job| async move { node::client(&job).await }),
         Layer::NodeCaller | Layer::NodeNativeCaller => {
             on_task(job, |job| async move { node::caller_client(&job).await })
         }

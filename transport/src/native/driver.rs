@@ -1,4 +1,4 @@
-//! The task that owns one connection's `TcpStream` (quinn's `ConnectionDriver`): it reads
+//! The task that owns one connection's stream (TCP or Unix) (quinn's `ConnectionDriver`): it reads
 //! into a reused buffer and feeds the ZMTP state machine, hands whole messages to the
 //! socket's inbox, writes what senders queued in vectored writes, and keeps the state
 //! machine's timers (handshake timeout, heartbeats).
@@ -11,11 +11,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use super::inbox::{Inbound, Inbox};
 use super::link::Link;
+use super::stream::Stream;
 use super::Shared;
 use crate::curve::Key;
 
@@ -70,7 +70,7 @@ pub(super) enum End {
 /// One connection's driver.
 pub(super) struct Driver {
     link: Arc<Link>,
-    stream: TcpStream,
+    stream: Stream,
     inbox: Arc<Inbox>,
     /// This connection's lane in the inbox.
     lane: usize,
@@ -106,7 +106,7 @@ impl Drop for Driver {
 impl Driver {
     pub(super) fn new(
         link: Arc<Link>,
-        stream: TcpStream,
+        stream: Stream,
         inbox: Arc<Inbox>,
         socket: Weak<Shared>,
         endpoint: Arc<str>,

@@ -1,4 +1,5 @@
-//! Endpoints of the native engine: `tcp://host:port` parsed, listened on and connected to.
+//! Endpoints of the native engine (see `stream.rs` for what they name): listened on and
+//! connected to.
 //!
 //! Each bound endpoint has an accept task; each connected one a connector task that
 //! connects, runs the connection's driver, and connects again with backoff (libzmq's
@@ -10,13 +11,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
 use super::driver::End;
 use super::link::Link;
+use super::stream::{Address, Listener};
 use super::Shared;
-use crate::error::Error;
 use crate::monitor::{Event, HandshakeFailure};
 
 /// The shortest pause between two connection attempts.
@@ -25,25 +25,6 @@ const MIN_RECONNECT: Duration = Duration::from_millis(1);
 /// How long an accept task waits after a failed `accept` (out of file descriptors, say)
 /// before it tries again, so it does not spin; the node above pauses longer on its own.
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
-
-/// `host:port` of a `tcp://` endpoint. `*` as the host means every interface; as the
-/// port, any free one.
-pub(super) fn tcp_address(endpoint: &str) -> Result<String, Error> {
-    let invalid = |why: &str| Error::InvalidEndpoint {
-        endpoint: endpoint.to_owned(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_owned()),
-    };
-    let rest = endpoint.strip_prefix("tcp://").ok_or_else(|| {
-        invalid("the native engine speaks tcp:// only (Engine::Libzmq has ipc:// and inproc://)")
-    })?;
-    let (host, port) = rest.rsplit_once(':').ok_or_else(|| invalid("no port"))?;
-    let host = if host == "*" { "0.0.0.0" } else { host };
-    let port = if port == "*" { "0" } else { port };
-    if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(invalid("a host and a port from 0 to 65535"));
-    }
-    Ok(format!("{host}:{port}"))
-}
 
 /// What a connector is told: stop, and the connection it is running now.
 #[derive(Debug, Default)]
@@ -76,14 +57,14 @@ impl Cancel {
 }
 
 /// Accepts connections on `listener` until aborted.
-pub(super) async fn accept(listener: TcpListener, socket: Weak<Shared>, endpoint: Arc<str>) {
+pub(super) async fn accept(listener: Listener, socket: Weak<Shared>, endpoint: Arc<str>) {
     loop {
         let accepted = listener.accept().await;
         let Some(shared) = socket.upgrade() else {
             return;
         };
         match accepted {
-            Ok((stream, _)) => {
+            Ok(stream) => {
                 shared.emit(Event::Accepted {
                     endpoint: endpoint.to_string(),
                 });
@@ -116,7 +97,7 @@ pub(super) async fn accept(listener: TcpListener, socket: Weak<Shared>, endpoint
 pub(super) async fn connect(
     socket: Weak<Shared>,
     endpoint: Arc<str>,
-    address: String,
+    address: Address,
     cancel: Arc<Cancel>,
     interval: Duration,
     max: Duration,
@@ -127,7 +108,7 @@ pub(super) async fn connect(
             return;
         }
         let connected = tokio::select! {
-            connected = TcpStream::connect(&address) => connected,
+            connected = address.connect() => connected,
             () = cancel.stopped() => return,
         };
         let Some(shared) = socket.upgrade() else {
@@ -236,33 +217,5 @@ fn failure(e: &zmtp::Error, curve: bool) -> HandshakeFailure {
             HandshakeFailure::Interrupted
         }
         _ => HandshakeFailure::Protocol,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tcp_endpoints_parse_and_others_are_refused() {
-        assert_eq!(
-            tcp_address("tcp://127.0.0.1:5555").unwrap(),
-            "127.0.0.1:5555"
-        );
-        assert_eq!(tcp_address("tcp://*:*").unwrap(), "0.0.0.0:0");
-        assert_eq!(tcp_address("tcp://[::1]:0").unwrap(), "[::1]:0");
-        assert_eq!(tcp_address("tcp://localhost:80").unwrap(), "localhost:80");
-        for bad in [
-            "ipc:///tmp/x",
-            "tcp://nohost",
-            "tcp://:1",
-            "tcp://h:99999",
-            "inproc://a",
-        ] {
-            assert!(
-                matches!(tcp_address(bad), Err(Error::InvalidEndpoint { .. })),
-                "{bad}"
-            );
-        }
     }
 }

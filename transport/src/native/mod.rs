@@ -1,6 +1,6 @@
 //! The native engine: ZMTP 3.1 in Rust on tokio, through the sans-IO `zmtp` crate.
 //!
-//! One driver task per connection owns its `TcpStream` (see `driver.rs`); senders encode
+//! One driver task per connection owns its stream, TCP or Unix (see `driver.rs`); senders encode
 //! straight into the connection's outbox under a short lock and wake the driver, so a send
 //! from a task on the same runtime costs no thread hop and a burst of sends goes out in one
 //! vectored write. Received messages wait in one inbox per socket, bounded by the receive
@@ -8,12 +8,14 @@
 //!
 //! Layout: `mod.rs` (the socket: peers, endpoints, the public operations), `link.rs` (one
 //! connection's shared state), `driver.rs` (its task), `inbox.rs` (received messages),
-//! `endpoint.rs` (listening, connecting, reconnecting).
+//! `endpoint.rs` (listening, connecting, reconnecting), `stream.rs` (`tcp://` and `ipc://`:
+//! endpoints, listeners, streams).
 
 mod driver;
 mod endpoint;
 mod inbox;
 mod link;
+mod stream;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
@@ -23,7 +25,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
@@ -32,6 +33,7 @@ use self::driver::Driver;
 use self::endpoint::Cancel;
 use self::inbox::{Inbound, Inbox};
 use self::link::{Link, Refused};
+use self::stream::{Address, Stream};
 use crate::curve::{Curve, Key};
 use crate::error::{Error, Result};
 use crate::frame::Frame;
@@ -144,8 +146,8 @@ impl Shared {
     }
 
     /// A connection on `stream`: its link (known to `close`) and its driver, to be run.
-    fn open(self: &Arc<Self>, stream: TcpStream, endpoint: &Arc<str>) -> (Arc<Link>, Driver) {
-        let _ = stream.set_nodelay(true);
+    fn open(self: &Arc<Self>, stream: Stream, endpoint: &Arc<str>) -> (Arc<Link>, Driver) {
+        stream.set_nodelay();
         let conn = zmtp::Connection::new(self.zmtp_config(), std::time::Instant::now());
         let link = Link::new(conn, hwm(self.options.send_hwm));
         self.peers.lock().all.push(Arc::clone(&link));
@@ -285,16 +287,14 @@ impl Socket {
 
     pub(crate) fn bind(&self, endpoint: &str) -> Result<String> {
         self.check_open()?;
-        let address = endpoint::tcp_address(endpoint)?;
-        let bind_error = |source| Error::Bind {
-            endpoint: endpoint.to_owned(),
-            source,
+        let address = Address::parse(endpoint)?;
+        let (listener, actual) = {
+            let _entered = self.shared.runtime.enter();
+            address.bind().map_err(|source| Error::Bind {
+                endpoint: endpoint.to_owned(),
+                source,
+            })?
         };
-        let std_listener = std::net::TcpListener::bind(&address).map_err(bind_error)?;
-        std_listener.set_nonblocking(true).map_err(bind_error)?;
-        let actual = format!("tcp://{}", std_listener.local_addr().map_err(bind_error)?);
-        let _entered = self.shared.runtime.enter();
-        let listener = tokio::net::TcpListener::from_std(std_listener).map_err(bind_error)?;
         let task = self.shared.runtime.spawn(endpoint::accept(
             listener,
             Arc::downgrade(&self.shared),
@@ -333,7 +333,7 @@ impl Socket {
 
     pub(crate) fn connect(&self, endpoint: &str) -> Result<()> {
         self.check_open()?;
-        let address = endpoint::tcp_address(endpoint).map_err(|e| match e {
+        let address = Address::parse_remote(endpoint).map_err(|e| match e {
             Error::InvalidEndpoint { source, .. } => Error::InvalidEndpoint {
                 endpoint: endpoint.to_owned(),
                 source,

@@ -1,0 +1,365 @@
+//! What the native engine's connections run on: a TCP stream (`tcp://host:port`) or a Unix
+//! domain stream (`ipc://path`), the endpoints that name them, and their listeners.
+//!
+//! `ipc://` is ZMTP over a Unix stream socket, as libzmq speaks it, so a native socket and a
+//! libzmq one meet over the same path. Binding differs from libzmq in one point: libzmq
+//! removes whatever file is at the path before it binds, so a second process binding a
+//! path in use silently takes it over. Here a path some live socket listens on is
+//! `AddrInUse`, and only a file nobody listens on (left by a process that died) is
+//! removed. `ipc://*` binds a fresh path in a new private directory under the temporary
+//! directory, as libzmq's wildcard does. A listener removes its socket file (and the
+//! wildcard's directory) when it is unbound or its socket closes. Linux's abstract names
+//! (`ipc://@name`) are libzmq's only.
+
+use std::io::{self, IoSlice};
+use std::path::{Path, PathBuf};
+use std::task::{Context, Poll};
+
+use bytes::BufMut;
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+use crate::error::Error;
+
+/// The longest socket path Linux takes (`sun_path` is 108 bytes with its final NUL).
+const MAX_PATH: usize = 107;
+
+/// An endpoint the native engine speaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Address {
+    /// `host:port` of a `tcp://` endpoint (`*` as the host: every interface; as the port:
+    /// any free one).
+    Tcp(String),
+    /// The path of an `ipc://` endpoint.
+    Ipc(PathBuf),
+    /// `ipc://*`: a new path of our choosing (bind only).
+    IpcAny,
+}
+
+impl Address {
+    /// Parses `endpoint` (`tcp://host:port`, `ipc://path`, `ipc://*`).
+    pub(super) fn parse(endpoint: &str) -> Result<Address, Error> {
+        let invalid = |why: &str| Error::InvalidEndpoint {
+            endpoint: endpoint.to_owned(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, why.to_owned()),
+        };
+        if let Some(path) = endpoint.strip_prefix("ipc://") {
+            return match path {
+                "*" => Ok(Address::IpcAny),
+                "" => Err(invalid("no path")),
+                p if p.starts_with('@') => Err(invalid(
+                    "abstract socket names are the libzmq engine's only (Engine::Libzmq)",
+                )),
+                p if p.len() > MAX_PATH => Err(invalid("a path of at most 107 bytes")),
+                p if p.contains('\0') => Err(invalid("a path without NUL")),
+                p => Ok(Address::Ipc(PathBuf::from(p))),
+            };
+        }
+        let rest = endpoint.strip_prefix("tcp://").ok_or_else(|| {
+            invalid(
+                "the native engine speaks tcp:// and ipc:// (Engine::Libzmq also has inproc://)",
+            )
+        })?;
+        let (host, port) = rest.rsplit_once(':').ok_or_else(|| invalid("no port"))?;
+        let host = if host == "*" { "0.0.0.0" } else { host };
+        let port = if port == "*" { "0" } else { port };
+        if host.is_empty() || port.parse::<u16>().is_err() {
+            return Err(invalid("a host and a port from 0 to 65535"));
+        }
+        Ok(Address::Tcp(format!("{host}:{port}")))
+    }
+
+    /// Parses an endpoint to connect to: `ipc://*` names no path to go to.
+    pub(super) fn parse_remote(endpoint: &str) -> Result<Address, Error> {
+        match Address::parse(endpoint)? {
+            Address::IpcAny => Err(Error::InvalidEndpoint {
+                endpoint: endpoint.to_owned(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "ipc://* can only be bound"),
+            }),
+            address => Ok(address),
+        }
+    }
+
+    /// Connects to it.
+    pub(super) async fn connect(&self) -> io::Result<Stream> {
+        match self {
+            Address::Tcp(address) => TcpStream::connect(address).await.map(Stream::Tcp),
+            Address::Ipc(path) => UnixStream::connect(path).await.map(Stream::Unix),
+            Address::IpcAny => Err(io::ErrorKind::InvalidInput.into()),
+        }
+    }
+
+    /// Listens on it (inside a runtime): the listener and the endpoint it is bound to,
+    /// with the port or path that was chosen for a wildcard.
+    pub(super) fn bind(&self) -> io::Result<(Listener, String)> {
+        match self {
+            Address::Tcp(address) => {
+                let listener = std::net::TcpListener::bind(address)?;
+                listener.set_nonblocking(true)?;
+                let actual = format!("tcp://{}", listener.local_addr()?);
+                Ok((Listener::Tcp(TcpListener::from_std(listener)?), actual))
+            }
+            Address::Ipc(path) => {
+                let listener = bind_unix(path)?;
+                let actual = format!("ipc://{}", path.display());
+                let file = SocketFile {
+                    path: path.clone(),
+                    dir: None,
+                };
+                Ok((
+                    Listener::Unix {
+                        listener,
+                        _file: file,
+                    },
+                    actual,
+                ))
+            }
+            Address::IpcAny => {
+                let dir = private_dir()?;
+                let path = dir.join("socket");
+                let listener = match bind_unix(&path) {
+                    Ok(listener) => listener,
+                    Err(e) => {
+                        let _ = std::fs::remove_dir(&dir);
+                        return Err(e);
+                    }
+                };
+                let actual = format!("ipc://{}", path.display());
+                let file = SocketFile {
+                    path,
+                    dir: Some(dir),
+                };
+                Ok((
+                    Listener::Unix {
+                        listener,
+                        _file: file,
+                    },
+                    actual,
+                ))
+            }
+        }
+    }
+}
+
+/// Binds a Unix listener at `path`, first removing a socket file there that nobody
+/// listens on any more.
+fn bind_unix(path: &Path) -> io::Result<UnixListener> {
+    match UnixListener::bind(path) {
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse && is_stale(path) => {
+            std::fs::remove_file(path)?;
+            UnixListener::bind(path)
+        }
+        bound => bound,
+    }
+}
+
+/// Whether `path` is a socket file that refuses connections: its listener is gone.
+fn is_stale(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    is_socket
+        && matches!(
+            std::os::unix::net::UnixStream::connect(path),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused
+        )
+}
+
+/// A new directory only we may enter, under the temporary directory. Its name need not be
+/// secret: it is created exclusively, and taken by nobody else once it exists.
+fn private_dir() -> io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static MADE: AtomicU32 = AtomicU32::new(0);
+    let base = std::env::temp_dir();
+    for _ in 0..16 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let made = MADE.fetch_add(1, Ordering::Relaxed);
+        let dir = base.join(format!(
+            "zeronode-{}-{made}-{nanos:08x}",
+            std::process::id()
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            created => return created.map(|()| dir),
+        }
+    }
+    Err(io::ErrorKind::AlreadyExists.into())
+}
+
+/// A bound socket's file, removed with its listener.
+#[derive(Debug)]
+pub(super) struct SocketFile {
+    path: PathBuf,
+    /// The wildcard's directory, removed too.
+    dir: Option<PathBuf>,
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// A bound endpoint's listener.
+#[derive(Debug)]
+pub(super) enum Listener {
+    /// `tcp://`.
+    Tcp(TcpListener),
+    /// `ipc://`.
+    Unix {
+        /// The listener.
+        listener: UnixListener,
+        /// Its file, removed when the listener is dropped (held only for that).
+        _file: SocketFile,
+    },
+}
+
+impl Listener {
+    /// The next connection.
+    pub(super) async fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(listener) => listener.accept().await.map(|(s, _)| Stream::Tcp(s)),
+            Listener::Unix { listener, .. } => {
+                listener.accept().await.map(|(s, _)| Stream::Unix(s))
+            }
+        }
+    }
+}
+
+/// One connection's byte stream.
+#[derive(Debug)]
+pub(super) enum Stream {
+    /// Over TCP.
+    Tcp(TcpStream),
+    /// Over a Unix domain socket.
+    Unix(UnixStream),
+}
+
+impl Stream {
+    /// Sends each write at once (TCP's `NODELAY`; a Unix stream has no delay to turn off).
+    pub(super) fn set_nodelay(&self) {
+        if let Stream::Tcp(stream) = self {
+            let _ = stream.set_nodelay(true);
+        }
+    }
+
+    pub(super) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Stream::Tcp(s) => s.poll_read_ready(cx),
+            Stream::Unix(s) => s.poll_read_ready(cx),
+        }
+    }
+
+    pub(super) fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Stream::Tcp(s) => s.poll_write_ready(cx),
+            Stream::Unix(s) => s.poll_write_ready(cx),
+        }
+    }
+
+    pub(super) fn try_read_buf<B: BufMut>(&self, buf: &mut B) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.try_read_buf(buf),
+            Stream::Unix(s) => s.try_read_buf(buf),
+        }
+    }
+
+    pub(super) fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.try_write_vectored(bufs),
+            Stream::Unix(s) => s.try_write_vectored(bufs),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_and_others_are_refused() {
+        let tcp = |s: &str| Address::Tcp(s.to_owned());
+        assert_eq!(
+            Address::parse("tcp://127.0.0.1:5555").unwrap(),
+            tcp("127.0.0.1:5555")
+        );
+        assert_eq!(Address::parse("tcp://*:*").unwrap(), tcp("0.0.0.0:0"));
+        assert_eq!(Address::parse("tcp://[::1]:0").unwrap(), tcp("[::1]:0"));
+        assert_eq!(
+            Address::parse("tcp://localhost:80").unwrap(),
+            tcp("localhost:80")
+        );
+        assert_eq!(
+            Address::parse("ipc:///tmp/x").unwrap(),
+            Address::Ipc(PathBuf::from("/tmp/x"))
+        );
+        assert_eq!(
+            Address::parse("ipc://relative/x").unwrap(),
+            Address::Ipc(PathBuf::from("relative/x"))
+        );
+        assert_eq!(Address::parse("ipc://*").unwrap(), Address::IpcAny);
+        let long = format!("ipc:///{}", "x".repeat(MAX_PATH));
+        for bad in [
+            "tcp://nohost",
+            "tcp://:1",
+            "tcp://h:99999",
+            "inproc://a",
+            "ipc://",
+            "ipc://@abstract",
+            long.as_str(),
+        ] {
+            assert!(
+                matches!(Address::parse(bad), Err(Error::InvalidEndpoint { .. })),
+                "{bad}"
+            );
+        }
+        assert!(Address::parse_remote("ipc://*").is_err());
+        assert!(Address::parse_remote("ipc:///tmp/x").is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_path_in_use_is_refused_and_a_stale_one_is_taken() {
+        let dir = private_dir().unwrap();
+        let path = dir.join("s");
+        let address = Address::Ipc(path.clone());
+        let (listener, actual) = address.bind().unwrap();
+        assert_eq!(actual, format!("ipc://{}", path.display()));
+        let e = address.bind().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        // A file left by a listener that is gone (as a killed process leaves it).
+        drop(listener);
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let (listener, _) = address.bind().unwrap();
+        let connected = address.connect().await.unwrap();
+        assert!(matches!(connected, Stream::Unix(_)));
+        drop(listener);
+        assert!(!path.exists(), "an unbound listener removes its file");
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_wildcard_binds_a_private_path_and_removes_it() {
+        let (listener, actual) = Address::IpcAny.bind().unwrap();
+        let path = PathBuf::from(actual.strip_prefix("ipc://").unwrap());
+        let dir = path.parent().unwrap().to_owned();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700);
+        }
+        let connected = Address::parse_remote(&actual)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        drop(connected);
+        drop(listener);
+        assert!(!path.exists());
+        assert!(!dir.exists());
+    }
+}
