@@ -1,9 +1,8 @@
 //! After the CURVE handshake: every frame as a MESSAGE command.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use crypto_box::aead::AeadInPlace;
-use crypto_box::SalsaBox;
 
+use super::secretbox::SecretBox;
 use super::{read_u64, seal_in_place, short_nonce, MAC_LEN};
 use crate::error::{Error, Result};
 use crate::frame;
@@ -54,7 +53,7 @@ pub struct Decrypted {
 /// the box.
 pub struct Cipher {
     /// The shared key of our transient secret and the peer's transient public key.
-    session: SalsaBox,
+    session: SecretBox,
     /// The nonce prefix of what we send.
     send_prefix: &'static [u8; 16],
     /// The nonce prefix of what we receive.
@@ -69,7 +68,7 @@ pub struct Cipher {
 impl Cipher {
     /// A cipher that continues a handshake's nonces.
     pub(super) fn new(
-        session: SalsaBox,
+        session: SecretBox,
         send_prefix: &'static [u8; 16],
         recv_prefix: &'static [u8; 16],
         next_nonce: u64,
@@ -161,12 +160,7 @@ impl Cipher {
     /// Opens the box (`mac`, `text`) in place; the nonce counts only once it opened.
     fn open(&mut self, nonce: u64, mac: &[u8], mut text: BytesMut) -> Result<Decrypted> {
         self.session
-            .decrypt_in_place_detached(
-                &short_nonce(self.recv_prefix, nonce),
-                b"",
-                &mut text,
-                mac.into(),
-            )
+            .open(&short_nonce(self.recv_prefix, nonce), &mut text, mac)
             .map_err(|_| Error::Crypto {
                 what: "a MESSAGE box does not open",
             })?;

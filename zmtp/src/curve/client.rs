@@ -1,8 +1,9 @@
 //! The client side of the CURVE handshake: HELLO, WELCOME, INITIATE, READY.
 
-use crypto_box::{SalsaBox, SecretKey};
+use crypto_box::SecretKey;
 
 use super::cipher::{Cipher, CLIENT_TO_SERVER, SERVER_TO_CLIENT};
+use super::secretbox::SecretBox;
 use super::{
     long_nonce, open, precompute, random16, read_u64, seal, short_nonce, transient_pair, CurveKeys,
     KEY_LEN, MAC_LEN,
@@ -115,10 +116,10 @@ pub struct CurveClient {
     /// C', its public half, sent in HELLO.
     transient_public: [u8; KEY_LEN],
     /// The shared key of c' and S: HELLO's signature and WELCOME's box.
-    to_server: SalsaBox,
+    to_server: SecretBox,
     /// The shared key of c' and S', once WELCOME told us S': INITIATE, READY and then every
     /// MESSAGE.
-    session: Option<SalsaBox>,
+    session: Option<SecretBox>,
     /// The next short nonce we send (HELLO takes 1, INITIATE 2, the first MESSAGE 3).
     next_nonce: u64,
     /// The last short nonce received from the server (READY's).

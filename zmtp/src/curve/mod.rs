@@ -71,16 +71,17 @@
 
 mod cipher;
 mod client;
+mod poly1305;
+mod secretbox;
 mod server;
 #[cfg(test)]
 mod tests;
 
-use crypto_box::aead::AeadInPlace;
 use crypto_box::{PublicKey, SecretKey};
-use crypto_secretbox::consts::{U16, U24};
 use rand_core::{OsRng, RngCore};
 use zeroize::Zeroizing;
 
+use self::secretbox::{Nonce, SecretBox};
 use crate::error::{Error, Result};
 
 pub use cipher::{Cipher, Decrypted, MESSAGE_OVERHEAD};
@@ -188,20 +189,20 @@ fn transient_pair() -> (SecretKey, [u8; KEY_LEN]) {
 
 /// A nonce of a 16-byte prefix and a short (8-byte, big-endian) counter: HELLO, INITIATE,
 /// READY and MESSAGE.
-fn short_nonce(prefix: &[u8; 16], counter: u64) -> crypto_box::Nonce {
+fn short_nonce(prefix: &[u8; 16], counter: u64) -> Nonce {
     let mut nonce = [0u8; 24];
     nonce[..16].copy_from_slice(prefix);
     nonce[16..].copy_from_slice(&counter.to_be_bytes());
-    nonce.into()
+    nonce
 }
 
 /// A nonce of an 8-byte prefix and 16 bytes carried beside the box: WELCOME, the cookie and
 /// the vouch.
-fn long_nonce(prefix: &[u8; 8], rest: &[u8; 16]) -> crypto_box::Nonce {
+fn long_nonce(prefix: &[u8; 8], rest: &[u8; 16]) -> Nonce {
     let mut nonce = [0u8; 24];
     nonce[..8].copy_from_slice(prefix);
     nonce[8..].copy_from_slice(rest);
-    nonce.into()
+    nonce
 }
 
 /// 16 random bytes: the varying part of a long nonce.
@@ -219,10 +220,7 @@ fn read_u64(bytes: &[u8]) -> u64 {
 }
 
 /// Appends the box of `plaintext` to `out`: the MAC, then the ciphertext.
-fn seal<A>(cipher: &A, nonce: &crypto_box::Nonce, plaintext: &[u8], out: &mut Vec<u8>)
-where
-    A: AeadInPlace<NonceSize = U24, TagSize = U16>,
-{
+fn seal(cipher: &SecretBox, nonce: &Nonce, plaintext: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
     out.resize(start + MAC_LEN, 0);
     out.extend_from_slice(plaintext);
@@ -230,31 +228,19 @@ where
 }
 
 /// Encrypts `buf[MAC_LEN..]` in place and writes its MAC into `buf[..MAC_LEN]`.
-fn seal_in_place<A>(cipher: &A, nonce: &crypto_box::Nonce, buf: &mut [u8])
-where
-    A: AeadInPlace<NonceSize = U24, TagSize = U16>,
-{
+fn seal_in_place(cipher: &SecretBox, nonce: &Nonce, buf: &mut [u8]) {
     let (mac, text) = buf.split_at_mut(MAC_LEN);
-    // The only failures of these ciphers are associated data (we pass none) and a message
-    // over Salsa20's 2^70-byte keystream, which no frame reaches.
-    #[allow(clippy::expect_used)]
-    let tag = cipher
-        .encrypt_in_place_detached(nonce, b"", text)
-        .expect("XSalsa20-Poly1305 without associated data cannot fail");
-    mac.copy_from_slice(&tag);
+    mac.copy_from_slice(&cipher.seal(nonce, text));
 }
 
 /// Opens a box (MAC, then ciphertext) into a new buffer, wiped on drop: `what` names the box
 /// in the error.
-fn open<A>(
-    cipher: &A,
-    nonce: &crypto_box::Nonce,
+fn open(
+    cipher: &SecretBox,
+    nonce: &Nonce,
     boxed: &[u8],
     what: &'static str,
-) -> Result<Zeroizing<Vec<u8>>>
-where
-    A: AeadInPlace<NonceSize = U24, TagSize = U16>,
-{
+) -> Result<Zeroizing<Vec<u8>>> {
     if boxed.len() < MAC_LEN {
         return Err(Error::MalformedCommand {
             what: "a CURVE box shorter than its MAC",
@@ -263,13 +249,13 @@ where
     let (mac, text) = boxed.split_at(MAC_LEN);
     let mut plain = Zeroizing::new(text.to_vec());
     cipher
-        .decrypt_in_place_detached(nonce, b"", &mut plain, mac.into())
+        .open(nonce, &mut plain, mac)
         .map_err(|_| Error::Crypto { what })?;
     Ok(plain)
 }
 
 /// The shared key of a box between `secret` and `public` (libsodium's
 /// `crypto_box_beforenm`), wiped on drop.
-fn precompute(public: &[u8; KEY_LEN], secret: &SecretKey) -> crypto_box::SalsaBox {
-    crypto_box::SalsaBox::new(&PublicKey::from_bytes(*public), secret)
+fn precompute(public: &[u8; KEY_LEN], secret: &SecretKey) -> SecretBox {
+    SecretBox::between(&PublicKey::from_bytes(*public), secret)
 }

@@ -1,7 +1,6 @@
 //! The server side of the CURVE handshake: HELLO, WELCOME, INITIATE, READY (or ERROR).
 
-use crypto_box::{SalsaBox, SecretKey};
-use crypto_secretbox::{KeyInit, XSalsa20Poly1305};
+use crypto_box::SecretKey;
 use rand_core::{OsRng, RngCore};
 use zeroize::Zeroizing;
 
@@ -10,6 +9,7 @@ use super::client::{
     COOKIE_LEN, HELLO_LEN, HELLO_NONCE, INITIATE_MIN_LEN, INITIATE_NONCE, READY_MIN_LEN,
     READY_NONCE, VOUCH_NONCE, WELCOME_LEN, WELCOME_NONCE,
 };
+use super::secretbox::SecretBox;
 use super::{
     long_nonce, open, precompute, random16, read_u64, seal, short_nonce, transient_pair, CurveKeys,
     KEY_LEN,
@@ -83,10 +83,10 @@ pub struct CurveServer {
     client_transient: [u8; KEY_LEN],
     /// The key of the cookie, drawn for this connection (as libzmq draws one per WELCOME);
     /// wiped on drop by the cipher's own `Drop`.
-    cookie_key: XSalsa20Poly1305,
+    cookie_key: SecretBox,
     /// The shared key of s' and C', once HELLO told us C': INITIATE, READY and then every
     /// MESSAGE.
-    session: Option<SalsaBox>,
+    session: Option<SecretBox>,
     /// The next short nonce we send (READY takes 1, the first MESSAGE 2).
     next_nonce: u64,
     /// The last short nonce received from the client (HELLO's, then INITIATE's).
@@ -107,7 +107,7 @@ impl CurveServer {
             transient,
             transient_public,
             client_transient: [0; KEY_LEN],
-            cookie_key: XSalsa20Poly1305::new((&*cookie_key).into()),
+            cookie_key: SecretBox::new(&cookie_key),
             session: None,
             next_nonce: 1,
             peer_nonce: 0,
