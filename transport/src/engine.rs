@@ -19,10 +19,10 @@ use crate::zap::AllowList;
 ///
 /// The default is the process's: `ZERONODE_ENGINE=native` or `ZERONODE_ENGINE=libzmq` in
 /// the environment (read once), else [`Engine::Native`], the faster of the two on every
-/// measure but one (CURVE with many messages in flight; see PERFORMANCE.md). Set one per
-/// socket with [`Options::engine`]. Both speak `tcp://` and `ipc://` (and meet each other
-/// over either); `inproc://` and `ipc://@abstract` names need [`Engine::Libzmq`] (on a
-/// native socket they are [`Error::InvalidEndpoint`]). Binding an `ipc://` path some live
+/// measure (see PERFORMANCE.md). Set one per socket with [`Options::engine`]. Both speak
+/// `tcp://` and `ipc://` (and meet each other over either); `inproc://` and
+/// `ipc://@abstract` names need [`Engine::Libzmq`] (on a native socket they are
+/// [`Error::InvalidEndpoint`]). Binding an `ipc://` path some live
 /// socket listens on is `AddrInUse` on the native engine, where libzmq takes the path over.
 ///
 /// [`Options::engine`]: crate::Options::engine
