@@ -78,6 +78,8 @@ pub(super) struct Driver {
     endpoint: Arc<str>,
     /// Bytes read and not yet consumed by the state machine.
     input: BytesMut,
+    /// Bytes taken out of the connection's outbox and not yet written (see `poll_write`).
+    writing: zmtp::Outbox,
     /// The events of one input, handled after the state machine's lock is released.
     events: Vec<zmtp::Event>,
     /// The messages of one input, for the inbox.
@@ -121,6 +123,7 @@ impl Driver {
             socket,
             endpoint,
             input: BytesMut::with_capacity(READ_CHUNK),
+            writing: zmtp::Outbox::default(),
             events: Vec::new(),
             batch: Vec::new(),
             peer: Bytes::new(),
@@ -297,24 +300,34 @@ impl Driver {
     }
 
     /// Writes what is queued. `Ok(true)` when everything is written.
+    ///
+    /// The write runs without the link's lock: the queued bytes are swapped out into
+    /// `writing` under it, so a sender on another thread queues behind the system call
+    /// instead of waiting for it (a `writev` on loopback also runs the receiver's side of
+    /// TCP, several microseconds). What `writing` holds goes out before anything queued
+    /// after it. The high-water count is cleared only once both are empty, so it still
+    /// counts every message not yet written.
     fn poll_write(&mut self, cx: &mut Context<'_>) -> io::Result<bool> {
-        let mut state = self.link.state.lock();
         loop {
-            let outbox = state.conn.outbox();
-            if outbox.is_empty() {
-                let was_full = state.queued >= self.link.hwm;
-                state.queued = 0;
-                drop(state);
-                if was_full {
-                    self.link.writable.notify_waiters();
+            if self.writing.is_empty() {
+                let mut state = self.link.state.lock();
+                let outbox = state.conn.outbox();
+                if outbox.is_empty() {
+                    let was_full = state.queued >= self.link.hwm;
+                    state.queued = 0;
+                    drop(state);
+                    if was_full {
+                        self.link.writable.notify_waiters();
+                    }
+                    return Ok(true);
                 }
-                return Ok(true);
+                std::mem::swap(&mut self.writing, outbox);
             }
             let mut slices = [IoSlice::new(&[]); IOVECS];
-            let n = outbox.io_slices(&mut slices);
+            let n = self.writing.io_slices(&mut slices);
             match self.stream.try_write_vectored(&slices[..n]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(written) => outbox.advance(written),
+                Ok(written) => self.writing.advance(written),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     match self.stream.poll_write_ready(cx) {
                         Poll::Pending => return Ok(false),
