@@ -34,6 +34,10 @@ const KIND_TEXT: u8 = 0;
 const KIND_BYTES: u8 = 1;
 /// Bytes an entry takes besides its key and value.
 const ENTRY_OVERHEAD: usize = 1 + 1 + 4;
+
+/// The room a section built here starts with: a few short entries (an auth token, a
+/// tenant, a trace context) without growing.
+const BUILD_ROOM: usize = 128;
 /// The size of the budget entry, as written (a section of exactly this size with a budget
 /// holds nothing else).
 pub const BUDGET_ENTRY: usize = ENTRY_OVERHEAD + BUDGET.len() + 8;
@@ -448,6 +452,36 @@ impl<'a> Iterator for Entries<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn setting_in_place_leaves_clones_and_received_sections_as_they_were() {
+        let mut meta = Meta::new();
+        meta.insert("auth", "t0k3n").unwrap();
+        let before = meta.clone();
+        // Shared with `before` now: this set copies.
+        meta.insert("tenant", "acme").unwrap();
+        assert_eq!(before.get_str("tenant"), None);
+        assert_eq!(before.get_str("auth"), Some("t0k3n"));
+        // Unique again: these append (or replace) in place.
+        meta.insert("auth", "other").unwrap();
+        meta.insert_bytes("blob", &[0, 1, 2]).unwrap();
+        let entries: Vec<_> = meta.iter().collect();
+        assert_eq!(
+            entries,
+            [
+                ("tenant", MetaValue::Text("acme")),
+                ("auth", MetaValue::Text("other")),
+                ("blob", MetaValue::Bytes(&[0, 1, 2])),
+            ]
+        );
+        // A section parsed from a message is never written through.
+        let wire = meta.as_bytes().clone();
+        let mut received = Meta::parse(wire.clone(), &MetaLimits::default()).unwrap();
+        received.insert("more", "x").unwrap();
+        assert_eq!(meta.as_bytes(), &wire);
+        assert_eq!(received.get_str("more"), Some("x"));
+        assert_eq!(received.get_str("tenant"), Some("acme"));
+    }
 
     fn limits() -> MetaLimits {
         MetaLimits::default()
