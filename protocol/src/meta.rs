@@ -244,10 +244,24 @@ impl Meta {
     }
 
     /// Sets any key, framework ones included (for the layers above this one).
+    ///
+    /// Appends in place to a section this value alone holds (one built here, with room left
+    /// for a few more short entries); a section shared with a received message or a clone
+    /// is copied first. Two entries set one after the other cost one allocation, not two.
     pub fn set(&mut self, key: &str, value: MetaValue<'_>) {
         self.remove(key);
-        let mut raw = BytesMut::with_capacity(self.raw.len() + entry_len(key, value));
-        raw.put_slice(&self.raw);
+        let needed = entry_len(key, value);
+        let mut raw = match std::mem::take(&mut self.raw).try_into_mut() {
+            Ok(mut unique) => {
+                unique.reserve(needed);
+                unique
+            }
+            Err(shared) => {
+                let mut raw = BytesMut::with_capacity(shared.len() + needed.max(BUILD_ROOM));
+                raw.put_slice(&shared);
+                raw
+            }
+        };
         put_entry(&mut raw, key, value);
         self.raw = raw.freeze();
     }
