@@ -34,6 +34,16 @@ fn request_round_trips_json_through_echo() {
 }
 
 #[test]
+fn a_node_bound_on_ipc_answers_over_it() {
+    // The default engine (native) over a Unix socket at a fresh path.
+    let mut srv = NodeProcess::start(&["--id", "srv", "--bind", "ipc://*"]);
+    assert_eq!(srv.next_line(), "node srv ready");
+    assert!(srv.address.starts_with("ipc://"), "{}", srv.address);
+    let run = zeronode(&["request", "--connect", &srv.address, "echo", "[1,2]"]);
+    assert_eq!(run.ok(), "[1,2]");
+}
+
+#[test]
 fn request_without_data_sends_null() {
     let srv = server(&[]);
     let run = zeronode(&["request", "--connect", &srv.address, "echo"]);
