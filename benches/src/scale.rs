@@ -16,7 +16,11 @@
 //! - **`request_any` throughput**: the hub keeps `--window` `request_any` calls (filter
 //!   `role=peer`, random strategy) in flight to the peers' raw `echo`; rate and latency;
 //!   then, as the control, the same requests addressed to each peer in turn by id (no
-//!   filter, no pick), so the cost of choosing among many peers shows apart;
+//!   filter, no pick), so the cost of choosing among many peers shows apart; past 100
+//!   peers, also by id to the first 100 only, the rest joined and idle, so the cost of
+//!   the number of peers shows apart from that of spreading calls over them; and the
+//!   floor: the same pattern over plain TCP, one connection per peer held by the same peer
+//!   processes (`scale_floor.rs`), the machine's own cost of that spread;
 //! - the hub process's CPU (user + system, in cores) over each phase: near 1.0 its one
 //!   runtime thread is the limit, well under it the peers' processes are.
 //!
@@ -64,6 +68,8 @@ const JOIN_LIMIT: Duration = Duration::from_secs(180);
 const HUB_SLACK: Duration = Duration::from_secs(300);
 /// The tag every peer advertises and every hub call filters on.
 const ROLE: (&str, &str) = ("role", "peer");
+/// How many peers the second control calls by id (the smaller count of the default run).
+pub(crate) const FEW: usize = 100;
 /// Count requests kept in flight when the hub asks every peer for its tick count.
 const COUNT_WINDOW: usize = 100;
 
@@ -146,6 +152,10 @@ pub(crate) struct PeersArgs {
     /// Heartbeat seconds.
     #[arg(long)]
     heartbeat: f64,
+    /// The hub's floor listener (`host:port`): also hold `count` plain TCP connections to
+    /// it and echo what comes on them (see `scale_floor.rs`).
+    #[arg(long)]
+    tcp: Option<String>,
     /// Exit when stdin closes (the hub is gone).
     #[arg(long)]
     watch_stdin: bool,
@@ -315,12 +325,12 @@ pub(crate) fn parse_cpu_seconds(stat: &str) -> Option<f64> {
 }
 
 /// This process's CPU seconds so far (Linux only).
-fn cpu_seconds() -> Option<f64> {
+pub(crate) fn cpu_seconds() -> Option<f64> {
     parse_cpu_seconds(&std::fs::read_to_string("/proc/self/stat").ok()?)
 }
 
 /// The share of one core the hub used between two readings, over `wall` seconds.
-fn busy(before: Option<f64>, after: Option<f64>, wall: f64) -> Option<f64> {
+pub(crate) fn busy(before: Option<f64>, after: Option<f64>, wall: f64) -> Option<f64> {
     let (before, after) = before.zip(after)?;
     (wall > 0.0).then(|| (after - before).max(0.0) / wall)
 }
@@ -418,6 +428,8 @@ async fn hub_run(args: &HubArgs, reexec: &Reexec, children: &mut Vec<Child>) -> 
         .build()
         .await?;
     let endpoint = hub.address().ok_or(Error::NotBound)?;
+    let floor_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let floor_address = floor_listener.local_addr()?.to_string();
     let rss_before = rss_kb();
 
     let started = Instant::now();
@@ -427,6 +439,7 @@ async fn hub_run(args: &HubArgs, reexec: &Reexec, children: &mut Vec<Child>) -> 
             .args(["scale-peers", "--endpoint", &endpoint])
             .args(["--first", &first.to_string(), "--count", &count.to_string()])
             .args(["--heartbeat", &heartbeat.as_secs_f64().to_string()])
+            .args(["--tcp", &floor_address])
             .arg("--watch-stdin");
         let what = format!("scale peers {first}..{}", first + count);
         let mut process = Process::start(command, what)?;
@@ -488,6 +501,7 @@ async fn hub_run(args: &HubArgs, reexec: &Reexec, children: &mut Vec<Child>) -> 
     // Let the last handshakes' buffers settle before reading the memory.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss_joined = rss_kb();
+    let floor = crate::scale_floor::Floor::accept(&floor_listener, peers, JOIN_LIMIT).await?;
 
     let ids: Vec<NodeId> = hub.peers().into_iter().map(|p| p.id).collect();
     let filter = Filter::new().eq(ROLE.0, ROLE.1);
@@ -522,11 +536,36 @@ async fn hub_run(args: &HubArgs, reexec: &Reexec, children: &mut Vec<Child>) -> 
             })
             .await?;
         eprintln!("  {size} B: request by id {:.0}/s", request_id.rate);
+        // The second control, past FEW peers: the same requests by id to the first FEW
+        // only, the others joined and idle. Near the FEW-peer rate, a joined peer costs
+        // nothing until it is called, and what slows the mesh is the calls' spread.
+        let request_id_few = if ids.len() > FEW {
+            let mut turn = 0usize;
+            let few = phase
+                .requests(|| {
+                    turn = turn.wrapping_add(1);
+                    Target::Id(ids[turn % FEW].clone())
+                })
+                .await?;
+            eprintln!(
+                "  {size} B: request by id to {FEW} of them {:.0}/s",
+                few.rate
+            );
+            Some(few)
+        } else {
+            None
+        };
+        let tcp_floor = floor
+            .requests(size as usize, phase.window, warmup, duration)
+            .await?;
+        eprintln!("  {size} B: the floor, plain TCP {:.0}/s", tcp_floor.rate);
         sizes.push(SizeResult {
             size: size as usize,
             tick_all,
             request_any,
             request_id,
+            request_id_few,
+            tcp_floor: Some(tcp_floor),
         });
     }
     let rss_after = rss_kb();
@@ -706,6 +745,10 @@ pub(crate) fn peers(args: &PeersArgs) -> Result<()> {
             rss_after_kb: rss_kb(),
         };
         println!("{}", serde_json::to_string(&ready)?);
+        // After the memory was read: the floor's connections are not the nodes'.
+        if let Some(address) = &args.tcp {
+            crate::scale_floor::echo(address, args.count).await?;
+        }
         std::future::pending::<()>().await;
         Ok::<(), Error>(())
     })

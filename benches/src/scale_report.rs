@@ -60,6 +60,13 @@ pub(crate) struct SizeResult {
     pub(crate) request_any: RequestAny,
     /// The control: the same requests to each peer in turn by id.
     pub(crate) request_id: RequestAny,
+    /// The second control, with more than [`FEW`](crate::scale::FEW) peers: the same
+    /// requests by id to the first `FEW` only.
+    #[serde(default)]
+    pub(crate) request_id_few: Option<RequestAny>,
+    /// The floor: the same pattern as `request_any` over plain TCP, one connection per peer.
+    #[serde(default)]
+    pub(crate) tcp_floor: Option<RequestAny>,
 }
 
 /// One hub run: one peer count.
@@ -161,7 +168,7 @@ impl ScaleReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{:>6} {:>5} {:>7} {:>9} {:>9} {:>6} {:>11} {:>10} {:>7} {:>13} {:>8} {:>8} {:>7} {:>9} {:>7}",
+            "{:>6} {:>5} {:>7} {:>9} {:>9} {:>6} {:>11} {:>10} {:>7} {:>13} {:>8} {:>8} {:>7} {:>9} {:>7} {:>10} {:>9}",
             "peers",
             "procs",
             "join_s",
@@ -176,7 +183,9 @@ impl ScaleReport {
             "p99_us",
             "hub_cpu",
             "by_id/s",
-            "hub_cpu"
+            "hub_cpu",
+            "by_id100/s",
+            "tcp/s"
         );
         let kb = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
         let cpu = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
@@ -190,7 +199,7 @@ impl ScaleReport {
                 };
                 let _ = writeln!(
                     out,
-                    "{:>6} {:>5} {:>7.2} {:>9} {:>9} {:>6} {:>11.0} {:>10.1} {:>7} {:>13.0} {:>8} {:>8} {:>7} {:>9.0} {:>7}",
+                    "{:>6} {:>5} {:>7.2} {:>9} {:>9} {:>6} {:>11.0} {:>10.1} {:>7} {:>13.0} {:>8} {:>8} {:>7} {:>9.0} {:>7} {:>10} {:>9}",
                     run.peers,
                     run.processes,
                     run.join_s,
@@ -205,7 +214,13 @@ impl ScaleReport {
                     us(|l| l.p99),
                     cpu(s.request_any.hub_cpu),
                     s.request_id.rate,
-                    cpu(s.request_id.hub_cpu)
+                    cpu(s.request_id.hub_cpu),
+                    s.request_id_few
+                        .as_ref()
+                        .map_or("-".to_owned(), |few| format!("{:.0}", few.rate)),
+                    s.tcp_floor
+                        .as_ref()
+                        .map_or("-".to_owned(), |tcp| format!("{:.0}", tcp.rate))
                 );
             }
         }
@@ -247,7 +262,9 @@ impl ScaleReport {
              tick_all calls per second. hub_cpu: the hub process's CPU in cores over the \
              phase (1.00 = one core). hub_kb/pr: the hub's resident memory per joined peer; \
              node_kb: a peer process's per node. request_any: {} in flight, to a raw echo; by_id/s: the same requests to each peer in \
-             turn by id (no filter, no pick).\n\
+             turn by id (no filter, no pick); by_id100/s: by id to the first 100 peers only, \
+             the others joined and idle; tcp/s: the floor, the same requests over plain TCP, one \
+             connection per peer, echoed by the peer processes.\n\
              {}s warm-up, {}s measured per phase; heartbeats every {} s; libzmq {}; load \
              average {} before, {} after.\n{}",
             self.settings.window,
@@ -268,7 +285,7 @@ impl ScaleReport {
             "peers,processes,join_s,hub_rss_before_kb,hub_rss_joined_kb,hub_rss_per_peer_kb,\
              peer_rss_per_node_kb,size,tick_all_calls_per_s,ticks_per_s,ticks_delivered,\
              request_any_per_s,request_any_window,p50_us,p95_us,p99_us,tick_all_hub_cpu,\
-             request_any_hub_cpu,request_id_per_s,request_id_hub_cpu\n",
+             request_any_hub_cpu,request_id_per_s,request_id_hub_cpu,request_id_few_per_s,tcp_floor_per_s\n",
         );
         let opt_u = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
         let opt_f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
@@ -277,7 +294,7 @@ impl ScaleReport {
                 let l = s.request_any.latency_us.as_ref();
                 let _ = writeln!(
                     out,
-                    "{},{},{:.3},{},{},{},{},{},{:.2},{:.1},{},{:.1},{},{},{},{},{},{},{:.1},{}",
+                    "{},{},{:.3},{},{},{},{},{},{:.2},{:.1},{},{:.1},{},{},{},{},{},{},{:.1},{},{},{}",
                     run.peers,
                     run.processes,
                     run.join_s,
@@ -298,6 +315,12 @@ impl ScaleReport {
                     opt_f(s.request_any.hub_cpu),
                     s.request_id.rate,
                     opt_f(s.request_id.hub_cpu),
+                    s.request_id_few
+                        .as_ref()
+                        .map_or(String::new(), |few| format!("{:.1}", few.rate)),
+                    s.tcp_floor
+                        .as_ref()
+                        .map_or(String::new(), |tcp| format!("{:.1}", tcp.rate)),
                 );
             }
         }
@@ -375,6 +398,9 @@ pub(crate) fn merge_runs(rounds: &[HubResult]) -> Option<HubResult> {
             let ticks: Vec<&FanOut> = same.iter().map(|x| &x.tick_all).collect();
             let any: Vec<&RequestAny> = same.iter().map(|x| &x.request_any).collect();
             let id: Vec<&RequestAny> = same.iter().map(|x| &x.request_id).collect();
+            let few: Option<Vec<&RequestAny>> =
+                same.iter().map(|x| x.request_id_few.as_ref()).collect();
+            let tcp: Option<Vec<&RequestAny>> = same.iter().map(|x| x.tcp_floor.as_ref()).collect();
             Some(SizeResult {
                 size: s.size,
                 tick_all: FanOut {
@@ -388,6 +414,8 @@ pub(crate) fn merge_runs(rounds: &[HubResult]) -> Option<HubResult> {
                 },
                 request_any: merge_requests(&any),
                 request_id: merge_requests(&id),
+                request_id_few: few.map(|few| merge_requests(&few)),
+                tcp_floor: tcp.map(|tcp| merge_requests(&tcp)),
             })
         })
         .collect();
@@ -560,6 +588,8 @@ mod tests {
                 }),
                 hub_cpu: None,
             },
+            request_id_few: None,
+            tcp_floor: None,
         }
     }
 
@@ -617,7 +647,7 @@ mod tests {
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 5);
         let columns = lines[0].split(',').count();
-        assert_eq!(columns, 20);
+        assert_eq!(columns, 22);
         assert!(lines.iter().all(|l| l.split(',').count() == columns));
         assert!(lines[1].starts_with("100,1,0.500,10000,12000,20.00,40.00,100,"));
     }
@@ -647,6 +677,18 @@ mod tests {
         assert_eq!(merged.sizes[0].request_any.latency_us.unwrap().p50, 450.0);
         // Only two rounds measured the CPU.
         assert!((merged.sizes[1].request_id.hub_cpu.unwrap() - 0.6).abs() < 1e-12);
+        // The second control: the median when every round has it, left out otherwise.
+        let few = |rate: f64| {
+            let mut r = run(1000);
+            let mut control = r.sizes[0].request_id.clone();
+            control.rate = rate;
+            r.sizes[0].request_id_few = Some(control);
+            r
+        };
+        let merged = merge_runs(&[few(3.0), few(1.0), few(2.0)]).unwrap();
+        assert_eq!(merged.sizes[0].request_id_few.as_ref().unwrap().rate, 2.0);
+        let merged = merge_runs(&[few(3.0), run(1000)]).unwrap();
+        assert_eq!(merged.sizes[0].request_id_few, None);
     }
 
     #[test]
