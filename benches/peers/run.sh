@@ -40,7 +40,7 @@ if [ ! -d "$here/moleculer/node_modules/moleculer" ] ||
 fi
 
 # The default rows, unless the caller names its own --layers.
-layers=(--layers raw,transport,node,nats,moleculer)
+layers=(--layers raw,transport,node,node-native,nats,moleculer)
 for arg in "$@"; do
 	case "$arg" in --layers | --layers=*) layers=() ;; esac
 done
