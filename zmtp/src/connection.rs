@@ -432,7 +432,7 @@ impl Connection {
                 self.state = State::NullReady;
             }
             Mechanism::Curve(CurveConfig::Client { keys, server_key }) => {
-                let mut client = CurveClient::new(keys, *server_key);
+                let mut client = CurveClient::new(keys, *server_key)?;
                 let hello = client.hello();
                 self.push_command_body(&hello);
                 self.state = State::CurveClient(Box::new(client));

@@ -212,7 +212,7 @@ fn client_handshake(
     server_key: [u8; 32],
     md: &[u8],
 ) -> (zmtp::curve::Cipher, Properties) {
-    let mut client = CurveClient::new(keys, server_key);
+    let mut client = CurveClient::new(keys, server_key).unwrap();
     wire.greet(false);
     wire.send_command(&client.hello());
     let welcome = wire.read_command();
@@ -446,7 +446,7 @@ fn a_libzmq_server_refuses_a_client_with_the_wrong_server_key() {
     let mon = monitor(&ctx, &router, "c", EVENT_HANDSHAKE_FAILED_PROTOCOL);
 
     let keys = CurveKeys::generate();
-    let mut client = CurveClient::new(&keys, CurveKeys::generate().public);
+    let mut client = CurveClient::new(&keys, CurveKeys::generate().public).unwrap();
     let mut wire = Wire::connect(&endpoint);
     wire.greet(false);
     wire.send_command(&client.hello());

@@ -99,16 +99,12 @@ impl Address {
                 Ok((Listener::Tcp(TcpListener::from_std(listener)?), actual))
             }
             Address::Ipc(path) => {
-                let listener = bind_unix(path)?;
+                let (listener, file) = bind_unix(path, None)?;
                 let actual = format!("ipc://{}", path.display());
-                let file = SocketFile {
-                    path: path.clone(),
-                    dir: None,
-                };
                 Ok((
                     Listener::Unix {
-                        listener,
                         _file: file,
+                        listener,
                     },
                     actual,
                 ))
@@ -116,22 +112,18 @@ impl Address {
             Address::IpcAny => {
                 let dir = private_dir()?;
                 let path = dir.join("socket");
-                let listener = match bind_unix(&path) {
-                    Ok(listener) => listener,
+                let (listener, file) = match bind_unix(&path, Some(dir.clone())) {
+                    Ok(bound) => bound,
                     Err(e) => {
                         let _ = std::fs::remove_dir(&dir);
                         return Err(e);
                     }
                 };
                 let actual = format!("ipc://{}", path.display());
-                let file = SocketFile {
-                    path,
-                    dir: Some(dir),
-                };
                 Ok((
                     Listener::Unix {
-                        listener,
                         _file: file,
+                        listener,
                     },
                     actual,
                 ))
@@ -141,26 +133,58 @@ impl Address {
 }
 
 /// Binds a Unix listener at `path`, first removing a socket file there that nobody
-/// listens on any more.
-fn bind_unix(path: &Path) -> io::Result<UnixListener> {
-    match UnixListener::bind(path) {
-        Err(e) if e.kind() == io::ErrorKind::AddrInUse && is_stale(path) => {
-            std::fs::remove_file(path)?;
-            UnixListener::bind(path)
+/// listens on any more; with the file to remove when it is dropped (and `dir`, the
+/// wildcard's directory).
+///
+/// The stale file is removed only if it is still the file that was probed (another
+/// process may have taken the path meanwhile), and a second `AddrInUse` is final.
+fn bind_unix(path: &Path, dir: Option<PathBuf>) -> io::Result<(UnixListener, SocketFile)> {
+    let listener = match UnixListener::bind(path) {
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            let probed = file_id(path)?;
+            if !is_stale(path) {
+                return Err(e);
+            }
+            if file_id(path).ok() == Some(probed) {
+                match std::fs::remove_file(path) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+            UnixListener::bind(path)?
         }
-        bound => bound,
-    }
+        bound => bound?,
+    };
+    let file = SocketFile {
+        path: std::path::absolute(path)?,
+        id: file_id(path)?,
+        dir,
+    };
+    Ok((listener, file))
 }
 
-/// Whether `path` is a socket file that refuses connections: its listener is gone.
+/// The device and inode of the file at `path` (not following a symbolic link).
+fn file_id(path: &Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path)?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// Whether `path` is a socket file that refuses connections: its listener is gone. The
+/// probe does not wait: a live listener whose backlog is full answers "try again", which
+/// counts as live.
 fn is_stale(path: &Path) -> bool {
     use std::os::unix::fs::FileTypeExt;
     let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
-    is_socket
-        && matches!(
-            std::os::unix::net::UnixStream::connect(path),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused
-        )
+    if !is_socket {
+        return false;
+    }
+    let probe = || -> io::Result<()> {
+        let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+        socket.set_nonblocking(true)?;
+        socket.connect(&socket2::SockAddr::unix(path)?)
+    };
+    matches!(probe(), Err(e) if e.kind() == io::ErrorKind::ConnectionRefused)
 }
 
 /// A new directory only we may enter, under the temporary directory. Its name need not be
@@ -187,17 +211,24 @@ fn private_dir() -> io::Result<PathBuf> {
     Err(io::ErrorKind::AlreadyExists.into())
 }
 
-/// A bound socket's file, removed with its listener.
+/// A bound socket's file, removed with its listener, if it is still the file bound: a
+/// libzmq socket may have taken the path over since (it removes and rebinds), and its
+/// file is not ours to remove.
 #[derive(Debug)]
 pub(super) struct SocketFile {
+    /// Absolute: a later change of the working directory does not move it.
     path: PathBuf,
+    /// The device and inode the bind made.
+    id: (u64, u64),
     /// The wildcard's directory, removed too.
     dir: Option<PathBuf>,
 }
 
 impl Drop for SocketFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if file_id(&self.path).ok() == Some(self.id) {
+            let _ = std::fs::remove_file(&self.path);
+        }
         if let Some(dir) = &self.dir {
             let _ = std::fs::remove_dir(dir);
         }
@@ -211,10 +242,12 @@ pub(super) enum Listener {
     Tcp(TcpListener),
     /// `ipc://`.
     Unix {
+        /// Its file, removed when the listener is dropped (held only for that). First, so
+        /// that it is dropped first: the path is gone before the socket closes, and no other
+        /// process can find it stale and bind a file of its own that we would remove.
+        _file: SocketFile,
         /// The listener.
         listener: UnixListener,
-        /// Its file, removed when the listener is dropped (held only for that).
-        _file: SocketFile,
     },
 }
 
@@ -339,6 +372,21 @@ mod tests {
         assert!(matches!(connected, Stream::Unix(_)));
         drop(listener);
         assert!(!path.exists(), "an unbound listener removes its file");
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_path_taken_over_since_is_not_removed() {
+        let dir = private_dir().unwrap();
+        let path = dir.join("s");
+        let (listener, _) = Address::Ipc(path.clone()).bind().unwrap();
+        // As libzmq binds a path in use: it removes the file and binds its own.
+        std::fs::remove_file(&path).unwrap();
+        let theirs = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        drop(listener);
+        assert!(path.exists(), "the other socket's file is left alone");
+        drop(theirs);
+        std::fs::remove_file(&path).unwrap();
         std::fs::remove_dir(&dir).unwrap();
     }
 

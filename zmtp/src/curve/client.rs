@@ -93,7 +93,7 @@ enum State {
 /// The client side of a CURVE handshake, for one connection.
 ///
 /// ```text
-/// let mut client = CurveClient::new(&keys, server_key);
+/// let mut client = CurveClient::new(&keys, server_key)?;
 /// send_command(client.hello());
 /// // WELCOME
 /// let ClientStep::Send(initiate) = client.on_command(&welcome, &metadata)? else { .. };
@@ -129,10 +129,12 @@ pub struct CurveClient {
 impl CurveClient {
     /// A client for one connection with our long-term `keys`, to the server whose public
     /// key is `server_key`. Makes the connection's transient key pair.
-    pub fn new(keys: &CurveKeys, server_key: [u8; KEY_LEN]) -> CurveClient {
+    ///
+    /// A server key of small order (no real server has one) is [`Error::Crypto`].
+    pub fn new(keys: &CurveKeys, server_key: [u8; KEY_LEN]) -> Result<CurveClient> {
         let (transient, transient_public) = transient_pair();
-        let to_server = precompute(&server_key, &transient);
-        CurveClient {
+        let to_server = precompute(&server_key, &transient)?;
+        Ok(CurveClient {
             state: State::Start,
             public: keys.public,
             secret: keys.secret_key(),
@@ -143,7 +145,7 @@ impl CurveClient {
             session: None,
             next_nonce: 1,
             peer_nonce: 0,
-        }
+        })
     }
 
     /// HELLO's command body (name-size, name, data; no frame header; see
@@ -246,7 +248,7 @@ impl CurveClient {
         let mut server_transient = [0u8; KEY_LEN];
         server_transient.copy_from_slice(&plain[..KEY_LEN]);
         let cookie = &plain[KEY_LEN..KEY_LEN + COOKIE_LEN];
-        let session = precompute(&server_transient, &self.transient);
+        let session = precompute(&server_transient, &self.transient)?;
 
         // The vouch: Box[C' + S](C->S'), proving that the holder of c made C'.
         let vouch_suffix = random16();
@@ -255,7 +257,7 @@ impl CurveClient {
         vouch_plain[32..].copy_from_slice(&self.server_key);
         let mut vouch = Vec::with_capacity(MAC_LEN + 64);
         seal(
-            &precompute(&server_transient, &self.secret),
+            &precompute(&server_transient, &self.secret)?,
             &long_nonce(VOUCH_NONCE, &vouch_suffix),
             &vouch_plain,
             &mut vouch,

@@ -256,6 +256,10 @@ fn open(
 
 /// The shared key of a box between `secret` and `public` (libsodium's
 /// `crypto_box_beforenm`), wiped on drop.
-fn precompute(public: &[u8; KEY_LEN], secret: &SecretKey) -> SecretBox {
-    SecretBox::between(&PublicKey::from_bytes(*public), secret)
+///
+/// A public key of small order is [`Error::Crypto`]: its shared key would be known to all.
+fn precompute(public: &[u8; KEY_LEN], secret: &SecretKey) -> Result<SecretBox> {
+    SecretBox::between(&PublicKey::from_bytes(*public), secret).ok_or(Error::Crypto {
+        what: "a public key of small order",
+    })
 }

@@ -187,11 +187,18 @@ mod tests {
             mac(&k, text).to_vec(),
             hex("f3477e7cd95417af89a6b8794c310cf0")
         );
+        // A.3 #4.
+        let k = key("1c9240a5eb55d38af333888604f6b5f0473917c1402b80099dca5cbc207075c0");
+        let text = b"'Twas brillig, and the slithy toves\nDid gyre and gimble in the wabe:\nAll mimsy were the borogoves,\nAnd the mome raths outgrabe.";
+        assert_eq!(
+            mac(&k, text).to_vec(),
+            hex("4541669a7eaaee61e708dc7cbcc5eb62")
+        );
     }
 
     #[test]
     fn rfc_8439_edge_cases_of_the_reduction() {
-        // Appendix A.3, #6 to #11: h lands on or around 2^130 - 5.
+        // Appendix A.3, #5 to #11: h lands on or around 2^130 - 5.
         let cases = [
             (
                 "0200000000000000000000000000000000000000000000000000000000000000",
@@ -222,6 +229,11 @@ mod tests {
                 "0100000000000000040000000000000000000000000000000000000000000000",
                 "e33594d7505e43b900000000000000003394d7505e4379cd01000000000000000000000000000000000000000000000001000000000000000000000000000000",
                 "14000000000000005500000000000000",
+            ),
+            (
+                "0100000000000000040000000000000000000000000000000000000000000000",
+                "e33594d7505e43b900000000000000003394d7505e4379cd010000000000000000000000000000000000000000000000",
+                "13000000000000000000000000000000",
             ),
         ];
         for (k, text, tag) in cases {

@@ -38,17 +38,22 @@ impl SecretBox {
     }
 
     /// The box between `secret` and the peer's `public` key, as `crypto_box_beforenm`
-    /// makes it: HSalsa20 of their X25519 shared point, under a zero nonce.
-    pub(super) fn between(public: &PublicKey, secret: &SecretKey) -> SecretBox {
-        let scalar = Zeroizing::new(secret.to_scalar());
-        let shared = Zeroizing::new(*scalar * MontgomeryPoint(public.to_bytes()));
+    /// makes it: HSalsa20 of their X25519 shared point, under a zero nonce. `None` when
+    /// that point is all zero: `public` is of small order, and the key would be one anybody
+    /// can compute (libsodium refuses these too).
+    pub(super) fn between(public: &PublicKey, secret: &SecretKey) -> Option<SecretBox> {
+        let secret = Zeroizing::new(secret.to_bytes());
+        let shared = Zeroizing::new(MontgomeryPoint(public.to_bytes()).mul_clamped(*secret));
+        if bool::from(shared.as_bytes().ct_eq(&[0u8; 32])) {
+            return None;
+        }
         let key = Zeroizing::new(salsa20::hsalsa::<salsa20::cipher::consts::U10>(
             GenericArray::from_slice(shared.as_bytes()),
             &GenericArray::default(),
         ));
         let mut bytes = Zeroizing::new([0u8; 32]);
         bytes.copy_from_slice(&key);
-        SecretBox { key: bytes }
+        Some(SecretBox { key: bytes })
     }
 
     /// The cipher at `nonce`, past its first 32 bytes of keystream, and those 32 bytes: the
@@ -104,7 +109,9 @@ mod tests {
             let nonce: Nonce = random();
             let plain = (0..len).map(|i| i as u8).collect::<Vec<u8>>();
             let mut text = plain.clone();
-            let mac = SecretBox::between(&public, &ours).seal(&nonce, &mut text);
+            let mac = SecretBox::between(&public, &ours)
+                .unwrap()
+                .seal(&nonce, &mut text);
             let mut reference = plain.clone();
             let tag = SalsaBox::new(&public, &ours)
                 .encrypt_in_place_detached(&nonce.into(), b"", &mut reference)
@@ -112,9 +119,21 @@ mod tests {
             assert_eq!(text, reference, "ciphertext, {len} bytes");
             assert_eq!(mac.as_slice(), tag.as_slice(), "MAC, {len} bytes");
             // The other side's precomputed key is the same.
-            let other = SecretBox::between(&ours.public_key(), &theirs);
+            let other = SecretBox::between(&ours.public_key(), &theirs).unwrap();
             other.open(&nonce, &mut text, &mac).unwrap();
             assert_eq!(text, plain);
+        }
+    }
+
+    #[test]
+    fn a_public_key_of_small_order_makes_no_box() {
+        let ours = SecretKey::generate(&mut OsRng);
+        // u = 0 and u = 1: points of order 1 and 4, whose shared point is all zero for
+        // every secret.
+        let mut one = [0u8; 32];
+        one[0] = 1;
+        for public in [[0u8; 32], one] {
+            assert!(SecretBox::between(&PublicKey::from_bytes(public), &ours).is_none());
         }
     }
 

@@ -225,7 +225,7 @@ impl CurveServer {
         let mut client_transient = [0u8; KEY_LEN];
         client_transient.copy_from_slice(&body[80..112]);
         let nonce = read_u64(&body[112..120]);
-        let to_client = precompute(&client_transient, &self.secret);
+        let to_client = precompute(&client_transient, &self.secret)?;
         let signature = open(
             &to_client,
             &short_nonce(HELLO_NONCE, nonce),
@@ -270,7 +270,7 @@ impl CurveServer {
         debug_assert_eq!(out.len(), WELCOME_LEN);
 
         self.client_transient = client_transient;
-        self.session = Some(precompute(&client_transient, &self.transient));
+        self.session = Some(precompute(&client_transient, &self.transient)?);
         self.peer_nonce = nonce;
         self.state = State::ExpectInitiate;
         Ok(ServerStep::Send(out))
@@ -323,7 +323,7 @@ impl CurveServer {
         let mut vouch_suffix = [0u8; 16];
         vouch_suffix.copy_from_slice(&plain[32..48]);
         let vouch = open(
-            &precompute(&client_key, &self.transient),
+            &precompute(&client_key, &self.transient)?,
             &long_nonce(VOUCH_NONCE, &vouch_suffix),
             &plain[48..128],
             "INITIATE's vouch does not open (the client does not hold its key's secret)",

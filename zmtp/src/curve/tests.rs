@@ -30,7 +30,7 @@ struct Handshake {
 fn until_authorize() -> (Handshake, [u8; 32], Vec<u8>) {
     let server_keys = CurveKeys::generate();
     let client_keys = CurveKeys::generate();
-    let mut client = CurveClient::new(&client_keys, server_keys.public);
+    let mut client = CurveClient::new(&client_keys, server_keys.public).unwrap();
     let mut server = CurveServer::new(&server_keys);
     let hello = client.hello();
     let ServerStep::Send(welcome) = server.on_command(&hello).unwrap() else {
@@ -282,7 +282,7 @@ fn a_wrong_server_key_fails_the_handshake() {
     let server_keys = CurveKeys::generate();
     let client_keys = CurveKeys::generate();
     // The client holds another server's key: our server cannot open HELLO.
-    let mut client = CurveClient::new(&client_keys, CurveKeys::generate().public);
+    let mut client = CurveClient::new(&client_keys, CurveKeys::generate().public).unwrap();
     let mut server = CurveServer::new(&server_keys);
     let hello = client.hello();
     assert!(matches!(
@@ -291,7 +291,7 @@ fn a_wrong_server_key_fails_the_handshake() {
     ));
 
     // An impostor answers HELLO with its own key: the client cannot open WELCOME.
-    let mut client = CurveClient::new(&client_keys, server_keys.public);
+    let mut client = CurveClient::new(&client_keys, server_keys.public).unwrap();
     let hello = client.hello();
     let mut impostor = CurveServer::new(&CurveKeys {
         public: server_keys.public,
@@ -304,7 +304,7 @@ fn a_wrong_server_key_fails_the_handshake() {
     ));
     let other_keys = CurveKeys::generate();
     let mut other = CurveServer::new(&other_keys);
-    let mut other_client = CurveClient::new(&client_keys, other_keys.public);
+    let mut other_client = CurveClient::new(&client_keys, other_keys.public).unwrap();
     let ServerStep::Send(welcome) = other.on_command(&other_client.hello()).unwrap() else {
         panic!("HELLO must be answered with WELCOME");
     };
@@ -322,7 +322,7 @@ fn a_mismatched_key_pair_fails_at_the_vouch() {
         CurveKeys::generate().public,
         *CurveKeys::generate().secret(),
     );
-    let mut client = CurveClient::new(&liar, server_keys.public);
+    let mut client = CurveClient::new(&liar, server_keys.public).unwrap();
     let mut server = CurveServer::new(&server_keys);
     let ServerStep::Send(welcome) = server.on_command(&client.hello()).unwrap() else {
         panic!("HELLO must be answered with WELCOME");
@@ -341,7 +341,7 @@ fn tampered_handshake_boxes_are_refused() {
     let (hs, _, _) = until_authorize();
     // Rerun against fresh machines, tampering each command's boxes.
     let server_keys = CurveKeys::generate();
-    let mut client = CurveClient::new(&hs.client_keys, server_keys.public);
+    let mut client = CurveClient::new(&hs.client_keys, server_keys.public).unwrap();
     let mut server = CurveServer::new(&server_keys);
     let hello = client.hello();
     for at in 112..200 {
@@ -406,7 +406,7 @@ fn a_truncated_command_is_an_error_at_every_length() {
     let server_keys = CurveKeys::generate();
     let client_keys = CurveKeys::generate();
     let md = metadata(b"DEALER", Some(b"id"));
-    let mut client = CurveClient::new(&client_keys, server_keys.public);
+    let mut client = CurveClient::new(&client_keys, server_keys.public).unwrap();
     let mut server = CurveServer::new(&server_keys);
     let hello = client.hello();
     for n in 0..hello.len() {
@@ -475,7 +475,7 @@ fn error_refuses_and_commands_out_of_turn_are_unexpected() {
     ));
     // ERROR while waiting for WELCOME too.
     let server_keys = CurveKeys::generate();
-    let mut client = CurveClient::new(&hs.client_keys, server_keys.public);
+    let mut client = CurveClient::new(&hs.client_keys, server_keys.public).unwrap();
     let mut server = CurveServer::new(&server_keys);
     assert!(matches!(
         client.on_command(&error, &[]),
@@ -570,7 +570,7 @@ proptest::proptest! {
         let keys = CurveKeys::generate();
         let mut server = CurveServer::new(&keys);
         let _ = server.on_command(&body);
-        let mut client = CurveClient::new(&keys, keys.public);
+        let mut client = CurveClient::new(&keys, keys.public).unwrap();
         let _ = client.on_command(&body, &[]);
         let _ = client.hello();
         let _ = client.on_command(&body, &[]);
