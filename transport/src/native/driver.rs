@@ -26,9 +26,6 @@ const READ_CHUNK: usize = 64 * 1024;
 /// The least room a read goes on into: below it, a new block (or the old one back).
 const MIN_READ: usize = 8 * 1024;
 
-/// The largest block an idle connection keeps for its next reads.
-const KEEP_AT_MOST: usize = 4 * READ_CHUNK;
-
 /// Reads per wake-up before the driver lets other tasks run.
 const READS_PER_POLL: usize = 16;
 
@@ -49,11 +46,6 @@ const IOVECS: usize = 64;
 /// frame.
 fn make_room(input: &mut BytesMut, wanted: usize) {
     if input.is_empty() && input.try_reclaim(READ_CHUNK) {
-        if input.capacity() > KEEP_AT_MOST {
-            // A block grown for one large message: given back, not kept for the life of
-            // the connection (a peer's 16 MiB message would pin 16 MiB per connection).
-            *input = BytesMut::with_capacity(READ_CHUNK);
-        }
         return;
     }
     if input.capacity() - input.len() >= MIN_READ.max(wanted) {
@@ -392,17 +384,6 @@ mod tests {
             READ_CHUNK - MIN_READ + 1,
             "the frame is untouched"
         );
-    }
-
-    #[test]
-    fn a_block_grown_for_a_large_frame_is_given_back_once_read() {
-        let mut input = BytesMut::with_capacity(READ_CHUNK);
-        make_room(&mut input, 1 << 20);
-        input.extend_from_slice(&vec![7; 1 << 20]);
-        assert!(input.capacity() >= 1 << 20);
-        drop(input.split_to(1 << 20));
-        make_room(&mut input, 0);
-        assert_eq!(input.capacity(), READ_CHUNK, "back to one ordinary block");
     }
 
     #[test]
