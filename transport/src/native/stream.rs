@@ -98,47 +98,24 @@ impl Address {
                 let actual = format!("tcp://{}", listener.local_addr()?);
                 Ok((Listener::Tcp(TcpListener::from_std(listener)?), actual))
             }
-            Address::Ipc(path) => {
-                let (listener, file) = bind_unix(path, None)?;
-                let actual = format!("ipc://{}", path.display());
-                Ok((
-                    Listener::Unix {
-                        _file: file,
-                        listener,
-                    },
-                    actual,
-                ))
-            }
+            Address::Ipc(path) => bind_unix(path, None),
             Address::IpcAny => {
                 let dir = private_dir()?;
-                let path = dir.join("socket");
-                let (listener, file) = match bind_unix(&path, Some(dir.clone())) {
-                    Ok(bound) => bound,
-                    Err(e) => {
-                        let _ = std::fs::remove_dir(&dir);
-                        return Err(e);
-                    }
-                };
-                let actual = format!("ipc://{}", path.display());
-                Ok((
-                    Listener::Unix {
-                        _file: file,
-                        listener,
-                    },
-                    actual,
-                ))
+                bind_unix(&dir.join("socket"), Some(dir.clone())).inspect_err(|_| {
+                    let _ = std::fs::remove_dir(&dir);
+                })
             }
         }
     }
 }
 
 /// Binds a Unix listener at `path`, first removing a socket file there that nobody
-/// listens on any more; with the file to remove when it is dropped (and `dir`, the
-/// wildcard's directory).
+/// listens on any more: the listener, which removes its file when dropped (and `dir`, the
+/// wildcard's directory), and its endpoint.
 ///
 /// The stale file is removed only if it is still the file that was probed (another
 /// process may have taken the path meanwhile), and a second `AddrInUse` is final.
-fn bind_unix(path: &Path, dir: Option<PathBuf>) -> io::Result<(UnixListener, SocketFile)> {
+fn bind_unix(path: &Path, dir: Option<PathBuf>) -> io::Result<(Listener, String)> {
     let listener = match UnixListener::bind(path) {
         Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
             let probed = file_id(path)?;
@@ -160,7 +137,14 @@ fn bind_unix(path: &Path, dir: Option<PathBuf>) -> io::Result<(UnixListener, Soc
         id: file_id(path)?,
         dir,
     };
-    Ok((listener, file))
+    let actual = format!("ipc://{}", path.display());
+    Ok((
+        Listener::Unix {
+            _file: file,
+            listener,
+        },
+        actual,
+    ))
 }
 
 /// The device and inode of the file at `path` (not following a symbolic link).
