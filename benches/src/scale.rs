@@ -336,10 +336,11 @@ pub(crate) fn busy(before: Option<f64>, after: Option<f64>, wall: f64) -> Option
 }
 
 /// File descriptors a peer node holds in its process (counted at 1,000 peers: 1,775 in a
-/// process of 250 nodes), rounded up.
-const FDS_PER_PEER_NODE: u64 = 8;
-/// File descriptors the hub holds per joined peer (1,034 at 1,000 peers), rounded up.
-const FDS_PER_HUB_PEER: u64 = 1;
+/// process of 250 nodes), rounded up, with the floor's connection (`scale_floor.rs`).
+const FDS_PER_PEER_NODE: u64 = 9;
+/// File descriptors the hub holds per joined peer (1,034 at 1,000 peers), with the floor's
+/// connection.
+const FDS_PER_HUB_PEER: u64 = 2;
 /// File descriptors any harness process holds besides (stdio, libzmq's context, tokio).
 const FDS_BASE: u64 = 64;
 
