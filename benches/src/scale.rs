@@ -694,14 +694,7 @@ impl Phase<'_> {
         .await?;
         let hub_cpu = busy(cpu_before, cpu_seconds(), started.elapsed().as_secs_f64());
         let point = recorder.finish(Layer::Node, size, self.window);
-        Ok(RequestAny {
-            window: self.window,
-            completed: point.completed,
-            seconds: point.seconds,
-            rate: point.rate,
-            latency_us: point.latency_us,
-            hub_cpu,
-        })
+        Ok(RequestAny::from_point(point, self.window, hub_cpu))
     }
 }
 

@@ -117,14 +117,7 @@ impl Floor {
             started.elapsed().as_secs_f64(),
         );
         let point = recorder.finish(Layer::Floor, size, window);
-        Ok(RequestAny {
-            window,
-            completed: point.completed,
-            seconds: point.seconds,
-            rate: point.rate,
-            latency_us: point.latency_us,
-            hub_cpu,
-        })
+        Ok(RequestAny::from_point(point, window, hub_cpu))
     }
 }
 

@@ -49,6 +49,25 @@ pub(crate) struct RequestAny {
     pub(crate) hub_cpu: Option<f64>,
 }
 
+impl RequestAny {
+    /// A request phase's result: its measured point, with `window` requests in flight and
+    /// the hub's CPU over it.
+    pub(crate) fn from_point(
+        point: crate::measure::Point,
+        window: usize,
+        hub_cpu: Option<f64>,
+    ) -> RequestAny {
+        RequestAny {
+            window,
+            completed: point.completed,
+            seconds: point.seconds,
+            rate: point.rate,
+            latency_us: point.latency_us,
+            hub_cpu,
+        }
+    }
+}
+
 /// Both measurements at one payload size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SizeResult {

@@ -1,4 +1,4 @@
-//! The task that owns one connection's stream (TCP or Unix) (quinn's `ConnectionDriver`): it reads
+//! The task that owns one connection's stream, TCP or Unix (quinn's `ConnectionDriver`): it reads
 //! into a reused buffer and feeds the ZMTP state machine, hands whole messages to the
 //! socket's inbox, writes what senders queued in vectored writes, and keeps the state
 //! machine's timers (handshake timeout, heartbeats).

@@ -334,13 +334,7 @@ impl Socket {
 
     pub(crate) fn connect(&self, endpoint: &str) -> Result<()> {
         self.check_open()?;
-        let address = Address::parse_remote(endpoint).map_err(|e| match e {
-            Error::InvalidEndpoint { source, .. } => Error::InvalidEndpoint {
-                endpoint: endpoint.to_owned(),
-                source,
-            },
-            other => other,
-        })?;
+        let address = Address::parse_remote(endpoint)?;
         let cancel = Arc::new(Cancel::default());
         // Known to `close` before the connector runs, so a close at the same time stops it.
         self.shared

@@ -77,7 +77,7 @@ mod server;
 #[cfg(test)]
 mod tests;
 
-use crypto_box::{PublicKey, SecretKey};
+use crypto_box::SecretKey;
 use rand_core::{OsRng, RngCore};
 use zeroize::Zeroizing;
 
@@ -259,7 +259,7 @@ fn open(
 ///
 /// A public key of small order is [`Error::Crypto`]: its shared key would be known to all.
 fn precompute(public: &[u8; KEY_LEN], secret: &SecretKey) -> Result<SecretBox> {
-    SecretBox::between(&PublicKey::from_bytes(*public), secret).ok_or(Error::Crypto {
+    SecretBox::between(public, secret).ok_or(Error::Crypto {
         what: "a public key of small order",
     })
 }

@@ -7,7 +7,7 @@
 //! messages). Tested against `crypto_box`'s `SalsaBox` and `crypto_secretbox`, and against
 //! libsodium through libzmq in the interop tests.
 
-use crypto_box::{PublicKey, SecretKey};
+use crypto_box::SecretKey;
 use curve25519_dalek::montgomery::MontgomeryPoint;
 use salsa20::cipher::generic_array::GenericArray;
 use salsa20::cipher::{KeyIvInit, StreamCipher};
@@ -41,9 +41,9 @@ impl SecretBox {
     /// makes it: HSalsa20 of their X25519 shared point, under a zero nonce. `None` when
     /// that point is all zero: `public` is of small order, and the key would be one anybody
     /// can compute (libsodium refuses these too).
-    pub(super) fn between(public: &PublicKey, secret: &SecretKey) -> Option<SecretBox> {
+    pub(super) fn between(public: &[u8; 32], secret: &SecretKey) -> Option<SecretBox> {
         let secret = Zeroizing::new(secret.to_bytes());
-        let shared = Zeroizing::new(MontgomeryPoint(public.to_bytes()).mul_clamped(*secret));
+        let shared = Zeroizing::new(MontgomeryPoint(*public).mul_clamped(*secret));
         if bool::from(shared.as_bytes().ct_eq(&[0u8; 32])) {
             return None;
         }
@@ -109,7 +109,7 @@ mod tests {
             let nonce: Nonce = random();
             let plain = (0..len).map(|i| i as u8).collect::<Vec<u8>>();
             let mut text = plain.clone();
-            let mac = SecretBox::between(&public, &ours)
+            let mac = SecretBox::between(public.as_bytes(), &ours)
                 .unwrap()
                 .seal(&nonce, &mut text);
             let mut reference = plain.clone();
@@ -119,7 +119,7 @@ mod tests {
             assert_eq!(text, reference, "ciphertext, {len} bytes");
             assert_eq!(mac.as_slice(), tag.as_slice(), "MAC, {len} bytes");
             // The other side's precomputed key is the same.
-            let other = SecretBox::between(&ours.public_key(), &theirs).unwrap();
+            let other = SecretBox::between(ours.public_key().as_bytes(), &theirs).unwrap();
             other.open(&nonce, &mut text, &mac).unwrap();
             assert_eq!(text, plain);
         }
@@ -133,7 +133,7 @@ mod tests {
         let mut one = [0u8; 32];
         one[0] = 1;
         for public in [[0u8; 32], one] {
-            assert!(SecretBox::between(&PublicKey::from_bytes(public), &ours).is_none());
+            assert!(SecretBox::between(&public, &ours).is_none());
         }
     }
 
