@@ -28,12 +28,11 @@
 //! `zeronode_accept_paused_total` (out of file descriptors), and the histogram
 //! `zeronode_queue_wait_seconds` (a message's wait for a handler slot).
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Counter, Histogram, Label, SharedString};
-use parking_lot::RwLock;
+
+use crate::metrics::table::Table;
 
 use crate::observe::{Called, Outcome};
 use crate::peer::NodeId;
@@ -79,11 +78,22 @@ impl EventSeries {
     }
 }
 
+mod table;
+
+/// Which series an event's messages are recorded in (see [`Metrics::series`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SeriesId {
+    /// The event's own, at this index of the table.
+    Event(usize),
+    /// The shared `_other`.
+    Other,
+}
+
 /// A node's metrics.
 pub(crate) struct Metrics {
     node: SharedString,
-    events: RwLock<HashMap<Box<str>, Arc<EventSeries>, foldhash::fast::RandomState>>,
-    other: Arc<EventSeries>,
+    events: Table<EventSeries>,
+    other: EventSeries,
     queue_wait: Histogram,
 }
 
@@ -91,38 +101,40 @@ impl Metrics {
     pub(crate) fn new(node: &NodeId) -> Metrics {
         let node = SharedString::from(node.to_string());
         Metrics {
-            other: Arc::new(EventSeries::new(&node, OTHER)),
+            other: EventSeries::new(&node, OTHER),
             queue_wait: histogram!("zeronode_queue_wait_seconds", "node" => node.clone()),
+            events: Table::new(MAX_EVENT_LABELS),
             node,
-            events: RwLock::new(HashMap::default()),
         }
     }
 
     /// The series of `event`: its own while there is room, else the shared `_other`.
-    pub(crate) fn series(&self, event: &str) -> Arc<EventSeries> {
-        if let Some(series) = self.events.read().get(event) {
-            return Arc::clone(series);
+    pub(crate) fn series(&self, event: &str) -> SeriesId {
+        match self
+            .events
+            .find_or_insert(event, || EventSeries::new(&self.node, event))
+        {
+            Some(at) => SeriesId::Event(at),
+            None => SeriesId::Other,
         }
-        let mut events = self.events.write();
-        if let Some(series) = events.get(event) {
-            return Arc::clone(series);
+    }
+
+    fn series_at(&self, id: SeriesId) -> &EventSeries {
+        match id {
+            SeriesId::Event(at) => self.events.get(at).unwrap_or(&self.other),
+            SeriesId::Other => &self.other,
         }
-        if events.len() >= MAX_EVENT_LABELS {
-            return Arc::clone(&self.other);
-        }
-        let series = Arc::new(EventSeries::new(&self.node, event));
-        events.insert(event.into(), Arc::clone(&series));
-        series
     }
 
     /// Records a handled message in `series` (its event's, looked up when it arrived).
     pub(crate) fn handled_in(
         &self,
-        series: &EventSeries,
+        series: SeriesId,
         tick: bool,
         outcome: Outcome,
         duration: Duration,
     ) {
+        let series = self.series_at(series);
         let i = outcome.index();
         if tick {
             series.ticks_handled[i].increment(1);
@@ -133,7 +145,7 @@ impl Metrics {
     }
 
     pub(crate) fn called(&self, called: &Called<'_>) {
-        let series = self.series(called.event);
+        let series = self.series_at(self.series(called.event));
         let i = called.outcome.index();
         if called.tick {
             series.ticks_sent[i].increment(1);
@@ -228,13 +240,14 @@ mod tests {
         for i in 0..MAX_EVENT_LABELS + 50 {
             metrics.series(&format!("event-{i}"));
         }
-        assert_eq!(metrics.events.read().len(), MAX_EVENT_LABELS);
-        let late = metrics.series("one-more");
-        assert!(Arc::ptr_eq(&late, &metrics.other), "folded into _other");
-        let early = metrics.series("event-3");
-        assert!(
-            !Arc::ptr_eq(&early, &metrics.other),
-            "the first keep theirs"
+        assert_eq!(metrics.events.len(), MAX_EVENT_LABELS);
+        assert_eq!(
+            metrics.series("one-more"),
+            SeriesId::Other,
+            "folded into _other"
         );
+        let early = metrics.series("event-3");
+        assert_ne!(early, SeriesId::Other, "the first keep theirs");
+        assert_eq!(metrics.series("event-3"), early, "and find it again");
     }
 }

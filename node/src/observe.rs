@@ -98,7 +98,7 @@ pub struct Called<'a> {
 
 /// What a handler job keeps to report its end (see [`Observers::watch`]).
 pub(crate) struct Watch {
-    series: Option<Arc<crate::metrics::EventSeries>>,
+    series: Option<crate::metrics::SeriesId>,
     hook: Option<(String, NodeId)>,
     arrived: tokio::time::Instant,
 }
@@ -180,7 +180,7 @@ impl Observers {
     /// A handler job that `watch` watched ended.
     pub(crate) fn ended(&self, watch: Watch, tick: bool, outcome: Outcome) {
         let duration = watch.arrived.elapsed();
-        if let (Some(metrics), Some(series)) = (&self.metrics, &watch.series) {
+        if let (Some(metrics), Some(series)) = (&self.metrics, watch.series) {
             metrics.handled_in(series, tick, outcome, duration);
         }
         if let Some((event, from)) = &watch.hook {

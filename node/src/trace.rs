@@ -175,8 +175,12 @@ pub(crate) fn inject(meta: &mut Meta) {
 /// task (`handling`, which the call read with its deadline): a `traceparent` the user set
 /// is kept.
 pub(crate) fn inject_unless_set(meta: &mut Meta, handling: Option<TraceParent>) {
-    if meta.get(TRACEPARENT).is_none() {
-        inject_from(meta, handling);
+    // The user's metadata is looked at only when there is a trace to carry (a walk of the
+    // section, about 20 ns of a caller's request with two entries, `perf`).
+    if let Some(trace) = for_call(handling) {
+        if meta.get(TRACEPARENT).is_none() {
+            trace.put(meta);
+        }
     }
 }
 
