@@ -215,7 +215,7 @@ impl Inner {
             let mut meta = user.clone();
             meta.set(":forward", MetaValue::Bytes(&header));
             let Ok(reply) = link
-                .system_request(FORWARD, meta.as_bytes().clone(), payload.clone(), left)
+                .system_request(FORWARD, meta.as_bytes(), payload.clone(), left)
                 .await
             else {
                 // That router reached nobody we can count on; the others may.
@@ -268,7 +268,7 @@ impl Inner {
                 let asks = targets.iter().map(|(id, link, group)| {
                     let (leaf, payload) = (leaf.clone(), payload.clone());
                     async move {
-                        let outcome = match link.request(&forward.event, leaf, payload, left).await
+                        let outcome = match link.request(&forward.event, &leaf, payload, left).await
                         {
                             Ok(reply) => Outcome::Reply {
                                 meta: reply.metadata().clone(),
@@ -290,7 +290,7 @@ impl Inner {
                 // to one group, so the groups served are what keeps it exactly once.
                 for (_, link, group) in &targets {
                     if link
-                        .tick(&forward.event, leaf.clone(), payload.clone())
+                        .tick(&forward.event, &leaf, payload.clone())
                         .await
                         .is_ok()
                     {
@@ -367,11 +367,7 @@ impl Inner {
         let mut served = Vec::new();
         for (_, link, group) in &targets {
             link.check_size(&payload)?;
-            if link
-                .tick(event, metadata.clone(), payload.clone())
-                .await
-                .is_ok()
-            {
+            if link.tick(event, metadata, payload.clone()).await.is_ok() {
                 delivered += 1;
                 served.extend(group.clone());
             }
@@ -426,7 +422,7 @@ impl Inner {
                 let (id, link) = (id.clone(), link.clone());
                 let (meta, payload) = (outgoing.meta.as_bytes().clone(), payload.clone());
                 async move {
-                    let result = match link.request(event, meta, payload, timeout).await {
+                    let result = match link.request(event, &meta, payload, timeout).await {
                         Ok(reply) => Reply::from_answer(
                             Answer {
                                 metadata: reply.metadata().clone(),

@@ -13,7 +13,6 @@
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 use protocol::{encode_value, Answer, Client, Incoming, RemoteError, Server};
 use serde::{Deserialize, Serialize};
@@ -329,12 +328,7 @@ pub(crate) async fn handshake_upstream(
     };
     let payload = encode_value(&ours)?;
     let reply = match client
-        .system_request(
-            HANDSHAKE,
-            Bytes::new(),
-            payload,
-            inner.config.handshake_timeout,
-        )
+        .system_request(HANDSHAKE, &[], payload, inner.config.handshake_timeout)
         .await
     {
         Ok(reply) => reply,

@@ -103,7 +103,7 @@ impl Link {
     pub(crate) async fn request(
         &self,
         event: &str,
-        metadata: Bytes,
+        metadata: &[u8],
         payload: Bytes,
         timeout: Duration,
     ) -> protocol::Result<Envelope> {
@@ -115,7 +115,7 @@ impl Link {
     pub(crate) async fn system_request(
         &self,
         event: &str,
-        metadata: Bytes,
+        metadata: &[u8],
         payload: Bytes,
         timeout: Duration,
     ) -> protocol::Result<Envelope> {
@@ -127,7 +127,7 @@ impl Link {
         &self,
         system: bool,
         event: &str,
-        metadata: Bytes,
+        metadata: &[u8],
         payload: Bytes,
         timeout: Duration,
     ) -> protocol::Result<Envelope> {
@@ -157,7 +157,7 @@ impl Link {
     pub(crate) async fn tick(
         &self,
         event: &str,
-        metadata: Bytes,
+        metadata: &[u8],
         payload: Bytes,
     ) -> protocol::Result<()> {
         match self {

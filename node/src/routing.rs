@@ -113,7 +113,7 @@ impl Inner {
             meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
             let metadata = meta.as_bytes().clone();
             match link
-                .system_request(FORWARD, metadata, payload.clone(), left)
+                .system_request(FORWARD, &metadata, payload.clone(), left)
                 .await
             {
                 Ok(reply) if forward.action == Action::TickAll => {
@@ -278,11 +278,11 @@ impl Inner {
             return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
         }
         match forward.action {
-            Action::Request => match link.request(&forward.event, metadata, payload, left).await {
+            Action::Request => match link.request(&forward.event, &metadata, payload, left).await {
                 Ok(reply) => Ok(answer_of(reply)),
                 Err(e) => Err(hop_error(e)),
             },
-            _ => match link.tick(&forward.event, metadata, payload).await {
+            _ => match link.tick(&forward.event, &metadata, payload).await {
                 Ok(()) => Ok(count_answer(1)),
                 Err(e) => Err(hop_error(e)),
             },
@@ -323,7 +323,7 @@ impl Inner {
         let mut reached = 0usize;
         for link in links {
             if link
-                .tick(&forward.event, metadata.clone(), payload.clone())
+                .tick(&forward.event, &metadata, payload.clone())
                 .await
                 .is_ok()
             {

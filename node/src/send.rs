@@ -138,7 +138,7 @@ impl Node {
         };
         link.check_size(&payload)?;
         let _counted = InFlight::start(in_flight);
-        let metadata = outgoing.meta.as_bytes().clone();
+        let metadata = outgoing.meta.as_bytes();
         match link.request(event, metadata, payload, timeout).await {
             Ok(reply) => Ok(Answer {
                 metadata: reply.metadata().clone(),
@@ -191,7 +191,7 @@ impl Node {
         match self.resolve(target) {
             Ok((_, link, _)) => {
                 link.check_size(&payload)?;
-                link.tick(event, outgoing.meta.as_bytes().clone(), payload)
+                link.tick(event, outgoing.meta.as_bytes(), payload)
                     .await
                     .map_err(Error::from)
             }
@@ -280,7 +280,7 @@ impl Node {
                 first_error.get_or_insert(e);
                 continue;
             }
-            match link.tick(event, metadata.clone(), payload.clone()).await {
+            match link.tick(event, metadata, payload.clone()).await {
                 Ok(()) => sent += 1,
                 Err(e) => {
                     first_error.get_or_insert(Error::from(e));

@@ -41,12 +41,7 @@ async fn raw_client(address: &str) -> protocol::Client {
 /// Sends a handshake on `client`; the refusal's code, or `None` when admitted.
 async fn handshake(client: &protocol::Client, hello: Bytes) -> Result<Hello, String> {
     match client
-        .system_request(
-            "_system:handshake",
-            Bytes::new(),
-            hello,
-            Duration::from_secs(5),
-        )
+        .system_request("_system:handshake", &[], hello, Duration::from_secs(5))
         .await
     {
         Ok(reply) => Ok(reply.decode_payload().unwrap()),

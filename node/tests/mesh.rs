@@ -655,7 +655,7 @@ async fn a_protocol_version_mismatch_is_refused_with_a_typed_error_on_both_sides
     let refused = client
         .system_request(
             "_system:handshake",
-            Bytes::new(),
+            &[],
             protocol::encode_value(&hello).unwrap(),
             Duration::from_secs(2),
         )

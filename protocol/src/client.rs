@@ -275,7 +275,7 @@ impl Client {
         check_user_event(event)?;
         self.check_connected()?;
         self.conversation
-            .request(server(), event, Bytes::new(), payload, timeout)
+            .request(server(), event, &[], payload, timeout)
             .await
     }
 
@@ -283,7 +283,7 @@ impl Client {
     pub async fn request_with(
         &self,
         event: &str,
-        metadata: Bytes,
+        metadata: &[u8],
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Envelope> {
@@ -296,11 +296,11 @@ impl Client {
 
     /// Sends a tick (fire and forget).
     pub async fn tick(&self, event: &str, payload: Bytes) -> Result<()> {
-        self.tick_with(event, Bytes::new(), payload).await
+        self.tick_with(event, &[], payload).await
     }
 
     /// [`tick`](Self::tick) with metadata.
-    pub async fn tick_with(&self, event: &str, metadata: Bytes, payload: Bytes) -> Result<()> {
+    pub async fn tick_with(&self, event: &str, metadata: &[u8], payload: Bytes) -> Result<()> {
         check_user_event(event)?;
         self.check_connected()?;
         self.conversation
@@ -312,7 +312,7 @@ impl Client {
     pub async fn system_request(
         &self,
         event: &str,
-        metadata: Bytes,
+        metadata: &[u8],
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Envelope> {
@@ -325,9 +325,7 @@ impl Client {
     /// Sends a system tick (event in the `_system:` namespace; for the node layer).
     pub async fn system_tick(&self, event: &str, payload: Bytes) -> Result<()> {
         check_system_event(event)?;
-        self.conversation
-            .tick(server(), event, Bytes::new(), payload)
-            .await
+        self.conversation.tick(server(), event, &[], payload).await
     }
 
     /// Whether `other` is a handle of this same client (not merely one to the same

@@ -163,7 +163,7 @@ impl<L: Link> Conversation<L> {
         &self,
         peer: &PeerId,
         event: &str,
-        metadata: Bytes,
+        metadata: &[u8],
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Envelope> {
@@ -202,7 +202,7 @@ impl<L: Link> Conversation<L> {
             armed: true,
         };
         let encoded =
-            Encoded::new(Kind::Request, id, event, &metadata, &payload).with_budget(timeout);
+            Encoded::new(Kind::Request, id, event, metadata, &payload).with_budget(timeout);
         // Whether the waker in the entry is the one of the poll we are in (nothing waited
         // since the insertion).
         let mut registered = true;
@@ -292,7 +292,7 @@ impl<L: Link> Conversation<L> {
         &self,
         peer: &PeerId,
         event: &str,
-        metadata: Bytes,
+        metadata: &[u8],
         payload: Bytes,
     ) -> Result<()> {
         check_event(event)?;
@@ -300,7 +300,7 @@ impl<L: Link> Conversation<L> {
             return Err(Error::Closed);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let encoded = Encoded::new(Kind::Tick, id, event, &metadata, &payload);
+        let encoded = Encoded::new(Kind::Tick, id, event, metadata, &payload);
         if let Some(wait) = self.send_or_wait(peer, encoded)? {
             wait.await?;
         }

@@ -62,8 +62,7 @@ impl Server {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Envelope> {
-        self.request_with(peer, event, Bytes::new(), payload, timeout)
-            .await
+        self.request_with(peer, event, &[], payload, timeout).await
     }
 
     /// [`request`](Self::request) with metadata.
@@ -71,7 +70,7 @@ impl Server {
         &self,
         peer: &PeerId,
         event: &str,
-        metadata: Bytes,
+        metadata: &[u8],
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Envelope> {
@@ -83,7 +82,7 @@ impl Server {
 
     /// Sends a tick to the client `peer`.
     pub async fn tick(&self, peer: &PeerId, event: &str, payload: Bytes) -> Result<()> {
-        self.tick_with(peer, event, Bytes::new(), payload).await
+        self.tick_with(peer, event, &[], payload).await
     }
 
     /// [`tick`](Self::tick) with metadata.
@@ -91,7 +90,7 @@ impl Server {
         &self,
         peer: &PeerId,
         event: &str,
-        metadata: Bytes,
+        metadata: &[u8],
         payload: Bytes,
     ) -> Result<()> {
         check_user_event(event)?;
@@ -103,7 +102,7 @@ impl Server {
         &self,
         peer: &PeerId,
         event: &str,
-        metadata: Bytes,
+        metadata: &[u8],
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Envelope> {
@@ -116,9 +115,7 @@ impl Server {
     /// Sends a system tick to `peer` (event in the `_system:` namespace).
     pub async fn system_tick(&self, peer: &PeerId, event: &str, payload: Bytes) -> Result<()> {
         check_system_event(event)?;
-        self.conversation
-            .tick(peer, event, Bytes::new(), payload)
-            .await
+        self.conversation.tick(peer, event, &[], payload).await
     }
 
     /// Sends a system tick to `peer` without waiting: a peer whose queue is full (it is not

@@ -17,7 +17,7 @@ async fn a_request_waiting_for_room_to_send_still_times_out() {
     let request = conversation.request(
         &server,
         "echo",
-        Bytes::new(),
+        &[],
         Bytes::from_static(b"never sent"),
         Duration::from_millis(50),
     );
@@ -42,7 +42,7 @@ async fn a_request_with_no_room_fails_at_once_when_told_not_to_wait() {
         .request(
             &PeerId::default(),
             "echo",
-            Bytes::new(),
+            &[],
             Bytes::from_static(b"never sent"),
             Duration::from_secs(3600),
         )
