@@ -385,7 +385,7 @@ impl<'a> Call<'a> {
     /// The call resolved (metadata checked, timeout cut), its span made and its trace
     /// context taken.
     fn prepare(mut self) -> Result<Prepared<'a>> {
-        let span = trace::call_span(self.event, &self.to);
+        let span = trace::call_span(self.node.inner.config.span_level, self.event, &self.to);
         // With `otel`, the span is current while the call is resolved and its trace
         // context taken (so the call carries it as the parent of the receiver's span);
         // never at every poll of the wait: entering a span costs the subscriber work, and

@@ -67,6 +67,9 @@ pub struct Config {
     /// Whether the node records metrics through the `metrics` facade (see
     /// [`NodeBuilder::metrics`]).
     pub metrics: bool,
+    /// The level of the per-request spans, `zeronode.call` and `zeronode.handle` (see
+    /// [`NodeBuilder::span_level`]). `INFO` by default.
+    pub span_level: tracing::Level,
 }
 
 /// What a node does with a request or tick that arrives while its handlers are at
@@ -191,6 +194,7 @@ impl Default for Config {
             reconnect: Reconnect::default(),
             max_metadata: protocol::MetaLimits::default(),
             metrics: false,
+            span_level: tracing::Level::INFO,
         }
     }
 }
@@ -426,6 +430,18 @@ impl NodeBuilder {
     /// ARCHITECTURE.md, "Metrics"). Install the recorder before building the node.
     pub fn metrics(self, on: bool) -> Self {
         self.set(move |config| config.metrics = on)
+    }
+
+    /// Sets the level of the spans the node makes for every request it sends and handles
+    /// (`zeronode.call`, `zeronode.handle`; `INFO` by default, so `RUST_LOG=zeronode=info`
+    /// shows them). A subscriber that records a span charges for it whether or not anything
+    /// is logged inside: with `tracing_subscriber`'s fmt layer about 330 ns a span, two a
+    /// request, which at 100 requests in flight is about a sixth of a request's CPU
+    /// (`cargo bench -p node --bench spans`; PERFORMANCE.md). `DEBUG` keeps them out of an
+    /// `info` filter, and their cost with them, while the node's other logs stay; the trace
+    /// context is carried on across nodes either way.
+    pub fn span_level(self, level: tracing::Level) -> Self {
+        self.set(move |config| config.span_level = level)
     }
 
     /// Sets the limits on a message's metadata (see [`Config::max_metadata`]).

@@ -461,7 +461,12 @@ async fn run_request(
         return expired(&work.inner, responder);
     }
     let (inner, peer) = (&work.inner, &work.peer);
-    let (span, trace) = trace::handle_span(incoming.event(), &from, &received.meta);
+    let (span, trace) = trace::handle_span(
+        inner.config.span_level,
+        incoming.event(),
+        &from,
+        &received.meta,
+    );
     let mut unended = trace::Unended::new(&span);
     let context = Context { deadline, trace };
     let work = context::scope(context, inner.handle(from, incoming, received, first));

@@ -2,7 +2,8 @@
 //! context (`traceparent`) carried in the metadata so that one trace spans the caller, the
 //! routers and the node that handles it.
 //!
-//! The spans (target `zeronode`, level INFO, so `RUST_LOG=zeronode=info` shows them):
+//! The spans (target `zeronode`, level INFO unless [`NodeBuilder::span_level`](crate::NodeBuilder::span_level)
+//! says otherwise, so `RUST_LOG=zeronode=info` shows them):
 //! - `zeronode.call` on the caller, from the call's start to its end, with `event`, `to`
 //!   and, if it failed, `outcome`; with the `otel` feature it is current while the call's
 //!   trace context is taken, and it is never entered at each poll of the wait (entering
@@ -190,14 +191,36 @@ fn inject_from(meta: &mut Meta, handling: Option<TraceParent>) {
     }
 }
 
-/// The span of a request being handled, and the trace its handler's calls carry on.
+/// A span at a level chosen at run time ([`Config::span_level`](crate::Config)): a call site
+/// per level, as `tracing` fixes a call site's level when it is compiled.
+macro_rules! span_at {
+    ($level:expr, $($span:tt)*) => {{
+        let level = $level;
+        if level == tracing::Level::INFO {
+            tracing::info_span!($($span)*)
+        } else if level == tracing::Level::DEBUG {
+            tracing::debug_span!($($span)*)
+        } else if level == tracing::Level::TRACE {
+            tracing::trace_span!($($span)*)
+        } else if level == tracing::Level::WARN {
+            tracing::warn_span!($($span)*)
+        } else {
+            tracing::error_span!($($span)*)
+        }
+    }};
+}
+
+/// The span of a request being handled, at `level`, and the trace its handler's calls
+/// carry on.
 pub(crate) fn handle_span(
+    level: tracing::Level,
     event: &str,
     from: &crate::peer::NodeId,
     meta: &Meta,
 ) -> (tracing::Span, Option<TraceParent>) {
     let incoming = TraceParent::from_meta(meta);
-    let span = tracing::info_span!(
+    let span = span_at!(
+        level,
         target: "zeronode",
         "zeronode.handle",
         event = %event,
@@ -224,9 +247,14 @@ pub(crate) fn handle_span(
     (span, handling)
 }
 
-/// The span of a call this node makes.
-pub(crate) fn call_span(event: &str, to: &crate::link::Target) -> tracing::Span {
-    tracing::info_span!(
+/// The span of a call this node makes, at `level`.
+pub(crate) fn call_span(
+    level: tracing::Level,
+    event: &str,
+    to: &crate::link::Target,
+) -> tracing::Span {
+    span_at!(
+        level,
         target: "zeronode",
         "zeronode.call",
         event = %event,

@@ -456,3 +456,88 @@ async fn a_handler_answers_with_metadata_directly_and_through_a_router() {
     let keys: Vec<&str> = reply.meta().iter().map(|(k, _)| k).collect();
     assert_eq!(keys, ["k", "served-by"], "no framework entry shows");
 }
+
+/// The name and level of every span made under it (its filter decides which are made).
+#[derive(Clone, Default)]
+struct SpanLog(Arc<std::sync::Mutex<Vec<(&'static str, tracing::Level)>>>);
+
+impl SpanLog {
+    /// The node's request spans recorded so far, as (name, level), sorted.
+    fn requests(&self) -> Vec<(&'static str, tracing::Level)> {
+        let mut seen: Vec<_> = self
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .copied()
+            .filter(|(name, _)| name.starts_with("zeronode."))
+            .collect();
+        seen.sort_by_key(|(name, level)| (*name, level.to_string()));
+        seen
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanLog {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let meta = attrs.metadata();
+        self.0.lock().unwrap().push((meta.name(), *meta.level()));
+    }
+}
+
+#[tokio::test]
+async fn request_spans_are_made_at_the_nodes_span_level() {
+    use tracing::Level;
+    use tracing_subscriber::layer::SubscriberExt;
+    let quiet = builder("quiet")
+        .span_level(Level::DEBUG)
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    let loud = server("loud").await;
+    for node in [&quiet, &loud] {
+        node.on_request("echo", |req: Request| async move {
+            let text: String = req.decode()?;
+            Ok::<_, HandlerError>(text)
+        });
+    }
+    loud.connect(&address(&quiet)).await.unwrap();
+    // One request each way, under a subscriber filtering `zeronode` at `filter`; this test's
+    // runtime has one thread, so every task of both nodes runs under it.
+    async fn both_ways(quiet: &Node, loud: &Node, filter: &str) -> SpanLog {
+        let log = SpanLog::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::EnvFilter::new(filter))
+            .with(log.clone());
+        let _default = tracing::subscriber::set_default(subscriber);
+        let there: String = loud.request("quiet", "echo", &"there").await.unwrap();
+        let back: String = quiet.request("loud", "echo", &"back").await.unwrap();
+        assert_eq!((there.as_str(), back.as_str()), ("there", "back"));
+        log
+    }
+    // At `info` only the default node's spans are made: its call and its handling.
+    let log = both_ways(&quiet, &loud, "zeronode=info").await;
+    assert_eq!(
+        log.requests(),
+        [
+            ("zeronode.call", Level::INFO),
+            ("zeronode.handle", Level::INFO)
+        ]
+    );
+    // At `debug` the quiet node's are there too, at its level.
+    let log = both_ways(&quiet, &loud, "zeronode=debug").await;
+    assert_eq!(
+        log.requests(),
+        [
+            ("zeronode.call", Level::DEBUG),
+            ("zeronode.call", Level::INFO),
+            ("zeronode.handle", Level::DEBUG),
+            ("zeronode.handle", Level::INFO),
+        ]
+    );
+}
