@@ -2,8 +2,9 @@
 //! context (`traceparent`) carried in the metadata so that one trace spans the caller, the
 //! routers and the node that handles it.
 //!
-//! The spans (target `zeronode`, level INFO unless [`NodeBuilder::span_level`](crate::NodeBuilder::span_level)
-//! says otherwise, so `RUST_LOG=zeronode=info` shows them):
+//! The spans (target `zeronode`, level INFO unless
+//! [`NodeBuilder::span_level`](crate::NodeBuilder::span_level) says otherwise, so
+//! `RUST_LOG=zeronode=info` shows them):
 //! - `zeronode.call` on the caller, from the call's start to its end, with `event`, `to`
 //!   and, if it failed, `outcome`; with the `otel` feature it is current while the call's
 //!   trace context is taken, and it is never entered at each poll of the wait (entering

@@ -10,8 +10,12 @@ use crate::measure::{drive_concurrent, Plan, Point};
 /// Server with an `echo` handler until the process ends.
 pub(super) async fn serve(endpoint: &str) -> Result<()> {
     // The connection events are kept (not dropped) for the life of the server.
-    let (server, _events) =
-        Server::bind_with(endpoint, Options::default().hwm(HWM), usize::MAX).await?;
+    let (server, _events) = Server::bind_with(
+        endpoint,
+        Options::default().hwm(HWM).engine(super::engine()),
+        usize::MAX,
+    )
+    .await?;
     server.on_request(
         "echo",
         request_fn(|req| async move { Ok(req.payload().clone()) }),
@@ -25,7 +29,7 @@ pub(super) async fn serve(endpoint: &str) -> Result<()> {
 pub(super) async fn client(job: &Job) -> Result<Point> {
     let client = Client::connect_with(
         &job.endpoint,
-        Options::default().hwm(HWM),
+        Options::default().hwm(HWM).engine(super::engine()),
         usize::MAX,
         REQUEST_TIMEOUT,
     )
