@@ -32,10 +32,11 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Counter, Histogram, Label, SharedString};
 
-use crate::metrics::table::Table;
-
 use crate::observe::{Called, Outcome};
 use crate::peer::NodeId;
+use table::Table;
+
+mod table;
 
 /// The most distinct event names that get a label of their own, per node.
 pub const MAX_EVENT_LABELS: usize = 256;
@@ -77,8 +78,6 @@ impl EventSeries {
         }
     }
 }
-
-mod table;
 
 /// Which series an event's messages are recorded in (see [`Metrics::series`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
