@@ -13,9 +13,10 @@
 
 use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::BufMut;
+use bytes::BytesMut;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 use crate::error::Error;
@@ -278,10 +279,23 @@ impl Stream {
         }
     }
 
-    pub(super) fn try_read_buf<B: BufMut>(&self, buf: &mut B) -> io::Result<usize> {
+    /// Reads what the stream has into `buf`'s spare room: `Pending` (the waker kept) when it
+    /// has nothing.
+    ///
+    /// Where tokio's reactor is edge-triggered (epoll, kqueue), a read that fills less than
+    /// the room offered tells that the kernel's queue is empty, and tokio's `poll_read` then
+    /// forgets the stream's readiness: the next call waits for the next wake-up without a
+    /// system call. `try_read_buf` forgets it only on a read that finds nothing, so every
+    /// wake-up cost a second `recvfrom` answering `EAGAIN`, on a socket that is cold when
+    /// calls are spread over many connections.
+    pub(super) fn poll_read_buf(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+    ) -> Poll<io::Result<usize>> {
         match self {
-            Stream::Tcp(s) => s.try_read_buf(buf),
-            Stream::Unix(s) => s.try_read_buf(buf),
+            Stream::Tcp(s) => tokio_util::io::poll_read_buf(Pin::new(s), cx, buf),
+            Stream::Unix(s) => tokio_util::io::poll_read_buf(Pin::new(s), cx, buf),
         }
     }
 
