@@ -180,6 +180,57 @@ async fn a_silent_peer_is_dropped_by_the_native_heartbeat() {
 }
 
 #[tokio::test]
+async fn a_native_connection_busy_with_traffic_still_sends_its_pings() {
+    // A peer that sends a message every 2 ms: the Router's driver is polled for each one
+    // while its PING deadline stays where it was (its timer is then not polled again).
+    // PINGs (a command frame: size, then the name's length 4 and `PING`) must still go out
+    // every interval, as libzmq's do, not only once the connection idles. The timeout is
+    // long, so only the interval is tested; the wait is bounded by `within`.
+    let beat = Heartbeat {
+        interval: Duration::from_millis(50),
+        timeout: Duration::from_secs(30),
+        ttl: Duration::from_secs(30),
+    };
+    let router = Router::with_options(options(NATIVE).heartbeat(beat)).unwrap();
+    let endpoint = router.bind("tcp://127.0.0.1:0").unwrap();
+    let stream = tokio::net::TcpStream::connect(endpoint.trim_start_matches("tcp://"))
+        .await
+        .unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let mut hello = zmtp::greeting::encode(b"NULL", false).to_vec();
+    let mut props = Vec::new();
+    zmtp::command::put_property(&mut props, b"Socket-Type", b"DEALER");
+    zmtp::command::write(&mut hello, b"READY", &props);
+    writer.write_all(&hello).await.unwrap();
+    let traffic = tokio::spawn(async move {
+        // One-frame messages of one byte: flags 0 (last frame), size 1.
+        while writer.write_all(&[0, 1, b'x']).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    let (_, first) = within("the first message", router.recv()).await.unwrap();
+    assert_eq!(first, vec![Bytes::from_static(b"x")]);
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    within("a PING while the peer sends", async {
+        loop {
+            let n = reader.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the Router closed the connection");
+            seen.extend_from_slice(&buf[..n]);
+            if seen.windows(5).filter(|w| *w == b"\x04PING").count() >= 3 {
+                return;
+            }
+        }
+    })
+    .await;
+    // The Router kept taking the peer's messages meanwhile.
+    let (_, later) = within("a later message", router.recv()).await.unwrap();
+    assert_eq!(later, vec![Bytes::from_static(b"x")]);
+    traffic.abort();
+    router.close().await;
+}
+
+#[tokio::test]
 async fn each_side_reconnects_when_the_other_restarts() {
     for (r, d) in CROSSED {
         let (router, dealer, _, endpoint) = pair(options(r), options(d)).await;

@@ -281,7 +281,7 @@ impl Driver {
             // The driver is always polled by its one task, so a timer polled since its last
             // reset holds that task's waker: until it fires, polling it again would only
             // register the same waker once more (with 1,000 connections, `Sleep::poll` and
-            // its waker's registration took 1.1 µs a request on each side, `perf`). It is
+            // waker registrations took up to 1.1 µs a request on a peer's side, `perf`). It is
             // polled when reset or fired, outside the task's budget: a poll refused for
             // want of budget would register nothing, and the timer would never wake us.
             let rearmed = self.armed != Some(at);
