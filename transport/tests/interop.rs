@@ -164,11 +164,7 @@ async fn a_silent_peer_is_dropped_by_the_native_heartbeat() {
     let mut silent = tokio::net::TcpStream::connect(endpoint.trim_start_matches("tcp://"))
         .await
         .unwrap();
-    let mut hello = zmtp::greeting::encode(b"NULL", false).to_vec();
-    let mut props = Vec::new();
-    zmtp::command::put_property(&mut props, b"Socket-Type", b"DEALER");
-    zmtp::command::write(&mut hello, b"READY", &props);
-    silent.write_all(&hello).await.unwrap();
+    silent.write_all(&ready_bytes(b"NULL")).await.unwrap();
     next_event(&mut events, "handshake", |e| {
         matches!(e, Event::HandshakeSucceeded { .. }).then_some(())
     })
@@ -197,11 +193,7 @@ async fn a_native_connection_busy_with_traffic_still_sends_its_pings() {
         .await
         .unwrap();
     let (mut reader, mut writer) = stream.into_split();
-    let mut hello = zmtp::greeting::encode(b"NULL", false).to_vec();
-    let mut props = Vec::new();
-    zmtp::command::put_property(&mut props, b"Socket-Type", b"DEALER");
-    zmtp::command::write(&mut hello, b"READY", &props);
-    writer.write_all(&hello).await.unwrap();
+    writer.write_all(&ready_bytes(b"NULL")).await.unwrap();
     let traffic = tokio::spawn(async move {
         // One-frame messages of one byte: flags 0 (last frame), size 1.
         while writer.write_all(&[0, 1, b'x']).await.is_ok() {
