@@ -1,5 +1,7 @@
-//! What a node does with each message its sockets receive: the dispatchers the protocol's
-//! drivers call. They run on a socket's driver and never wait: a system message
+//! What a node does with each message its sockets receive: the dispatchers the protocol
+//! calls. They run on a driver (for a native server socket each connection's own, so two
+//! peers' messages may be dispatched at once on two threads; else the socket's) and never
+//! wait: a system message
 //! (handshake, heartbeat, options, goodbye) is handled there; a user request or tick is
 //! checked (joined? a handler? closing?) and handed to a handler task (`runtime.rs`).
 

@@ -446,3 +446,46 @@ async fn stuck_peers_do_not_make_a_healthy_hub_look_dead() {
     }
     drop(stuck);
 }
+
+/// A loop of ticks that the socket takes at once (a high-water mark far above the loop)
+/// never waits, so without a yield it would hold its thread to the end, and every other task
+/// there (this node's heartbeats among them: its peers would take it for dead) would wait.
+/// On a one-thread runtime, another task must run while the loop is still going.
+#[tokio::test(flavor = "current_thread")]
+async fn a_loop_of_ticks_lets_the_other_tasks_run() {
+    const TICKS: usize = 10_000;
+    let receiver = builder("receiver")
+        .hwm(100_000)
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    receiver.on_tick("t", |_req: Request| async {});
+    let sender = builder("sender").hwm(100_000).build().await.unwrap();
+    sender.connect(&address(&receiver)).await.unwrap();
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Counts its runs that fall in the middle of the loop.
+    let observer = tokio::spawn({
+        let sent = Arc::clone(&sent);
+        async move {
+            let mut during = 0;
+            loop {
+                match sent.load(std::sync::atomic::Ordering::Relaxed) {
+                    TICKS => return during,
+                    0 => {}
+                    _ => during += 1,
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    for i in 0..TICKS {
+        sender
+            .tick_raw("receiver", "t", Bytes::from_static(b"x"))
+            .await
+            .unwrap();
+        sent.store(i + 1, std::sync::atomic::Ordering::Relaxed);
+    }
+    let during = within("the observer ends", observer).await.unwrap();
+    assert!(during > 0, "no other task ran during {TICKS} ticks");
+}

@@ -1,9 +1,12 @@
 //! The conversation core shared by [`Client`](crate::Client) and [`Server`](crate::Server):
 //! sending requests and matching replies, running handlers, expiring deadlines.
 //!
-//! One driver task per socket receives every message, completes waiting requests, runs
-//! handlers and fires timeouts. Callers send directly (the transport allows it) and wait for
-//! the driver to leave their outcome in the pending table (no channel per request).
+//! One driver task per socket fires timeouts and runs the close; on the libzmq engine it
+//! also receives every message, completes waiting requests and hands requests and ticks to
+//! their handlers. On a native Server that dispatch runs on each connection's own driver as
+//! its messages are read (`direct.rs`), one task wake-up fewer per message. Callers send
+//! directly (the transport allows it) and wait for whoever dispatches the reply to leave
+//! their outcome in the pending table (no channel per request).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicUsize;
@@ -110,6 +113,11 @@ impl<L: Link> Conversation<L> {
             max_payload,
             rejected: Mutex::new(None),
         });
+        // On a native Server's socket, messages are dispatched by the connections' drivers
+        // (`direct.rs`; a Client declines, see `link.rs`); the driver task below then only
+        // keeps the deadlines and the close.
+        let direct = Arc::new(direct::Direct(Arc::clone(&conversation)));
+        conversation.link.deliver_to(direct);
         tokio::spawn(Arc::clone(&conversation).drive());
         conversation
     }
@@ -420,7 +428,8 @@ impl<L: Link> Conversation<L> {
         }
     }
 
-    /// The driver: the only task that receives from the socket. It decodes, completes
+    /// The driver: the only task that receives from the socket's queue (on the native
+    /// engine, only what came before direct delivery was set up). It decodes, completes
     /// waiting requests and hands each request and tick to its handler, which returns at
     /// once (handler work runs as tasks of its own, see `handler.rs`): nothing a handler does
     /// holds up the socket.
@@ -779,6 +788,7 @@ impl<L: Link> Answering for Conversation<L> {
     }
 }
 
+mod direct;
 mod helpers;
 mod pending;
 #[cfg(test)]

@@ -2,9 +2,10 @@
 //! [`Router`] (many remotes, by routing id), behind one small trait.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use bytes::Bytes;
-use transport::{Dealer, Key, PeerId, Router};
+use transport::{Dealer, Deliver, Key, PeerId, Router};
 
 /// One received message: who sent it, the sender's CURVE public key when the socket is a
 /// CURVE server (libzmq authenticated it during the handshake), and the frames.
@@ -45,6 +46,10 @@ pub(crate) trait Link: Clone + Send + Sync + 'static {
 
     /// Closes the socket.
     fn close(&self) -> impl Future<Output = ()> + Send + '_;
+
+    /// Has the connections' drivers hand received messages to `deliver` (`false`: this
+    /// engine cannot, and they wait for `recv_into`).
+    fn deliver_to(&self, deliver: Arc<dyn Deliver>) -> bool;
 }
 
 impl Link for Dealer {
@@ -79,6 +84,17 @@ impl Link for Dealer {
 
     fn close(&self) -> impl Future<Output = ()> + Send + '_ {
         Dealer::close(self)
+    }
+
+    /// Declined: a Client's messages keep going through the socket's inbox to the
+    /// conversation's driver task. Its messages are mostly replies, and with direct
+    /// delivery the caller and the connection's driver woke each other on one worker
+    /// thread while the other had nothing to do: the node's `node-native` row with 100 in
+    /// flight ran at 0.76 of its rate (rounds 0.73-0.77, `benches/ab.sh`), against 1.09
+    /// one at a time (rounds 0.93-1.10). Through the inbox, the driver, the conversation
+    /// and the callers spread over both threads.
+    fn deliver_to(&self, _deliver: Arc<dyn Deliver>) -> bool {
+        false
     }
 }
 
@@ -117,5 +133,9 @@ impl Link for Router {
 
     fn close(&self) -> impl Future<Output = ()> + Send + '_ {
         Router::close(self)
+    }
+
+    fn deliver_to(&self, deliver: Arc<dyn Deliver>) -> bool {
+        Router::deliver_to(self, deliver)
     }
 }

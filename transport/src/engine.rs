@@ -168,6 +168,18 @@ impl Sock {
         on_engine!(self, is_curve_server())
     }
 
+    /// Hands received messages to `deliver` on the connections' drivers: the native engine
+    /// does, libzmq's cannot (its messages are read from its own threads' queues).
+    pub(crate) fn deliver_to(&self, deliver: std::sync::Arc<dyn crate::Deliver>) -> bool {
+        match self {
+            Sock::Zmq(_) => false,
+            Sock::Native(socket) => {
+                socket.deliver_to(deliver);
+                true
+            }
+        }
+    }
+
     pub(crate) async fn send<F: Frame + Sync>(
         &self,
         frames: &[F],

@@ -104,6 +104,7 @@
 
 mod curve;
 mod dealer;
+mod deliver;
 mod engine;
 mod error;
 mod frame;
@@ -119,6 +120,7 @@ mod zap;
 
 pub use curve::{Curve, Key, KeyPair, SecretKey};
 pub use dealer::Dealer;
+pub use deliver::{Deliver, Delivery};
 pub use engine::Engine;
 pub use error::{Error, Result};
 pub use frame::Frame;

@@ -411,6 +411,16 @@ impl Router {
     pub fn is_closed(&self) -> bool {
         self.core.is_closed()
     }
+
+    /// Hands every message received from now on to `deliver`, on the driver of the
+    /// connection it came on, instead of queueing it for [`recv`](Self::recv): one task
+    /// wake-up fewer per message (see [`Deliver`](crate::Deliver)). A message's sender is
+    /// its routing id. Connections whose handshake completed before this call go on queueing for
+    /// `recv`. `false`, and nothing changes, on the libzmq engine, where messages can only
+    /// be received. The socket holds `deliver` until it is closed.
+    pub fn deliver_to(&self, deliver: std::sync::Arc<dyn crate::Deliver>) -> bool {
+        self.core.deliver_to(deliver)
+    }
 }
 
 impl fmt::Debug for Router {

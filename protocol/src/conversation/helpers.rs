@@ -26,6 +26,14 @@ pub(super) fn elapsed_nanos() -> u64 {
         .max(1)
 }
 
+/// [`elapsed_nanos`] at `at` rather than now (a time the caller already read).
+pub(super) fn nanos_at(at: std::time::Instant) -> u64 {
+    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
+    u64::try_from(at.saturating_duration_since(epoch).as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
 /// A starting point for request ids that differs between runs.
 pub(super) fn rand_start() -> u64 {
     use std::hash::{BuildHasher, Hasher};

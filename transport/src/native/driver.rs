@@ -3,6 +3,7 @@
 //! socket's inbox, writes what senders queued in vectored writes, and keeps the state
 //! machine's timers (handshake timeout, heartbeats).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -10,7 +11,7 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use tokio::time::Sleep;
 
 use super::inbox::{Inbound, Inbox};
@@ -18,6 +19,8 @@ use super::link::Link;
 use super::stream::Stream;
 use super::Shared;
 use crate::curve::Key;
+use crate::deliver::Delivery;
+use crate::router::PeerId;
 
 /// The block a read buffer takes when it needs a new one: larger reads take more of a
 /// burst per system call.
@@ -28,6 +31,10 @@ const MIN_READ: usize = 8 * 1024;
 
 /// Reads per wake-up before the driver lets other tasks run.
 const READS_PER_POLL: usize = 16;
+
+/// Messages handed to a direct receiver per wake-up before the driver lets other tasks
+/// run (the protocol's own receive loop took 64 per wake-up too).
+const DELIVERIES_PER_POLL: usize = 64;
 
 /// The most pieces one vectored write takes (Linux's IOV_MAX is 1024; a write of 64 pieces
 /// already carries every frame a burst queues here).
@@ -80,12 +87,15 @@ pub(super) struct Driver {
     input: BytesMut,
     /// Bytes taken out of the connection's outbox and not yet written (see `poll_write`).
     writing: zmtp::Outbox,
-    /// The events of one input, handled after the state machine's lock is released.
-    events: Vec<zmtp::Event>,
+    /// The events of one input, handled after the state machine's lock is released; with
+    /// direct delivery, those beyond a wake-up's share wait here for the next one.
+    events: VecDeque<zmtp::Event>,
     /// The messages of one input, for the inbox.
     batch: Vec<Inbound>,
     /// The routing id the socket gave the peer, once attached.
-    peer: Bytes,
+    peer: PeerId,
+    /// Who takes this connection's messages, if not the inbox (`Router::deliver_to`).
+    delivery: Option<Box<dyn Delivery>>,
     /// The peer's CURVE key (on a CURVE server).
     key: Option<Key>,
     /// Whether the handshake completed and the socket took the peer.
@@ -124,9 +134,10 @@ impl Driver {
             endpoint,
             input: BytesMut::with_capacity(READ_CHUNK),
             writing: zmtp::Outbox::default(),
-            events: Vec::new(),
+            events: VecDeque::new(),
             batch: Vec::new(),
-            peer: Bytes::new(),
+            peer: PeerId::default(),
+            delivery: None,
             key: None,
             attached: false,
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
@@ -143,7 +154,7 @@ impl Driver {
         self.link.writable.notify_waiters();
         if self.attached {
             if let Some(socket) = self.socket.upgrade() {
-                socket.detach(&self.link, &self.peer);
+                socket.detach(&self.link, &self.peer.0);
             }
         }
         (end, self.attached)
@@ -155,6 +166,9 @@ impl Driver {
         let closing = self.link.state.lock().closing;
         if closing && self.linger_until.is_none() {
             self.linger_until = Some(now + self.linger);
+            // Nothing more is read: let the receiver go now, not after the linger (it may
+            // hold its owner's handlers, and with them all they hold).
+            self.delivery = None;
         }
         if !closing {
             if let Poll::Ready(end) = self.poll_read(cx, now) {
@@ -174,7 +188,19 @@ impl Driver {
     }
 
     fn poll_read(&mut self, cx: &mut Context<'_>, now: Instant) -> Poll<End> {
+        let mut budget = DELIVERIES_PER_POLL;
         for _ in 0..READS_PER_POLL {
+            // Messages decoded at the last wake-up and not delivered yet go first; nothing
+            // more is read until they are.
+            if !self.events.is_empty() {
+                if let Err(end) = self.dispatch(now, &mut budget) {
+                    return Poll::Ready(end);
+                }
+                if !self.events.is_empty() {
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+            }
             // The mark holds back messages, not handshakes: a new peer is let in (and an
             // attached one's PINGs are still read once there is room).
             if self.attached && !self.inbox.has_room(self.lane, cx.waker()) {
@@ -198,7 +224,7 @@ impl Driver {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(End::Lost),
                 Poll::Ready(Ok(_)) => {
-                    if let Err(end) = self.process(now) {
+                    if let Err(end) = self.process(now, &mut budget) {
                         return Poll::Ready(end);
                     }
                 }
@@ -210,24 +236,46 @@ impl Driver {
     }
 
     /// Feeds what was read to the state machine and acts on what it reports.
-    fn process(&mut self, now: Instant) -> Result<(), End> {
+    fn process(&mut self, now: Instant, budget: &mut usize) -> Result<(), End> {
         let result = {
             let mut state = self.link.state.lock();
             let result = state.conn.handle_input(&mut self.input, now);
             while let Some(event) = state.conn.poll_event() {
-                self.events.push(event);
+                self.events.push_back(event);
             }
             result
         };
-        let mut events = std::mem::take(&mut self.events);
+        if result.is_err() {
+            // What came before the fault is delivered before the connection ends.
+            *budget = usize::MAX;
+        }
+        self.dispatch(now, budget)?;
+        result.map_err(End::Failed)
+    }
+
+    /// Acts on the events waiting, in order: a peer that is ready is attached, a message
+    /// goes to the inbox or, with direct delivery, to the receiver, at most `budget` of
+    /// them (the rest wait for the next wake-up: one read can hold a thousand small
+    /// messages, and a receiver that starts a task for each must not hold the thread for
+    /// all of them while heartbeats wait).
+    fn dispatch(&mut self, now: Instant, budget: &mut usize) -> Result<(), End> {
         let mut outcome = Ok(());
-        for event in events.drain(..) {
+        while let Some(event) = self.events.pop_front() {
             match event {
-                zmtp::Event::Message(frames) => self.batch.push(Inbound {
-                    peer: self.peer.clone(),
-                    key: self.key,
-                    frames,
-                }),
+                zmtp::Event::Message(frames) => match &mut self.delivery {
+                    Some(delivery) => {
+                        delivery.deliver(&self.peer, self.key, &frames, now);
+                        *budget = budget.saturating_sub(1);
+                        if *budget == 0 {
+                            break;
+                        }
+                    }
+                    None => self.batch.push(Inbound {
+                        peer: self.peer.0.clone(),
+                        key: self.key,
+                        frames,
+                    }),
+                },
                 zmtp::Event::Ready(peer) => {
                     if let Err(end) = self.attach(&peer) {
                         outcome = Err(end);
@@ -236,13 +284,11 @@ impl Driver {
                 }
             }
         }
-        self.events = events;
-        if self.attached {
+        if self.attached && !self.batch.is_empty() {
             self.inbox.push(self.lane, &mut self.batch);
         }
         self.batch.clear();
-        outcome?;
-        result.map_err(End::Failed)
+        outcome
     }
 
     fn attach(&mut self, peer: &zmtp::Peer) -> Result<(), End> {
@@ -252,7 +298,8 @@ impl Driver {
         self.key = peer.curve_key.map(Key::from_bytes);
         match socket.attach(&self.link, peer, &self.endpoint) {
             Some(id) => {
-                self.peer = id;
+                self.peer = PeerId(id);
+                self.delivery = socket.delivery();
                 self.attached = true;
                 Ok(())
             }

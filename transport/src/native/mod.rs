@@ -35,6 +35,7 @@ use self::inbox::{Inbound, Inbox};
 use self::link::{Link, Refused};
 use self::stream::{Address, Stream};
 use crate::curve::{Curve, Key};
+use crate::deliver::{Deliver, Delivery};
 use crate::error::{Error, Result};
 use crate::frame::Frame;
 use crate::monitor::{self, Event, Events};
@@ -99,6 +100,9 @@ struct Shared {
     allow_list: Option<Arc<AllowList>>,
     /// The CURVE settings of every connection (`None`: NULL).
     curve: Option<zmtp::curve::CurveConfig>,
+    /// Who takes received messages on the drivers (`deliver_to`), instead of the inbox;
+    /// dropped when the socket closes (it usually holds what holds the socket).
+    deliver: Mutex<Option<Arc<dyn Deliver>>>,
 }
 
 impl Shared {
@@ -215,6 +219,15 @@ impl Shared {
         Some(id)
     }
 
+    /// The receiver of a connection that just attached, if messages go to one rather than
+    /// to the inbox.
+    fn delivery(&self) -> Option<Box<dyn Delivery>> {
+        self.deliver
+            .lock()
+            .as_ref()
+            .map(|deliver| deliver.connection())
+    }
+
     /// `link` ended: no more messages to it.
     fn detach(&self, link: &Arc<Link>, id: &Bytes) {
         let mut peers = self.peers.lock();
@@ -274,6 +287,7 @@ impl Socket {
                 runtime,
                 allow_list,
                 curve,
+                deliver: Mutex::new(None),
             }),
         })
     }
@@ -380,6 +394,9 @@ impl Socket {
             link.close();
         }
         self.shared.inbox.close();
+        // Dropped outside the lock: it may hold the last handle of what holds the socket.
+        let deliver = self.shared.deliver.lock().take();
+        drop(deliver);
         self.shared.pending_room.notify_waiters();
         for (endpoint, task) in endpoints.bound {
             task.abort();
@@ -393,6 +410,15 @@ impl Socket {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Connections that attach from now on deliver to `deliver` (see `Router::deliver_to`).
+    pub(crate) fn deliver_to(&self, deliver: Arc<dyn Deliver>) {
+        let mut slot = self.shared.deliver.lock();
+        // Checked under the lock that `close` takes to clear it: never set after.
+        if !self.is_closed() {
+            *slot = Some(deliver);
+        }
     }
 
     pub(crate) fn events(&self) -> Result<Events> {
@@ -595,6 +621,8 @@ impl Drop for Socket {
             link.close();
         }
         self.shared.inbox.close();
+        let deliver = self.shared.deliver.lock().take();
+        drop(deliver);
     }
 }
 
