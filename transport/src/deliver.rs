@@ -38,6 +38,7 @@ pub trait Delivery: Send + 'static {
     /// a Dealer), with the peer's CURVE key on a CURVE server, read at `at`.
     ///
     /// It runs on the connection's driver: it must not block, and it should hand anything
-    /// that takes time to a task of its own. A panic here ends the connection's driver.
+    /// that takes time to a task of its own. A panic here closes the connection (the
+    /// peer sees it drop), and the socket goes on.
     fn deliver(&mut self, peer: &PeerId, key: Option<Key>, frames: &[Bytes], at: Instant);
 }

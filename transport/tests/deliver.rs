@@ -162,3 +162,56 @@ async fn the_libzmq_engine_declines_and_queues_for_recv() {
     assert!(delivered.try_recv().is_err());
     assert_eq!(Arc::strong_count(&collect), 1, "not kept by the socket");
 }
+
+/// Panics on a message that says so.
+struct Fragile;
+
+impl Deliver for Fragile {
+    fn connection(&self) -> Box<dyn Delivery> {
+        Box::new(FragileConnection)
+    }
+}
+
+struct FragileConnection;
+
+impl Delivery for FragileConnection {
+    fn deliver(&mut self, _peer: &PeerId, _key: Option<Key>, frames: &[Bytes], _at: Instant) {
+        assert_ne!(frames[0], Bytes::from_static(b"boom"), "the receiver broke");
+    }
+}
+
+#[tokio::test]
+async fn a_receiver_that_panics_closes_that_connection_only() {
+    let router = Router::with_options(native()).unwrap();
+    router.deliver_to(Arc::new(Fragile));
+    let mut events = router.events().unwrap();
+    let endpoint = router.bind("tcp://127.0.0.1:0").unwrap();
+    let dealer = Dealer::with_options(native().routing_id("fragile")).unwrap();
+    dealer.connect(&endpoint).unwrap();
+    dealer.send(frames(&[b"fine"])).await.unwrap();
+    dealer.send(frames(&[b"boom"])).await.unwrap();
+    // The connection is dropped, as a broken one is: the socket reports it.
+    support::next_event(&mut events, "the connection dropped", |event| {
+        matches!(event, transport::Event::Disconnected { .. }).then_some(())
+    })
+    .await;
+    // The socket itself goes on: it still sends to the peer once it is back, and the
+    // dealer (which reconnects by itself) hears it.
+    within("the peer is back and reached", async {
+        loop {
+            if router
+                .send(&PeerId::from("fragile"), frames(&[b"still here"]))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(
+        within("the dealer hears", dealer.recv()).await.unwrap(),
+        frames(&[b"still here"])
+    );
+}

@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, IoSlice};
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
@@ -264,7 +265,18 @@ impl Driver {
             match event {
                 zmtp::Event::Message(frames) => match &mut self.delivery {
                     Some(delivery) => {
-                        delivery.deliver(&self.peer, self.key, &frames, now);
+                        // A receiver that panics ends this connection, as a broken one
+                        // ends (the peer sees it drop and the socket forgets it), rather
+                        // than the driver's task with the connection still attached.
+                        let delivered = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            delivery.deliver(&self.peer, self.key, &frames, now)
+                        }));
+                        if delivered.is_err() {
+                            tracing::error!(peer = %self.peer.short(), "message receiver panicked: connection closed");
+                            self.delivery = None;
+                            outcome = Err(End::Lost);
+                            break;
+                        }
                         *budget = budget.saturating_sub(1);
                         if *budget == 0 {
                             break;
