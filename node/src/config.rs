@@ -23,7 +23,10 @@ pub struct Config {
     pub dead_peer_timeout: Duration,
     /// How long `connect` waits for the connection and the handshake.
     pub handshake_timeout: Duration,
-    /// Send and receive high-water marks of every socket (messages per peer).
+    /// Send and receive high-water marks of every socket (messages per peer). A server
+    /// socket on the native engine dispatches each message as it is read, so there only
+    /// the send mark applies: what waits for a handler is bounded by
+    /// `max_concurrent_handlers` and the [`BusyPolicy`] instead.
     pub hwm: i32,
     /// Which ZMTP engine the node's sockets run on (default: the process's,
     /// `ZERONODE_ENGINE`, else native; see [`transport::Engine`]).
