@@ -20,10 +20,7 @@ pub(super) static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::On
 
 /// Nanoseconds since [`EPOCH`] (at least 1: 0 means "never").
 pub(super) fn elapsed_nanos() -> u64 {
-    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
-    u64::try_from(epoch.elapsed().as_nanos())
-        .unwrap_or(u64::MAX)
-        .max(1)
+    nanos_at(std::time::Instant::now())
 }
 
 /// [`elapsed_nanos`] at `at` rather than now (a time the caller already read).

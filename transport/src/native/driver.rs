@@ -197,10 +197,12 @@ impl Driver {
                 if let Err(end) = self.dispatch(now, &mut budget) {
                     return Poll::Ready(end);
                 }
-                if !self.events.is_empty() {
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
+            }
+            // This wake-up's share is handed on (only direct delivery spends it): the rest
+            // once the others have run.
+            if budget == 0 {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
             // The mark holds back messages, not handshakes: a new peer is let in (and an
             // attached one's PINGs are still read once there is room).
@@ -264,6 +266,10 @@ impl Driver {
         while let Some(event) = self.events.pop_front() {
             match event {
                 zmtp::Event::Message(frames) => match &mut self.delivery {
+                    Some(_) if *budget == 0 => {
+                        self.events.push_front(zmtp::Event::Message(frames));
+                        break;
+                    }
                     Some(delivery) => {
                         // A receiver that panics ends this connection, as a broken one
                         // ends (the peer sees it drop and the socket forgets it), rather
@@ -277,10 +283,7 @@ impl Driver {
                             outcome = Err(End::Lost);
                             break;
                         }
-                        *budget = budget.saturating_sub(1);
-                        if *budget == 0 {
-                            break;
-                        }
+                        *budget -= 1;
                     }
                     None => self.batch.push(Inbound {
                         peer: self.peer.0.clone(),

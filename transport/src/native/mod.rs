@@ -228,6 +228,14 @@ impl Shared {
             .map(|deliver| deliver.connection())
     }
 
+    /// The socket closed: the receiver goes (connections that hold one drop theirs as they
+    /// close). Dropped outside the lock: it may hold the last handle of what holds the
+    /// socket.
+    fn forget_deliver(&self) {
+        let deliver = self.deliver.lock().take();
+        drop(deliver);
+    }
+
     /// `link` ended: no more messages to it.
     fn detach(&self, link: &Arc<Link>, id: &Bytes) {
         let mut peers = self.peers.lock();
@@ -394,9 +402,7 @@ impl Socket {
             link.close();
         }
         self.shared.inbox.close();
-        // Dropped outside the lock: it may hold the last handle of what holds the socket.
-        let deliver = self.shared.deliver.lock().take();
-        drop(deliver);
+        self.shared.forget_deliver();
         self.shared.pending_room.notify_waiters();
         for (endpoint, task) in endpoints.bound {
             task.abort();
@@ -621,8 +627,7 @@ impl Drop for Socket {
             link.close();
         }
         self.shared.inbox.close();
-        let deliver = self.shared.deliver.lock().take();
-        drop(deliver);
+        self.shared.forget_deliver();
     }
 }
 
