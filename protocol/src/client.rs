@@ -123,8 +123,8 @@ impl Client {
     ) -> Result<Client> {
         let dealer = Dealer::with_options(options)?;
         let mut events = dealer.events()?;
-        dealer.connect(endpoint)?;
-        let conversation = Conversation::start(dealer, max_payload);
+        let (conversation, ()) =
+            Conversation::start(dealer, max_payload, |dealer| dealer.connect(endpoint)).await?;
         let (state_tx, mut state) = watch::channel(Connection::Connecting);
         let link = Arc::new(AtomicU8::new(LinkState::Down as u8));
         let link_tx = Arc::clone(&link);

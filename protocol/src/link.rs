@@ -50,6 +50,10 @@ pub(crate) trait Link: Clone + Send + Sync + 'static {
     /// Has the connections' drivers hand received messages to `deliver` (`false`: this
     /// engine cannot, and they wait for `recv_into`).
     fn deliver_to(&self, deliver: Arc<dyn Deliver>) -> bool;
+
+    /// Whether a conversation busy with requests of its own leaves its messages to the
+    /// inbox (`conversation/direct.rs`, `BUSY`).
+    const BUSY_TO_INBOX: bool;
 }
 
 impl Link for Dealer {
@@ -86,16 +90,13 @@ impl Link for Dealer {
         Dealer::close(self)
     }
 
-    /// Declined: a Client's messages keep going through the socket's inbox to the
-    /// conversation's driver task. Its messages are mostly replies, and with direct
-    /// delivery the caller and the connection's driver woke each other on one worker
-    /// thread while the other had nothing to do: the node's `node-native` row with 100 in
-    /// flight ran at 0.76 of its rate (rounds 0.73-0.77, `benches/ab.sh`), against 1.09
-    /// one at a time (rounds 0.93-1.10). Through the inbox, the driver, the conversation
-    /// and the callers spread over both threads.
-    fn deliver_to(&self, _deliver: Arc<dyn Deliver>) -> bool {
-        false
+    /// A Client's messages, with many of its requests waiting, are mostly their replies:
+    /// those go through the inbox (`conversation/direct.rs`, `BUSY`).
+    fn deliver_to(&self, deliver: Arc<dyn Deliver>) -> bool {
+        Dealer::deliver_to(self, deliver)
     }
+
+    const BUSY_TO_INBOX: bool = true;
 }
 
 impl Link for Router {
@@ -138,4 +139,8 @@ impl Link for Router {
     fn deliver_to(&self, deliver: Arc<dyn Deliver>) -> bool {
         Router::deliver_to(self, deliver)
     }
+
+    /// A Server's messages are mostly requests, and their handlers run on tasks of their
+    /// own: taking them on the connections' drivers was as fast with 100 in flight.
+    const BUSY_TO_INBOX: bool = false;
 }

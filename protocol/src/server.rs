@@ -38,8 +38,8 @@ impl Server {
     ) -> Result<(Server, Events)> {
         let router = Router::with_options(options)?;
         let events = router.events()?;
-        let bound = router.bind(endpoint)?;
-        let conversation = Conversation::start(router, max_payload);
+        let (conversation, bound) =
+            Conversation::start(router, max_payload, |router| router.bind(endpoint)).await?;
         Ok((
             Server {
                 conversation,

@@ -514,3 +514,100 @@ async fn a_connection_dropped_for_an_oversized_message_comes_back() {
     })
     .await;
 }
+
+/// A Client takes its messages on its connection's driver while few of its requests wait,
+/// and through the inbox and its driver task while many do: a stream of ticks from the
+/// server, arriving while the client's own load moves from the one to the other, reaches
+/// the tick handler whole and in the order sent. The handler is slow, so the inbox has a
+/// backlog when the client's callers give up: the ticks after it must wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_messages_keep_their_order_as_its_load_changes() {
+    const TICKS: u32 = 2_000;
+    const PARKED: usize = 8;
+    let (server, client) = pair().await;
+    let (peer_tx, mut peer_rx) = tokio::sync::mpsc::unbounded_channel();
+    server.on_tick(
+        "hello",
+        tick_fn(move |tick| {
+            let _ = peer_tx.send(tick.from.clone());
+            async {}
+        }),
+    );
+    let parked = Arc::new(AtomicUsize::new(0));
+    let arrived = Arc::clone(&parked);
+    server.on_request(
+        "park",
+        request_fn(move |_req| {
+            arrived.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<Result<Bytes, RemoteError>>()
+        }),
+    );
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    // The handler is called in dispatch order (its future is what runs later).
+    client.on_tick(
+        "seq",
+        tick_fn(move |tick| {
+            log.lock()
+                .push(u32::from_be_bytes(tick.payload()[..4].try_into().unwrap()));
+            std::thread::sleep(Duration::from_micros(20));
+            async {}
+        }),
+    );
+    client.tick("hello", Bytes::new()).await.unwrap();
+    let peer = within("hello", peer_rx.recv()).await.unwrap();
+    // The client is busy: eight requests wait for their replies.
+    let requests: Vec<_> = (0..PARKED)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.request("park", Bytes::new(), LIMIT).await })
+        })
+        .collect();
+    within("the requests parked", async {
+        while parked.load(Ordering::SeqCst) < PARKED {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    for n in 0..TICKS {
+        if n == TICKS / 2 {
+            // Half way: the callers give up, and the client is no longer busy (its
+            // driver task still has ticks to go through).
+            requests.iter().for_each(tokio::task::JoinHandle::abort);
+        }
+        server
+            .tick(&peer, "seq", Bytes::from(n.to_be_bytes().to_vec()))
+            .await
+            .unwrap();
+    }
+    for request in requests {
+        assert!(
+            within("a parked request", request).await.is_err(),
+            "aborted"
+        );
+    }
+    within("every tick", async {
+        while seen.lock().len() < TICKS as usize {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert_eq!(*seen.lock(), (0..TICKS).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn binding_an_address_in_use_is_a_typed_error() {
+    let (server, _client) = pair().await;
+    let taken = Server::bind(server.endpoint()).await;
+    assert!(
+        matches!(taken, Err(Error::Transport(_))),
+        "{:?}",
+        taken.map(|s| s.endpoint().to_owned())
+    );
+    // The first server is untouched.
+    let client = Client::connect(server.endpoint(), LIMIT).await.unwrap();
+    let reply = client
+        .request("echo", Bytes::from_static(b"still"), SECOND)
+        .await;
+    assert_eq!(reply.unwrap().payload(), &Bytes::from_static(b"still"));
+}

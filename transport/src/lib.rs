@@ -120,7 +120,7 @@ mod zap;
 
 pub use curve::{Curve, Key, KeyPair, SecretKey};
 pub use dealer::Dealer;
-pub use deliver::{Deliver, Delivery};
+pub use deliver::{Deliver, Delivered, Delivery};
 pub use engine::Engine;
 pub use error::{Error, Result};
 pub use frame::Frame;

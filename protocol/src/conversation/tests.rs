@@ -4,15 +4,18 @@ use transport::{Backpressure, Dealer, Options};
 
 /// A dealer connected to nothing has no queue to put a message in: every send waits
 /// (or fails, under `Backpressure::Fail`).
-fn unconnected(backpressure: Backpressure) -> Arc<Conversation<Dealer>> {
+async fn unconnected(backpressure: Backpressure) -> Arc<Conversation<Dealer>> {
     let dealer =
         Dealer::with_options(Options::default().backpressure(backpressure)).expect("a dealer");
-    Conversation::start(dealer, 1024)
+    let (conversation, ()) = Conversation::start(dealer, 1024, |_| Ok(()))
+        .await
+        .expect("nothing to open");
+    conversation
 }
 
 #[tokio::test]
 async fn a_request_waiting_for_room_to_send_still_times_out() {
-    let conversation = unconnected(Backpressure::Wait);
+    let conversation = unconnected(Backpressure::Wait).await;
     let server = PeerId::default();
     let request = conversation.request(
         &server,
@@ -37,7 +40,7 @@ async fn a_request_waiting_for_room_to_send_still_times_out() {
 
 #[tokio::test]
 async fn a_request_with_no_room_fails_at_once_when_told_not_to_wait() {
-    let conversation = unconnected(Backpressure::Fail);
+    let conversation = unconnected(Backpressure::Fail).await;
     let result = conversation
         .request(
             &PeerId::default(),
