@@ -28,6 +28,20 @@ async fn pair() -> (Server, Client) {
     (server, client)
 }
 
+/// The id the server knows `client` by (from a tick it sends).
+async fn peer_of(server: &Server, client: &Client) -> transport::PeerId {
+    let (peer_tx, mut peer_rx) = tokio::sync::mpsc::unbounded_channel();
+    server.on_tick(
+        "hello",
+        tick_fn(move |tick| {
+            let _ = peer_tx.send(tick.from.clone());
+            async {}
+        }),
+    );
+    client.tick("hello", Bytes::new()).await.unwrap();
+    within("hello", peer_rx.recv()).await.unwrap()
+}
+
 #[tokio::test]
 async fn request_reply_round_trip() {
     let (_server, client) = pair().await;
@@ -246,21 +260,12 @@ async fn ticks_reach_their_handler() {
 #[tokio::test]
 async fn the_server_can_request_its_clients() {
     let server = Server::bind("tcp://127.0.0.1:0").await.unwrap();
-    let (peer_tx, mut peer_rx) = tokio::sync::mpsc::unbounded_channel();
-    server.on_tick(
-        "hello",
-        tick_fn(move |tick| {
-            let _ = peer_tx.send(tick.from.clone());
-            async {}
-        }),
-    );
     let client = Client::connect(server.endpoint(), LIMIT).await.unwrap();
     client.on_request(
         "whoami",
         request_fn(|_req| async move { Ok(Bytes::from_static(b"the client")) }),
     );
-    client.tick("hello", Bytes::new()).await.unwrap();
-    let peer = within("hello", peer_rx.recv()).await.unwrap();
+    let peer = peer_of(&server, &client).await;
     let reply = server
         .request(&peer, "whoami", Bytes::new(), SECOND)
         .await
@@ -525,14 +530,6 @@ async fn a_clients_messages_keep_their_order_as_its_load_changes() {
     const TICKS: u32 = 2_000;
     const PARKED: usize = 8;
     let (server, client) = pair().await;
-    let (peer_tx, mut peer_rx) = tokio::sync::mpsc::unbounded_channel();
-    server.on_tick(
-        "hello",
-        tick_fn(move |tick| {
-            let _ = peer_tx.send(tick.from.clone());
-            async {}
-        }),
-    );
     let parked = Arc::new(AtomicUsize::new(0));
     let arrived = Arc::clone(&parked);
     server.on_request(
@@ -554,8 +551,7 @@ async fn a_clients_messages_keep_their_order_as_its_load_changes() {
             async {}
         }),
     );
-    client.tick("hello", Bytes::new()).await.unwrap();
-    let peer = within("hello", peer_rx.recv()).await.unwrap();
+    let peer = peer_of(&server, &client).await;
     // The client is busy: eight requests wait for their replies.
     let requests: Vec<_> = (0..PARKED)
         .map(|_| {
