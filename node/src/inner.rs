@@ -2,9 +2,11 @@
 //! leaving, system ticks, closing.
 //!
 //! Who owns what (see ARCHITECTURE.md, "What runs where"):
-//! - each socket's driver task (in `protocol`) receives and dispatches; the node's
-//!   dispatchers (`dispatch.rs`) run on it and only decide: a system message is answered
-//!   there, anything else becomes a handler task (`runtime.rs`);
+//! - on the native engine each connection's driver (in `transport`) receives and
+//!   dispatches (on a Client busy with its own requests, and on libzmq, the socket's
+//!   driver task in `protocol` does); the node's dispatchers (`dispatch.rs`) run there and
+//!   only decide: a system message is answered there, anything else becomes a handler task
+//!   (`runtime.rs`);
 //! - each upstream connection has one supervisor task (`upstream.rs`) that owns its
 //!   joining and rejoining;
 //! - one heartbeat task per node (`heartbeat.rs`);

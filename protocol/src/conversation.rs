@@ -3,8 +3,9 @@
 //!
 //! One driver task per socket fires timeouts and runs the close; on the libzmq engine it
 //! also receives every message, completes waiting requests and hands requests and ticks to
-//! their handlers. On a native Server that dispatch runs on each connection's own driver as
-//! its messages are read (`direct.rs`), one task wake-up fewer per message. Callers send
+//! their handlers. On the native engine that dispatch runs on each connection's own driver as
+//! its messages are read (`direct.rs`), one task wake-up fewer per message, except on a
+//! Client busy with requests of its own, whose messages go through the driver task. Callers send
 //! directly (the transport allows it) and wait for whoever dispatches the reply to leave
 //! their outcome in the pending table (no channel per request).
 
@@ -45,9 +46,9 @@ pub type Rejected = (PeerId, Error);
 pub(crate) struct Conversation<L: Link> {
     pub(crate) link: L,
     pending: Mutex<Pending>,
-    /// How many entries the pending table holds (requests waiting, and ended ones their
-    /// callers have not taken yet), as of its last change: read without the lock by the
-    /// connections' drivers (`direct.rs`), written under it.
+    /// How many requests are pending (sent, not yet ended: `Table::len`), stored under the
+    /// lock at every change of it and read without the lock by the connections' drivers
+    /// (`direct.rs`).
     waiting: AtomicUsize,
     /// The handlers, replaced whole (copy on write) when one is set: the driver keeps its
     /// own reference and looks here again only when `handlers_version` moved, so a message
@@ -318,11 +319,13 @@ impl<L: Link> Conversation<L> {
         let mut wakers = Vec::new();
         let count = {
             let mut pending = self.pending.lock();
-            select(&mut pending.table, &mut |id, waiter| {
+            let count = select(&mut pending.table, &mut |id, waiter| {
                 tracing::trace!(id, "request ended");
                 waiter.outcome = Some(outcome());
                 wakers.extend(waiter.waker.take());
-            })
+            });
+            self.waiting.store(pending.table.len(), Ordering::Relaxed);
+            count
         };
         wakers.into_iter().for_each(std::task::Waker::wake);
         count
@@ -462,7 +465,7 @@ impl<L: Link> Conversation<L> {
     }
 
     /// The driver: the only task that receives from the socket's queue (on the native
-    /// engine, only what came before direct delivery was set up). It decodes, completes
+    /// engine, only what a busy Client's connection leaves there, `direct.rs`). It decodes, completes
     /// waiting requests and hands each request and tick to its handler, which returns at
     /// once (handler work runs as tasks of its own, see `handler.rs`): nothing a handler does
     /// holds up the socket.
@@ -757,6 +760,7 @@ impl<L: Link> Conversation<L> {
                     });
                     let waker = waiter.waker.take();
                     let outside_task = waiter.outside_task;
+                    self.waiting.store(pending.table.len(), Ordering::Relaxed);
                     // A Dealer's one remote has an empty id: only a Server keeps these.
                     if !peer.0.is_empty() {
                         let at = self.heard.load(Ordering::Relaxed);

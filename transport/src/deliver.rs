@@ -15,12 +15,15 @@
 //! busy, whose work spreads better over the runtime's threads through a task of its own.
 //! That message and the connection's next ones then wait for `recv`, until the receiver
 //! has taken every one of them and asks for another (the messages keep their order across
-//! the switch); the next message after that is offered to the receiver again.
+//! the switch); the next message after that is offered to the receiver again. That order
+//! holds with one task receiving from the socket (as the protocol's conversation does):
+//! with several, one's next receive does not tell that another is done with its message.
 //!
 //! What stays the same: messages of one connection are delivered in order, one at a time;
 //! the high-water mark still bounds what a connection queues to be sent. What changes: the
-//! receive high-water mark no longer holds a connection back (the receiver takes every
-//! message as it comes, so it must bound its own work, as the protocol's dispatch does);
+//! receive high-water mark no longer holds a connection back while the receiver takes its
+//! messages, as it takes every message as it comes (it must bound its own work, as the
+//! protocol's dispatch does); it does again while they are left to the inbox;
 //! messages of different connections may be delivered at the same time on different
 //! threads.
 
@@ -33,6 +36,7 @@ use crate::router::PeerId;
 
 /// What a receiver did with a message (see [`Delivery::deliver`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
 pub enum Delivered {
     /// It took the message.
     Taken,

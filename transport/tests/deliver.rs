@@ -1,6 +1,7 @@
 //! Direct delivery (`deliver_to`): messages handed to a receiver on the connections' own
 //! drivers, over real loopback sockets.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -217,11 +218,18 @@ async fn messages_left_to_the_inbox_keep_their_order_and_then_direct_delivery_re
     // the queued ones find the inbox busy (a driver that went back to the receiver at once
     // would hand them on before the queued ones were received).
     let gate = Arc::new(tokio::sync::Notify::new());
+    // How many receives the receiver has begun.
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let receiver = tokio::spawn({
         let (router, log, gate) = (Arc::clone(&router), Arc::clone(&log), Arc::clone(&gate));
+        let asked = Arc::clone(&asked);
         async move {
             gate.notified().await;
-            while let Ok((_, frames)) = router.recv().await {
+            loop {
+                asked.fetch_add(1, Ordering::SeqCst);
+                let Ok((_, frames)) = router.recv().await else {
+                    break;
+                };
                 log.lock().push((number(&frames), false));
             }
         }
@@ -232,8 +240,14 @@ async fn messages_left_to_the_inbox_keep_their_order_and_then_direct_delivery_re
     for n in 0..COUNT {
         send(n).await.unwrap();
     }
-    // Every message sent is read well within this (loopback; a generous bound, and only
-    // how sure the test is of catching a driver that goes back too early depends on it).
+    within("the messages before the queued ones", async {
+        while log.lock().len() < QUEUED.start as usize {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    // The rest are read well within this (loopback; only how sure the test is of catching
+    // a driver that goes back too early depends on it): none may be taken before `recv`.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(
         log.lock().len(),
@@ -260,8 +274,17 @@ async fn messages_left_to_the_inbox_keep_their_order_and_then_direct_delivery_re
             }
         }
     }
-    // `recv` waits again, so the inbox holds nothing of this connection's: the next
-    // message is taken directly.
+    // Once `recv` waits again, the inbox holds nothing of this connection's: the next
+    // message is taken directly. (The receiver began its next receive; the short pause
+    // lets it reach the inbox, which is a few calls away.)
+    let received = log.lock().iter().filter(|&&(_, taken)| !taken).count();
+    within("the receiver asking again", async {
+        while asked.load(Ordering::SeqCst) <= received {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     send(COUNT).await.unwrap();
     within("the last message handled", async {
         while log.lock().len() <= COUNT as usize {

@@ -23,8 +23,10 @@ use super::{Answered, Conversation};
 use crate::handler::Handlers;
 use crate::link::Link;
 
-/// Requests of its own waiting for their replies above which a Client's messages go through
-/// the inbox. Its messages are then mostly those replies, and each wakes a caller: on the
+/// Requests of its own pending (sent, not yet answered) above which a Client's messages go
+/// through the inbox (the transport's `Delivered::Queued`). Measured with 4: one at a time
+/// 1.12 with a `block_on` caller, but 0.81 with 4 in flight; with 1, level at 2 and 4 in
+/// flight (PERFORMANCE.md, session 16). Its messages are then mostly those replies, and each wakes a caller: on the
 /// connection's driver, the callers and the driver woke each other on one worker thread
 /// while the other had little to do, and the node's `node-native` row with 100 in flight
 /// ran at 0.76 of its rate through the inbox (`benches/ab.sh`, rounds 0.73-0.77); through

@@ -58,7 +58,7 @@ pub(super) struct Pending {
 /// end: a dropped request future leaves nothing behind in the table.
 pub(super) struct Forget<'a> {
     pub(super) pending: &'a Mutex<Pending>,
-    /// The conversation's count of the table's entries (`Conversation::waiting`).
+    /// The conversation's count of pending requests (`Conversation::waiting`).
     pub(super) waiting: &'a AtomicUsize,
     pub(super) id: u64,
     /// Cleared once the caller took its outcome (nothing left to remove).
