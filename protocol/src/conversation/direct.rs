@@ -24,14 +24,13 @@ use crate::handler::Handlers;
 use crate::link::Link;
 
 /// Requests of its own pending (sent, not yet answered) above which a Client's messages go
-/// through the inbox (the transport's `Delivered::Queued`). Measured with 4: one at a time
-/// 1.12 with a `block_on` caller, but 0.81 with 4 in flight; with 1, level at 2 and 4 in
-/// flight (PERFORMANCE.md, session 16). Its messages are then mostly those replies, and each wakes a caller: on the
-/// connection's driver, the callers and the driver woke each other on one worker thread
-/// while the other had little to do, and the node's `node-native` row with 100 in flight
-/// ran at 0.76 of its rate through the inbox (`benches/ab.sh`, rounds 0.73-0.77); through
-/// the inbox the driver, the conversation's task and the callers spread over both threads.
-/// One at a time the same direct delivery ran at 1.17 (1.21 with a `block_on` caller).
+/// through the inbox (the transport's `Delivered::Queued`). Its messages are then mostly
+/// those replies, each waking a caller: on the connection's driver, the callers and the
+/// driver woke each other on one worker thread while the other had little to do (100 in
+/// flight, always direct: 0.76 of the inbox's rate, `benches/ab.sh`); through the inbox the
+/// driver, the conversation's task and the callers spread over both threads. Measured with
+/// 4: one at a time 1.12 with a `block_on` caller, but 0.81 with 4 in flight; with 1, one
+/// at a time 1.18-1.19 and level at 2, 4 and 100 in flight (PERFORMANCE.md, session 16).
 pub(super) const BUSY: usize = 1;
 
 /// What the socket holds: it makes each connection's receiver.
