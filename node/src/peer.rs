@@ -264,6 +264,19 @@ pub(crate) struct Registry<L> {
 /// The registry's entries: see [`Registry::entries`](Registry).
 type Entries<L> = IndexMap<(NodeId, Direction), Entry<L>, foldhash::fast::RandomState>;
 
+/// A key of the registry's entries by reference, to look one up without cloning the id:
+/// a clone and its drop are two atomic writes to the id's shared count, a line of every
+/// peer's made dirty by every lookup (a request's route, its reply's liveness). Hashes as
+/// the tuple it stands for (the id, then the direction).
+#[derive(Hash)]
+struct Key<'a>(&'a NodeId, Direction);
+
+impl indexmap::Equivalent<(NodeId, Direction)> for Key<'_> {
+    fn equivalent(&self, key: &(NodeId, Direction)) -> bool {
+        *self.0 == key.0 && self.1 == key.1
+    }
+}
+
 impl<L> Default for Registry<L> {
     fn default() -> Self {
         Registry {
@@ -373,7 +386,7 @@ impl<L: Clone> Registry<L> {
     /// a reconnect) replaces its entry. Returns the entry it replaced, if any.
     pub(crate) fn join(&mut self, entry: Entry<L>) -> Result<Option<Entry<L>>, Refusal> {
         for direction in [Direction::Upstream, Direction::Downstream] {
-            if let Some(existing) = self.entries.get(&(entry.id.clone(), direction)) {
+            if let Some(existing) = self.entries.get(&Key(&entry.id, direction)) {
                 if existing.instance != entry.instance {
                     return Err(Refusal::DuplicateId);
                 }
@@ -388,7 +401,7 @@ impl<L: Clone> Registry<L> {
 
     /// Removes a peer (it left).
     pub(crate) fn leave(&mut self, id: &NodeId, direction: Direction) -> Option<Entry<L>> {
-        let left = self.entries.shift_remove(&(id.clone(), direction));
+        let left = self.entries.shift_remove(&Key(id, direction));
         if left.is_some() {
             self.changed();
         }
@@ -406,19 +419,19 @@ impl<L: Clone> Registry<L> {
 
     /// The entry of a peer in a direction.
     pub(crate) fn get(&self, id: &NodeId, direction: Direction) -> Option<&Entry<L>> {
-        self.entries.get(&(id.clone(), direction))
+        self.entries.get(&Key(id, direction))
     }
 
     /// The link of a peer in a direction.
     pub(crate) fn get_link(&self, id: &NodeId, direction: Direction) -> Option<&L> {
-        self.entries.get(&(id.clone(), direction)).map(|e| &e.link)
+        self.entries.get(&Key(id, direction)).map(|e| &e.link)
     }
 
     /// The link to `id`, preferring upstream (our own client) when joined both ways.
     pub(crate) fn route(&self, id: &NodeId) -> Option<(Direction, L, Arc<AtomicUsize>)> {
         [Direction::Upstream, Direction::Downstream]
             .into_iter()
-            .find_map(|d| self.entries.get(&(id.clone(), d)))
+            .find_map(|d| self.entries.get(&Key(id, d)))
             .map(|e| (e.direction, e.link.clone(), Arc::clone(&e.in_flight)))
     }
 
@@ -430,7 +443,7 @@ impl<L: Clone> Registry<L> {
 
     /// Records a sign of life of a peer at `at`, unless one is recorded later already.
     pub(crate) fn seen_at_least(&self, id: &NodeId, direction: Direction, at: Instant) {
-        if let Some(entry) = self.entries.get(&(id.clone(), direction)) {
+        if let Some(entry) = self.entries.get(&Key(id, direction)) {
             let mut last = entry.last_seen.lock();
             if at > *last {
                 *last = at;
@@ -445,14 +458,14 @@ impl<L: Clone> Registry<L> {
         direction: Direction,
         now: Instant,
     ) -> Option<Arc<PeerWork>> {
-        let entry = self.entries.get(&(id.clone(), direction))?;
+        let entry = self.entries.get(&Key(id, direction))?;
         *entry.last_seen.lock() = now;
         Some(Arc::clone(&entry.work))
     }
 
     /// Updates a peer's options (its `set_options` reached us).
     pub(crate) fn set_options(&mut self, id: &NodeId, direction: Direction, options: Options) {
-        if let Some(entry) = self.entries.get_mut(&(id.clone(), direction)) {
+        if let Some(entry) = self.entries.get_mut(&Key(id, direction)) {
             entry.options = options;
             self.changed();
         }
