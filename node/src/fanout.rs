@@ -162,11 +162,11 @@ impl Inner {
             .registry
             .matching(filter, scope)
             .into_iter()
-            .filter(|e| !exclude(&e.id))
+            .filter(|e| !exclude(e.id()))
             .collect();
         let candidates: Vec<(&Options, usize)> = matching
             .iter()
-            .map(|e| (&e.options, e.in_flight.load(Ordering::Relaxed)))
+            .map(|e| (&e.options, e.reach.in_flight()))
             .collect();
         let turn = self.fan_turn.fetch_add(1, Ordering::Relaxed);
         plan(
@@ -178,7 +178,7 @@ impl Inner {
             rand::random::<u32>() as usize,
         )
         .into_iter()
-        .map(|(i, group)| (matching[i].id.clone(), matching[i].link.clone(), group))
+        .map(|(i, group)| (matching[i].id().clone(), matching[i].link().clone(), group))
         .collect()
     }
 

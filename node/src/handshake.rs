@@ -10,7 +10,6 @@
 //!   admit(S's hello, ...) else give up; register S (upstream)
 //! ```
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -24,7 +23,7 @@ use crate::events::{ErrorSource, NodeEvent};
 use crate::inner::Inner;
 use crate::link::Link;
 use crate::options::Options;
-use crate::peer::{Direction, Entry, NodeId, PeerWork};
+use crate::peer::{Direction, Entry, NodeId, PeerWork, Reach};
 
 /// The node protocol version exchanged in the handshake.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -248,7 +247,7 @@ pub(crate) fn handshake_downstream(
         let holder = held.map(|e| Holder {
             instance: &e.instance,
             ticket: e.token.as_deref(),
-            same_connection: matches!(&*e.link, Link::Down { route: r, .. } if r == &route),
+            same_connection: matches!(&**e.link(), Link::Down { route: r, .. } if r == &route),
         });
         let bound = key.is_none_or(|key| inner.key_may_claim(&hello.id, &key));
         let decision = admit(
@@ -263,21 +262,22 @@ pub(crate) fn handshake_downstream(
         decision.and_then(|()| {
             let limit = hello.limit(inner.config.max_payload);
             let entry = Entry {
-                id: hello.id.clone(),
-                direction: Direction::Downstream,
+                reach: Reach::new(
+                    hello.id.clone(),
+                    Direction::Downstream,
+                    Arc::new(Link::Down {
+                        server: server.clone(),
+                        route: route.clone(),
+                        limit,
+                    }),
+                ),
                 options: hello.options.clone(),
                 instance: hello.instance.clone(),
                 token: Some(ticket.clone()),
                 router: hello.router,
                 key,
-                link: Arc::new(Link::Down {
-                    server: server.clone(),
-                    route: route.clone(),
-                    limit,
-                }),
                 last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
                 dead_after: inner.dead_after(&hello),
-                in_flight: Arc::new(AtomicUsize::new(0)),
                 work: Arc::new(PeerWork::new(limit)),
             };
             state.join_downstream(entry, route)

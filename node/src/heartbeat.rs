@@ -61,8 +61,8 @@ pub(crate) async fn heartbeat_loop(weak: Weak<Inner>) {
             let heard: Vec<_> = state
                 .registry
                 .all()
-                .filter_map(|e| match &*e.link {
-                    Link::Up { client, .. } => Some((e.id.clone(), client.last_heard()?)),
+                .filter_map(|e| match &**e.link() {
+                    Link::Up { client, .. } => Some((e.id().clone(), client.last_heard()?)),
                     Link::Down { .. } => None,
                 })
                 .collect();

@@ -50,11 +50,11 @@ impl State {
         mut entry: Entry<Arc<Link>>,
         route: PeerId,
     ) -> std::result::Result<bool, Refusal> {
-        let id = entry.id.clone();
+        let id = entry.id().clone();
         // The same connection handshaking again keeps its peer's work (and count); a
         // takeover from another connection stops the old connection's work.
         if let Some(old) = self.registry.get(&id, Direction::Downstream) {
-            if matches!(&*old.link, Link::Down { route: r, .. } if r == &route) {
+            if matches!(&**old.link(), Link::Down { route: r, .. } if r == &route) {
                 old.work.set_limit(entry.work.limit());
                 entry.work = Arc::clone(&old.work);
             }
@@ -66,11 +66,11 @@ impl State {
         if let Some(old) = &replaced {
             if let Link::Down {
                 route: old_route, ..
-            } = &*old.link
+            } = &**old.link()
             {
                 if old_route != &route {
                     old.work.cancel();
-                    old.link.fail_pending();
+                    old.link().fail_pending();
                 }
                 self.routes.remove(old_route);
             }
@@ -82,8 +82,8 @@ impl State {
     /// Forgets a peer; its entry, if it was joined.
     fn leave(&mut self, id: &NodeId, direction: Direction) -> Option<Entry<Arc<Link>>> {
         let entry = self.registry.leave(id, direction);
-        if let Some(Entry { link, .. }) = &entry {
-            if let Link::Down { route, .. } = &**link {
+        if let Some(entry) = &entry {
+            if let Link::Down { route, .. } = &**entry.link() {
                 self.routes.remove(route);
             }
         }
@@ -299,8 +299,8 @@ impl Inner {
             .lock()
             .registry
             .all()
-            .filter(|e| only.is_none_or(|d| d == e.direction))
-            .map(|e| e.link.clone())
+            .filter(|e| only.is_none_or(|d| d == e.direction()))
+            .map(|e| e.link().clone())
             .collect()
     }
 
@@ -320,10 +320,10 @@ impl Inner {
         let Some(entry) = self.state.lock().leave(id, direction) else {
             return;
         };
-        entry.link.fail_pending();
+        entry.link().fail_pending();
         // Its handlers' answers could go nowhere: they stop, their memory goes.
         entry.work.cancel();
-        if let Link::Up { left, .. } = &*entry.link {
+        if let Link::Up { left, .. } = &**entry.link() {
             left.set(reason);
         }
         tracing::debug!(node = %self.id, peer = %id, ?direction, ?reason, "peer left");
@@ -407,10 +407,10 @@ impl Inner {
             state.registry.drain()
         };
         for entry in left {
-            entry.link.fail_pending();
+            entry.link().fail_pending();
             self.emit(NodeEvent::PeerLeft {
-                id: entry.id,
-                direction: entry.direction,
+                id: entry.id().clone(),
+                direction: entry.direction(),
                 reason: LeaveReason::Local,
             });
         }

@@ -294,7 +294,7 @@ impl Node {
             .lock()
             .registry
             .all()
-            .find(|entry| match &*entry.link {
+            .find(|entry| match &**entry.link() {
                 Link::Up { client, .. } => client.endpoint() == address,
                 Link::Down { .. } => false,
             })
@@ -499,9 +499,9 @@ impl Node {
             .lock()
             .registry
             .all()
-            .filter(|e| e.direction == Direction::Downstream)
+            .filter(|e| e.direction() == Direction::Downstream)
             .filter(|e| e.key.as_ref().is_some_and(&matches))
-            .map(|e| (e.id.clone(), e.link.clone()))
+            .map(|e| (e.id().clone(), e.link().clone()))
             .collect();
         for (id, link) in dropped {
             self.inner

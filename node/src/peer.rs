@@ -146,8 +146,8 @@ pub struct PeerInfo {
 /// One joined peer in one direction. `L` is how to reach it (a client, or a routing id).
 #[derive(Debug)]
 pub(crate) struct Entry<L> {
-    pub(crate) id: NodeId,
-    pub(crate) direction: Direction,
+    /// Who the peer is, how we reach it and our load on it: what a call takes of the entry.
+    pub(crate) reach: Arc<Reach<L>>,
     pub(crate) options: Options,
     /// The peer process's instance id: tells a restart (new instance) from a reconnect.
     pub(crate) instance: String,
@@ -158,30 +158,98 @@ pub(crate) struct Entry<L> {
     pub(crate) router: bool,
     /// Its CURVE public key, on a secured connection.
     pub(crate) key: Option<transport::Key>,
-    pub(crate) link: L,
     /// When we last heard from the peer; shared so the message path updates it without
     /// taking the registry lock.
     pub(crate) last_seen: Arc<Mutex<Instant>>,
     /// Silence after which this peer is dead: our own dead-peer timeout, or longer if the
     /// peer said in its handshake that it sends heartbeats less often than we do.
     pub(crate) dead_after: Duration,
-    pub(crate) in_flight: Arc<AtomicUsize>,
     /// The handler work this node does for the peer: counted for the per-peer limit, and
     /// cancelled when the peer leaves.
     pub(crate) work: Arc<PeerWork>,
 }
 
 impl<L> Entry<L> {
+    /// The peer's id.
+    pub(crate) fn id(&self) -> &NodeId {
+        &self.reach.id
+    }
+
+    /// How the peer is joined to us.
+    pub(crate) fn direction(&self) -> Direction {
+        self.reach.direction
+    }
+
+    /// How to reach the peer.
+    pub(crate) fn link(&self) -> &L {
+        &self.reach.link
+    }
+
     /// The entry as users see it.
     pub(crate) fn info(&self) -> PeerInfo {
         PeerInfo {
-            id: self.id.clone(),
-            direction: self.direction,
+            id: self.reach.id.clone(),
+            direction: self.reach.direction,
             options: self.options.clone(),
-            in_flight: self.in_flight.load(Ordering::Relaxed),
+            in_flight: self.reach.in_flight(),
             router: self.router,
             key: self.key,
         }
+    }
+}
+
+/// What a call needs of a joined peer, in one allocation: its id, its direction, its link
+/// and our requests waiting for it. A pick or a route by id clones this one `Arc`, where
+/// it cloned the id, the link and the counter, three shared counts on three lines of the
+/// peer's, each cold when calls spread over many peers; and the counter a request keeps
+/// up lies on the line of the count it already holds.
+#[derive(Debug)]
+pub(crate) struct Reach<L> {
+    pub(crate) id: NodeId,
+    pub(crate) direction: Direction,
+    pub(crate) link: L,
+    /// Our requests to the peer still waiting for an answer.
+    in_flight: AtomicUsize,
+}
+
+impl<L> Reach<L> {
+    /// How to reach `id`, joined in `direction`, through `link`; nothing in flight.
+    pub(crate) fn new(id: NodeId, direction: Direction, link: L) -> Arc<Reach<L>> {
+        Arc::new(Reach {
+            id,
+            direction,
+            link,
+            in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    /// Our requests to the peer still waiting for an answer.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// A request to the peer starts; it ends when the guard drops, however it ends.
+    pub(crate) fn start_request(self: Arc<Self>) -> InFlight<L> {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self)
+    }
+}
+
+/// One request of ours waiting for a peer: counted in its [`Reach`] while this lives.
+#[derive(Debug)]
+pub(crate) struct InFlight<L>(Arc<Reach<L>>);
+
+impl<L> std::ops::Deref for InFlight<L> {
+    type Target = Reach<L>;
+
+    fn deref(&self) -> &Reach<L> {
+        &self.0
+    }
+}
+
+impl<L> Drop for InFlight<L> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -288,15 +356,9 @@ impl<L> Default for Registry<L> {
     }
 }
 
-/// One peer a pick may choose: what the caller needs of its entry, copied out so the cache
-/// does not borrow the registry.
-#[derive(Debug)]
-pub(crate) struct Candidate<L> {
-    id: NodeId,
-    direction: Direction,
-    link: L,
-    in_flight: Arc<AtomicUsize>,
-}
+/// The peers one (filter, scope) pair matches, in `matching` order; shared with the picks
+/// that read it, so the cache can start over while a pick still holds its list.
+type Candidates<L> = Arc<[Arc<Reach<L>>]>;
 
 /// The matching peers of recent (filter, scope) pairs, for one registry generation.
 ///
@@ -308,7 +370,7 @@ pub(crate) struct SelectionCache<L> {
     /// The registry generation the lists below were computed in.
     generation: u64,
     /// The candidates per pair, in `matching` order (by id, one per id, upstream first).
-    lists: HashMap<(SelectionKey, Scope), Arc<[Candidate<L>]>>,
+    lists: HashMap<(SelectionKey, Scope), Candidates<L>>,
 }
 
 impl<L> Default for SelectionCache<L> {
@@ -331,8 +393,8 @@ impl<L> SelectionCache<L> {
         generation: u64,
         key: SelectionKey,
         scope: Scope,
-        fill: impl FnOnce() -> Vec<Candidate<L>>,
-    ) -> Arc<[Candidate<L>]> {
+        fill: impl FnOnce() -> Vec<Arc<Reach<L>>>,
+    ) -> Candidates<L> {
         if self.generation != generation {
             self.lists.clear();
             self.generation = generation;
@@ -344,7 +406,7 @@ impl<L> SelectionCache<L> {
         if self.lists.len() >= Self::CAPACITY {
             self.lists.clear();
         }
-        let list: Arc<[Candidate<L>]> = fill().into();
+        let list: Candidates<L> = fill().into();
         self.lists.insert(slot, Arc::clone(&list));
         list
     }
@@ -386,7 +448,7 @@ impl<L: Clone> Registry<L> {
     /// a reconnect) replaces its entry. Returns the entry it replaced, if any.
     pub(crate) fn join(&mut self, entry: Entry<L>) -> Result<Option<Entry<L>>, Refusal> {
         for direction in [Direction::Upstream, Direction::Downstream] {
-            if let Some(existing) = self.entries.get(&Key(&entry.id, direction)) {
+            if let Some(existing) = self.entries.get(&Key(entry.id(), direction)) {
                 if existing.instance != entry.instance {
                     return Err(Refusal::DuplicateId);
                 }
@@ -395,7 +457,7 @@ impl<L: Clone> Registry<L> {
         self.changed();
         Ok(self
             .entries
-            .insert_sorted((entry.id.clone(), entry.direction), entry)
+            .insert_sorted((entry.id().clone(), entry.direction()), entry)
             .1)
     }
 
@@ -424,15 +486,15 @@ impl<L: Clone> Registry<L> {
 
     /// The link of a peer in a direction.
     pub(crate) fn get_link(&self, id: &NodeId, direction: Direction) -> Option<&L> {
-        self.entries.get(&Key(id, direction)).map(|e| &e.link)
+        self.entries.get(&Key(id, direction)).map(Entry::link)
     }
 
-    /// The link to `id`, preferring upstream (our own client) when joined both ways.
-    pub(crate) fn route(&self, id: &NodeId) -> Option<(Direction, L, Arc<AtomicUsize>)> {
+    /// How to reach `id`, preferring upstream (our own client) when joined both ways.
+    pub(crate) fn route(&self, id: &NodeId) -> Option<Arc<Reach<L>>> {
         [Direction::Upstream, Direction::Downstream]
             .into_iter()
             .find_map(|d| self.entries.get(&Key(id, d)))
-            .map(|e| (e.direction, e.link.clone(), Arc::clone(&e.in_flight)))
+            .map(|e| Arc::clone(&e.reach))
     }
 
     /// Records traffic from a peer (for liveness).
@@ -476,7 +538,7 @@ impl<L: Clone> Registry<L> {
         self.entries
             .values()
             .filter(|e| now.saturating_duration_since(*e.last_seen.lock()) > e.dead_after)
-            .map(|e| (e.id.clone(), e.direction))
+            .map(|e| (e.id().clone(), e.direction()))
             .collect()
     }
 
@@ -494,7 +556,7 @@ impl<L: Clone> Registry<L> {
         scope: Scope,
         strategy: Strategy,
         random: usize,
-    ) -> Option<(NodeId, Direction, L, Arc<AtomicUsize>)> {
+    ) -> Option<Arc<Reach<L>>> {
         match filter.selection_key() {
             Some(key) => self.pick_cached(key, filter, scope, strategy, random),
             None => self.pick_except(filter, scope, strategy, random, |_| false),
@@ -513,33 +575,22 @@ impl<L: Clone> Registry<L> {
         strategy: Strategy,
         random: usize,
         exclude: impl Fn(&NodeId) -> bool,
-    ) -> Option<(NodeId, Direction, L, Arc<AtomicUsize>)> {
+    ) -> Option<Arc<Reach<L>>> {
         let turn = self.round_robin;
         let picked = match filter.selection_key() {
             Some(key) => {
                 let candidates = self.candidates(key, filter, scope);
-                let kept: Vec<&Candidate<L>> =
+                let kept: Vec<&Arc<Reach<L>>> =
                     candidates.iter().filter(|c| !exclude(&c.id)).collect();
-                let load = |i: usize| kept[i].in_flight.load(Ordering::Relaxed);
-                let c = kept.get(choose(kept.len(), load, strategy, random, turn)?)?;
-                (
-                    c.id.clone(),
-                    c.direction,
-                    c.link.clone(),
-                    Arc::clone(&c.in_flight),
-                )
+                let load = |i: usize| kept[i].in_flight();
+                Arc::clone(kept.get(choose(kept.len(), load, strategy, random, turn)?)?)
             }
             None => {
                 let mut kept = self.matching(filter, scope);
-                kept.retain(|e| !exclude(&e.id));
-                let load = |i: usize| kept[i].in_flight.load(Ordering::Relaxed);
+                kept.retain(|e| !exclude(e.id()));
+                let load = |i: usize| kept[i].reach.in_flight();
                 let e = kept.get(choose(kept.len(), load, strategy, random, turn)?)?;
-                (
-                    e.id.clone(),
-                    e.direction,
-                    e.link.clone(),
-                    Arc::clone(&e.in_flight),
-                )
+                Arc::clone(&e.reach)
             }
         };
         if strategy == Strategy::RoundRobin {
@@ -557,30 +608,20 @@ impl<L: Clone> Registry<L> {
         scope: Scope,
         strategy: Strategy,
         random: usize,
-    ) -> Option<(NodeId, Direction, L, Arc<AtomicUsize>)> {
+    ) -> Option<Arc<Reach<L>>> {
         let candidates = self.candidates(key, filter, scope);
-        let load = |i: usize| candidates[i].in_flight.load(Ordering::Relaxed);
+        let load = |i: usize| candidates[i].in_flight();
         let index = choose(candidates.len(), load, strategy, random, self.round_robin)?;
-        let c = candidates.get(index)?;
+        let picked = Arc::clone(candidates.get(index)?);
         if strategy == Strategy::RoundRobin {
             self.round_robin = self.round_robin.wrapping_add(1);
         }
-        Some((
-            c.id.clone(),
-            c.direction,
-            c.link.clone(),
-            Arc::clone(&c.in_flight),
-        ))
+        Some(picked)
     }
 
     /// The peers matching `filter` in `scope`, from the cache under `key` (its canonical
     /// form) or computed now by one walk and cached for this generation.
-    fn candidates(
-        &mut self,
-        key: SelectionKey,
-        filter: &Filter,
-        scope: Scope,
-    ) -> Arc<[Candidate<L>]> {
+    fn candidates(&mut self, key: SelectionKey, filter: &Filter, scope: Scope) -> Candidates<L> {
         let Registry {
             entries,
             generation,
@@ -590,12 +631,7 @@ impl<L: Clone> Registry<L> {
         selection.get_or_fill(*generation, key, scope, || {
             matching_in(entries, filter, scope)
                 .into_iter()
-                .map(|e| Candidate {
-                    id: e.id.clone(),
-                    direction: e.direction,
-                    link: e.link.clone(),
-                    in_flight: Arc::clone(&e.in_flight),
-                })
+                .map(|e| Arc::clone(&e.reach))
                 .collect()
         })
     }
@@ -611,7 +647,7 @@ impl<L: Clone> Registry<L> {
         self.matching(&Filter::any(), Scope::Both)
             .into_iter()
             .filter(|e| e.router)
-            .map(|e| (e.id.clone(), e.link.clone()))
+            .map(|e| (e.id().clone(), e.link().clone()))
             .collect()
     }
 
@@ -633,12 +669,12 @@ impl<L: Clone> Registry<L> {
 fn matching_in<'a, L>(entries: &'a Entries<L>, filter: &Filter, scope: Scope) -> Vec<&'a Entry<L>> {
     let mut list: Vec<&Entry<L>> = Vec::new();
     for entry in entries.values() {
-        if !scope.admits(entry.direction) || !filter.matches(&entry.options) {
+        if !scope.admits(entry.direction()) || !filter.matches(&entry.options) {
             continue;
         }
         // The entries of one id are adjacent, upstream first: the first that matches
         // is the one to keep.
-        if list.last().is_some_and(|last| last.id == entry.id) {
+        if list.last().is_some_and(|last| last.id() == entry.id()) {
             continue;
         }
         list.push(entry);

@@ -317,8 +317,8 @@ impl Inner {
             .registry
             .matching(&filter, *scope)
             .into_iter()
-            .filter(|e| !forward.excludes(&e.id) && &e.id != from)
-            .map(|e| e.link.clone())
+            .filter(|e| !forward.excludes(e.id()) && e.id() != from)
+            .map(|e| e.link().clone())
             .collect();
         let mut reached = 0usize;
         for link in links {
@@ -363,7 +363,7 @@ impl Inner {
         let mut state = self.state.lock();
         Ok(match &forward.to {
             Destination::Id(id) if forward.excludes(id) => None,
-            Destination::Id(id) => state.registry.route(id).map(|(_, link, _)| link),
+            Destination::Id(id) => state.registry.route(id).map(|reach| reach.link.clone()),
             Destination::Filter(spec, scope) => {
                 let filter = Filter::from_spec(spec.clone())
                     .map_err(|e| RemoteError::system_error("BAD_FORWARD", e.to_string()))?;
@@ -376,7 +376,7 @@ impl Inner {
                         rand::random::<u32>() as usize,
                         |id| forward.excludes(id) || id == from,
                     )
-                    .map(|(_, _, link, _)| link)
+                    .map(|reach| reach.link.clone())
             }
         })
     }

@@ -1,7 +1,6 @@
 //! Sending: requests and ticks to an id, to one node matching a filter, or to all of them;
 //! through a router when no joined peer fits.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,23 +18,7 @@ use crate::forward::Action;
 use crate::handshake::NOT_JOINED;
 use crate::link::{Link, Target};
 use crate::node::Node;
-use crate::peer::{NodeId, Scope};
-
-/// Decrements the in-flight count of a peer when a request to it ends, however it ends.
-struct InFlight(Arc<AtomicUsize>);
-
-impl InFlight {
-    fn start(counter: Arc<AtomicUsize>) -> InFlight {
-        counter.fetch_add(1, Ordering::Relaxed);
-        InFlight(counter)
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+use crate::peer::{NodeId, Reach, Scope};
 
 impl crate::inner::Inner {
     /// The caller's error for a request to the joined peer `id` (through `link`) that
@@ -126,7 +109,7 @@ impl Node {
             return Err(Error::Closed);
         }
         let timeout = outgoing.timeout;
-        let (id, link, in_flight) = match self.resolve(target) {
+        let reach = match self.resolve(target) {
             Ok(found) => found,
             Err(local) => {
                 return self
@@ -136,15 +119,17 @@ impl Node {
                     .map(|(reply, _)| reply)
             }
         };
-        link.check_size(&payload)?;
-        let _counted = InFlight::start(in_flight);
+        reach.link.check_size(&payload)?;
+        let reach = reach.start_request();
         let metadata = outgoing.meta.as_bytes();
-        match link.request(event, metadata, payload, timeout).await {
+        match reach.link.request(event, metadata, payload, timeout).await {
             Ok(reply) => Ok(Answer {
                 metadata: reply.metadata().clone(),
                 payload: reply.into_payload(),
             }),
-            Err(e) => Err(self.inner.link_error(&id, &link, event, timeout, e)),
+            Err(e) => Err(self
+                .inner
+                .link_error(&reach.id, &reach.link, event, timeout, e)),
         }
     }
 
@@ -189,7 +174,8 @@ impl Node {
             return Err(Error::Closed);
         }
         match self.resolve(target) {
-            Ok((_, link, _)) => {
+            Ok(reach) => {
+                let link = &reach.link;
                 link.check_size(&payload)?;
                 link.tick(event, outgoing.meta.as_bytes(), payload)
                     .await
@@ -254,7 +240,7 @@ impl Node {
             .registry
             .matching(filter, scope)
             .into_iter()
-            .map(|e| e.link.clone())
+            .map(|e| e.link().clone())
             .collect();
         if links.is_empty() {
             // Nobody here: the routers we are joined to deliver to their side of the mesh.
@@ -293,20 +279,19 @@ impl Node {
         }
     }
 
-    /// Finds the link for a target.
-    fn resolve(&self, target: &Target) -> Result<(NodeId, Arc<Link>, Arc<AtomicUsize>)> {
+    /// Finds the joined peer a target names, or picks one.
+    fn resolve(&self, target: &Target) -> Result<Arc<Reach<Arc<Link>>>> {
         let mut state = self.inner.state.lock();
         match target {
-            Target::Id(id) => match state.registry.route(id) {
-                Some((_, link, in_flight)) => Ok((id.clone(), link, in_flight)),
-                None => Err(Error::NodeNotFound { id: id.to_string() }),
-            },
+            Target::Id(id) => state
+                .registry
+                .route(id)
+                .ok_or_else(|| Error::NodeNotFound { id: id.to_string() }),
             Target::Any(filter, scope) => {
                 let random = rand::random::<u32>() as usize;
                 state
                     .registry
                     .pick(filter, *scope, self.inner.config.strategy, random)
-                    .map(|(id, _, link, in_flight)| (id, link, in_flight))
                     .ok_or(Error::NoNodesMatchFilter)
             }
         }

@@ -7,7 +7,7 @@
 //! bounded, jittered backoff between attempts. `connect` to an address that already has an
 //! `Upstream` shares it: it returns the joined peer, or waits for the attempt under way.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ use crate::events::{ErrorSource, LeaveReason, NodeEvent};
 use crate::handshake::{handshake_upstream, BYE};
 use crate::inner::Inner;
 use crate::link::{Left, Link, Signal};
-use crate::peer::{Direction, Entry, PeerInfo, PeerWork};
+use crate::peer::{Direction, Entry, PeerInfo, PeerWork, Reach};
 
 /// Generations of upstream entries (see `Upstream::generation`).
 static GENERATIONS: AtomicU64 = AtomicU64::new(0);
@@ -485,29 +485,30 @@ async fn join(
     }
     let limit = hello.limit(inner.config.max_payload);
     let entry = Entry {
-        id: hello.id.clone(),
-        direction: Direction::Upstream,
+        reach: Reach::new(
+            hello.id.clone(),
+            Direction::Upstream,
+            Arc::new(Link::Up {
+                client: client.clone(),
+                left: Arc::clone(left),
+                limit,
+            }),
+        ),
         options: hello.options.clone(),
         instance: hello.instance.clone(),
         token: None,
         router: hello.router,
         key: server_key,
-        link: Arc::new(Link::Up {
-            client: client.clone(),
-            left: Arc::clone(left),
-            limit,
-        }),
         last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
         dead_after: inner.dead_after(&hello),
-        in_flight: Arc::new(AtomicUsize::new(0)),
         work: Arc::new(PeerWork::new(limit)),
     };
     let joined = {
         let mut state = inner.state.lock();
         let mut entry = entry;
         // A new handshake on this same connection (a rejoin request) keeps the peer's work.
-        if let Some(old) = state.registry.get(&entry.id, Direction::Upstream) {
-            if matches!(&*old.link, Link::Up { client: c, .. } if c.same_as(client)) {
+        if let Some(old) = state.registry.get(entry.id(), Direction::Upstream) {
+            if matches!(&**old.link(), Link::Up { client: c, .. } if c.same_as(client)) {
                 old.work.set_limit(limit);
                 entry.work = Arc::clone(&old.work);
             }

@@ -4,16 +4,13 @@ use crate::options::{options, Value};
 
 fn entry(id: &str, direction: Direction, instance: &str, role: &str, now: Instant) -> Entry<u32> {
     Entry {
-        id: NodeId::from(id),
-        direction,
+        reach: Reach::new(NodeId::from(id), direction, 0),
         options: options([("role", Value::from(role))]),
         instance: instance.into(),
         router: false,
         key: None,
-        link: 0,
         last_seen: Arc::new(Mutex::new(now)),
         dead_after: Duration::from_millis(300),
-        in_flight: Arc::new(AtomicUsize::new(0)),
         work: Arc::default(),
         token: None,
     }
@@ -62,7 +59,7 @@ fn scope_and_filter_select_peers() {
         registry
             .matching(&workers, scope)
             .iter()
-            .map(|e| e.id.to_string())
+            .map(|e| e.id().to_string())
             .collect::<Vec<_>>()
     };
     assert_eq!(ids(Scope::Both), ["down-w", "up-w"]);
@@ -84,7 +81,7 @@ fn round_robin_takes_turns() {
             registry
                 .pick(&Filter::any(), Scope::Both, Strategy::RoundRobin, 0)
                 .unwrap()
-                .0
+                .id
                 .to_string()
         })
         .collect();
@@ -104,14 +101,15 @@ fn least_in_flight_prefers_the_idle_peer() {
         registry
             .get(&NodeId::from(id), Direction::Downstream)
             .unwrap()
+            .reach
             .in_flight
             .store(load, Ordering::Relaxed);
     }
     for random in 0..5 {
-        let (id, ..) = registry
+        let picked = registry
             .pick(&Filter::any(), Scope::Both, Strategy::LeastInFlight, random)
             .unwrap();
-        assert_eq!(id.as_str(), "b");
+        assert_eq!(picked.id.as_str(), "b");
     }
 }
 
@@ -128,7 +126,8 @@ fn random_uses_the_drawn_number() {
         registry
             .pick(&Filter::any(), Scope::Both, Strategy::Random, r)
             .unwrap()
-            .0
+            .id
+            .clone()
     };
     assert_eq!(pick(&mut registry, 0).as_str(), "a");
     assert_eq!(pick(&mut registry, 1).as_str(), "b");
@@ -186,13 +185,13 @@ fn routing_by_id_prefers_upstream() {
     let now = Instant::now();
     let mut registry = Registry::default();
     let mut down = entry("a", Direction::Downstream, "1", "w", now);
-    down.link = 2;
+    down.reach = Reach::new(NodeId::from("a"), Direction::Downstream, 2);
     let mut up = entry("a", Direction::Upstream, "1", "w", now);
-    up.link = 1;
+    up.reach = Reach::new(NodeId::from("a"), Direction::Upstream, 1);
     registry.join(down).unwrap();
-    assert_eq!(registry.route(&NodeId::from("a")).unwrap().1, 2);
+    assert_eq!(registry.route(&NodeId::from("a")).unwrap().link, 2);
     registry.join(up).unwrap();
-    assert_eq!(registry.route(&NodeId::from("a")).unwrap().1, 1);
+    assert_eq!(registry.route(&NodeId::from("a")).unwrap().link, 1);
     assert!(registry.route(&NodeId::from("zzz")).is_none());
 }
 
@@ -200,7 +199,7 @@ fn routing_by_id_prefers_upstream() {
 fn reachable(registry: &mut Registry<u32>, filter: &Filter) -> Vec<String> {
     let mut ids: Vec<String> = (0..16)
         .filter_map(|r| registry.pick(filter, Scope::Both, Strategy::Random, r))
-        .map(|(id, ..)| id.to_string())
+        .map(|reach| reach.id.to_string())
         .collect();
     ids.sort();
     ids.dedup();
@@ -249,12 +248,12 @@ fn cached_selection_follows_joins_leaves_and_option_changes() {
 
     // A reconnect (the same instance joining again) replaces the link picked.
     let mut again = entry("a", Direction::Downstream, "1", "worker", now);
-    again.link = 7;
+    again.reach = Reach::new(NodeId::from("a"), Direction::Downstream, 7);
     registry.join(again).unwrap();
-    let (_, _, link, _) = registry
+    let picked = registry
         .pick(&workers, Scope::Both, Strategy::Random, 0)
         .unwrap();
-    assert_eq!(link, 7);
+    assert_eq!(picked.link, 7);
 }
 
 #[test]
@@ -270,7 +269,7 @@ fn cache_keys_on_scope_and_on_the_filter_not_its_building_order() {
     let pick = |registry: &mut Registry<u32>, filter: &Filter, scope| {
         (0..4)
             .filter_map(|r| registry.pick(filter, scope, Strategy::Random, r))
-            .map(|(id, ..)| id.to_string())
+            .map(|reach| reach.id.to_string())
             .collect::<std::collections::BTreeSet<_>>()
     };
     let f = Filter::new().eq("role", "worker").ne("role", "x");
@@ -327,6 +326,7 @@ fn strategies_pick_the_same_from_the_cache_and_the_walk() {
         registry
             .get(&NodeId::from(id), Direction::Downstream)
             .unwrap()
+            .reach
             .in_flight
             .store(load, Ordering::Relaxed);
     }
@@ -341,7 +341,8 @@ fn strategies_pick_the_same_from_the_cache_and_the_walk() {
             let a = registry
                 .pick(&cached, Scope::Both, strategy, random)
                 .unwrap()
-                .0;
+                .id
+                .clone();
             // Round-robin moves on by one per pick: compare at the same turn.
             if strategy == Strategy::RoundRobin {
                 registry.round_robin -= 1;
@@ -349,17 +350,18 @@ fn strategies_pick_the_same_from_the_cache_and_the_walk() {
             let b = registry
                 .pick(&walked, Scope::Both, strategy, random)
                 .unwrap()
-                .0;
+                .id
+                .clone();
             assert_eq!(a, b, "{strategy:?} with {random}");
         }
     }
     // Least in flight picks among the idle ones only; excluding one leaves the other.
-    let (id, ..) = registry
+    let picked = registry
         .pick_except(&cached, Scope::Both, Strategy::LeastInFlight, 0, |id| {
             id.as_str() == "b"
         })
         .unwrap();
-    assert_eq!(id.as_str(), "d");
+    assert_eq!(picked.id.as_str(), "d");
 }
 
 #[test]
