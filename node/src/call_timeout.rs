@@ -39,8 +39,10 @@ use tower::{Layer, Service};
 
 use crate::caller::Outbound;
 
-/// Gives every [`Outbound`] request `timeout`, or its own if that is smaller (see the
-/// [module](self): a request without one gets this in place of the node's default).
+/// Gives every [`Outbound`] request `timeout`, or its own if that is smaller; a request
+/// without one gets this in place of the node's default
+/// ([`request_timeout`](crate::Config::request_timeout)). One deadline per request, kept by
+/// the node's own table: no timer per call, and the callee sees it (`Request::deadline`).
 #[derive(Debug, Clone, Copy)]
 pub struct CallTimeoutLayer {
     timeout: Duration,

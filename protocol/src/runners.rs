@@ -12,7 +12,7 @@
 //! time, so a handler that blocks or waits holds only its own runner (the next job goes to
 //! another, or to a new one), and on a multi-thread runtime runners run in parallel.
 //!
-//! Bounds: idle runners beyond [`MAX_IDLE`] end; busy ones are as many as jobs in progress
+//! Bounds: idle runners beyond `MAX_IDLE` (8) end; busy ones are as many as jobs in progress
 //! (the node layer bounds those). [`Runners::close`] ends every idle runner; the owner
 //! calls it when it is gone.
 

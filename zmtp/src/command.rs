@@ -53,7 +53,7 @@ pub fn write(out: &mut impl BufMut, name: &[u8], data: &[u8]) {
 }
 
 /// A command body (name-size, name, data) without a frame header: what CURVE puts in a box
-/// or a caller hands to [`write`] later.
+/// or a caller hands to [`write()`] later.
 pub fn body(name: &[u8], data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + name.len() + data.len());
     out.push(name.len() as u8);
