@@ -70,6 +70,7 @@ mod process;
 mod report;
 mod rounds;
 mod scale;
+mod scale_ceiling;
 mod scale_floor;
 mod scale_report;
 mod stats;

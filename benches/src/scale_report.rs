@@ -275,6 +275,25 @@ impl ScaleReport {
                 }
             }
         }
+        for s in self.runs.first().map_or(&[][..], |run| &run.sizes[..]) {
+            let rounds = crate::scale_ceiling::per_round(&self.all_rounds, s.size);
+            if rounds.is_empty() {
+                continue;
+            }
+            let list = |f: fn(&crate::scale_ceiling::Ceiling) -> f64| {
+                let values: Vec<String> = rounds.iter().map(|c| format!("{:.2}", f(c))).collect();
+                values.join(" ")
+            };
+            let _ = writeln!(
+                out,
+                "\n{} B, the largest peer count over the smallest, per round: request_any {}; \
+                 the floor {}; the ceiling (a node whose own cost per request did not grow) {}",
+                s.size,
+                list(|c| c.request_any),
+                list(|c| c.floor),
+                list(|c| c.ceiling)
+            );
+        }
         let _ = writeln!(
             out,
             "\nticks/s: tick_all ticks delivered per second, counted by the peers; fanouts/s: \
@@ -566,10 +585,10 @@ fn chart(report: &ScaleReport, path: &Path) -> std::result::Result<(), Box<dyn s
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn size(size: usize, ticks: f64, requests: f64) -> SizeResult {
+    pub(crate) fn size(size: usize, ticks: f64, requests: f64) -> SizeResult {
         SizeResult {
             size,
             tick_all: FanOut {
@@ -612,7 +631,7 @@ mod tests {
         }
     }
 
-    fn run(peers: usize) -> HubResult {
+    pub(crate) fn run(peers: usize) -> HubResult {
         HubResult {
             peers,
             rounds: 1,
@@ -733,6 +752,26 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("ticks/s 100000..400000"), "{table}");
+    }
+
+    #[test]
+    fn the_table_gives_each_rounds_ceiling_where_the_floor_ran() {
+        let mut report = report();
+        assert!(!report.table().contains("the ceiling"));
+        for (run, floor) in report.all_rounds.iter_mut().zip([200_000.0, 100_000.0]) {
+            for s in &mut run.sizes {
+                s.tcp_floor = Some(RequestAny {
+                    rate: floor,
+                    ..s.request_any.clone()
+                });
+            }
+        }
+        let table = report.table();
+        // 90k/s at both counts, the floor from 200k to 100k: c = 11.1 µs, g = 5 µs.
+        assert!(
+            table.contains("100 B, the largest peer count over the smallest, per round: request_any 1.00; the floor 0.50; the ceiling (a node whose own cost per request did not grow) 0.69"),
+            "{table}"
+        );
     }
 
     #[test]

@@ -45,6 +45,9 @@
 //! ```
 
 #![forbid(unsafe_code)]
+// Nothing a peer sends may panic the process: library code has no `unwrap` or `expect`
+// (tests may).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod client;
 mod conversation;

@@ -102,6 +102,10 @@
 // libzmq and given back) and socket.rs (registering libzmq's ZMQ_FD with tokio).
 // `unsafe_code` is denied everywhere else.
 
+// Nothing a peer sends may panic the process: library code has no `unwrap` or `expect`
+// (tests may).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod curve;
 mod dealer;
 mod deliver;

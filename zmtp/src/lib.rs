@@ -25,6 +25,10 @@
 //! - `connection.rs`: one connection's state machine ([`Connection`]).
 //! - `error.rs`: the one error enum.
 
+// Nothing a peer sends may panic the process: library code has no `unwrap` or `expect`
+// (tests may).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod connection;
 mod error;
 mod outbox;
