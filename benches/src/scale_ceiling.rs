@@ -12,7 +12,9 @@
 //!
 //! Costs are the reciprocals of rates, as they are while the machine is the limit (the
 //! hub and the peer processes share its cores). A round's figures are paired by their
-//! place: the scale run runs every peer count once per round, in order.
+//! place: the scale run keeps each peer count's results in the order of the rounds, so the
+//! k-th of the smallest count and the k-th of the largest ran in the same round, unless a
+//! run failed; with a run missing nothing is paired.
 
 use crate::scale_report::HubResult;
 
@@ -54,17 +56,16 @@ impl Ceiling {
     }
 }
 
-/// Every round's [`Ceiling`] at `size`, largest peer count over smallest, from every round
-/// run (in the order run). Empty with fewer than two peer counts or without a floor.
-pub(crate) fn per_round(rounds: &[HubResult], size: usize) -> Vec<Ceiling> {
-    let (Some(small), Some(large)) = (
-        rounds.iter().map(|r| r.peers).min(),
-        rounds.iter().map(|r| r.peers).max(),
-    ) else {
-        return Vec::new();
-    };
-    if small == large {
-        return Vec::new();
+/// The smallest and the largest peer count of `rounds` and every round's [`Ceiling`] at
+/// `size`, the largest over the smallest; `rounds` holds each count's results in the
+/// order run. `None` with fewer than two peer counts or with a run of either count
+/// missing; rounds without a floor are left out.
+pub(crate) fn per_round(rounds: &[HubResult], size: usize) -> Option<(usize, usize, Vec<Ceiling>)> {
+    let small = rounds.iter().map(|r| r.peers).min()?;
+    let large = rounds.iter().map(|r| r.peers).max()?;
+    let count = |peers: usize| rounds.iter().filter(|r| r.peers == peers).count();
+    if small == large || count(small) != count(large) {
+        return None;
     }
     let at = |peers: usize| {
         rounds
@@ -72,7 +73,7 @@ pub(crate) fn per_round(rounds: &[HubResult], size: usize) -> Vec<Ceiling> {
             .filter(move |r| r.peers == peers)
             .map(move |r| r.sizes.iter().find(|s| s.size == size))
     };
-    at(small)
+    let ceilings = at(small)
         .zip(at(large))
         .filter_map(|(small, large)| {
             let (small, large) = (small?, large?);
@@ -83,7 +84,8 @@ pub(crate) fn per_round(rounds: &[HubResult], size: usize) -> Vec<Ceiling> {
                 large.tcp_floor.as_ref()?.rate,
             )
         })
-        .collect()
+        .collect();
+    Some((small, large, ceilings))
 }
 
 #[cfg(test)]
@@ -138,14 +140,24 @@ mod tests {
             with(100, 100.0, Some(100.0)),
             with(1000, 90.0, Some(100.0)),
         ];
-        let got = per_round(&rounds, 100);
+        // As the scale run keeps them: each count's results in the order of the rounds.
+        let by_count: Vec<HubResult> = rounds
+            .iter()
+            .filter(|r| r.peers == 100)
+            .chain(rounds.iter().filter(|r| r.peers == 1000))
+            .cloned()
+            .collect();
+        let (small, large, got) = per_round(&by_count, 100).unwrap();
+        assert_eq!((small, large), (100, 1000));
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(got[0].request_any, 0.5);
         assert_eq!(got[0].floor, 0.5);
         assert_eq!(got[1].request_any, 0.9);
         assert_eq!(got[1].ceiling, 1.0);
-        assert!(per_round(&rounds, 7).is_empty());
-        assert!(per_round(&rounds[..1], 100).is_empty());
+        assert!(per_round(&by_count, 7).unwrap().2.is_empty());
+        assert!(per_round(&by_count[..1], 100).is_none());
+        // A failed run of one count: the rounds can no longer be told apart.
+        assert!(per_round(&by_count[1..], 100).is_none());
     }
 
     #[test]

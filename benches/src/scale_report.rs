@@ -276,7 +276,11 @@ impl ScaleReport {
             }
         }
         for s in self.runs.first().map_or(&[][..], |run| &run.sizes[..]) {
-            let rounds = crate::scale_ceiling::per_round(&self.all_rounds, s.size);
+            let Some((small, large, rounds)) =
+                crate::scale_ceiling::per_round(&self.all_rounds, s.size)
+            else {
+                continue;
+            };
             if rounds.is_empty() {
                 continue;
             }
@@ -286,8 +290,8 @@ impl ScaleReport {
             };
             let _ = writeln!(
                 out,
-                "\n{} B, the largest peer count over the smallest, per round: request_any {}; \
-                 the floor {}; the ceiling (a node whose own cost per request did not grow) {}",
+                "\n{} B, {large} peers over {small}, per round: request_any {}; the floor {}; \
+                 the ceiling (a node whose own cost per request did not grow) {}",
                 s.size,
                 list(|c| c.request_any),
                 list(|c| c.floor),
@@ -769,7 +773,7 @@ pub(crate) mod tests {
         let table = report.table();
         // 90k/s at both counts, the floor from 200k to 100k: c = 11.1 µs, g = 5 µs.
         assert!(
-            table.contains("100 B, the largest peer count over the smallest, per round: request_any 1.00; the floor 0.50; the ceiling (a node whose own cost per request did not grow) 0.69"),
+            table.contains("100 B, 1000 peers over 100, per round: request_any 1.00; the floor 0.50; the ceiling (a node whose own cost per request did not grow) 0.69"),
             "{table}"
         );
     }

@@ -167,7 +167,9 @@ impl Driver {
 
     fn poll_connection(&mut self, cx: &mut Context<'_>) -> Poll<End> {
         self.link.driver.register(cx.waker());
-        let now = Instant::now();
+        // tokio's clock (the system's, unless a test paused it): the timer below fires by
+        // it, so the deadlines it is set to must be read by it too.
+        let now = tokio::time::Instant::now().into_std();
         let closing = self.link.state.lock().closing;
         if closing && self.linger_until.is_none() {
             self.linger_until = Some(now + self.linger);
@@ -371,21 +373,19 @@ impl Driver {
             // The driver is always polled by its one task, so a timer polled since its last
             // reset holds that task's waker: until it fires, polling it again would only
             // register the same waker once more (with 1,000 connections, `Sleep::poll` and
-            // waker registrations took up to 1.1 µs a request on a peer's side, `perf`). It is
-            // polled when reset or due, outside the task's budget: a poll refused for
+            // waker registrations took up to 1.1 µs a request on a peer's side, `perf`). So
+            // it is polled only when reset, outside the task's budget: a poll refused for
             // want of budget would register nothing, and the timer would never wake us.
-            // Due is asked of the clock read for this wake-up, not of the timer (whose
-            // state, `Sleep::is_elapsed`, is a cold line per connection: 0.2-0.3 µs a
-            // request with requests spread over 1,000 peers, `perf`); tokio fires a timer
-            // at its deadline or after, so one that fired is always due.
-            let rearmed = self.armed != Some(at);
-            if rearmed {
+            // A timer that fired is always reset: it fires at its deadline or after, by
+            // the clock `now` is read from, and every deadline that `now` reached was
+            // handled above (moved on, or the connection ended), so `at` is later than
+            // `now` here. Nor is the timer's own state read (`Sleep::is_elapsed`, a cold
+            // line per connection: 0.2-0.3 µs a request spread over 1,000 peers, `perf`).
+            if self.armed != Some(at) {
                 self.sleep
                     .as_mut()
                     .reset(tokio::time::Instant::from_std(at));
                 self.armed = Some(at);
-            }
-            if rearmed || now >= at {
                 let mut sleep = tokio::task::unconstrained(self.sleep.as_mut());
                 if Pin::new(&mut sleep).poll(cx).is_ready() {
                     self.armed = None;
