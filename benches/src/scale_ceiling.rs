@@ -88,6 +88,26 @@ pub(crate) fn per_round(rounds: &[HubResult], size: usize) -> Option<(usize, usi
     Some((small, large, ceilings))
 }
 
+/// The report's line for `size`: every round's ratios and ceiling, the largest peer count
+/// over the smallest; `None` where [`per_round`] pairs no round.
+pub(crate) fn report_line(rounds: &[HubResult], size: usize) -> Option<String> {
+    let (small, large, ceilings) = per_round(rounds, size)?;
+    if ceilings.is_empty() {
+        return None;
+    }
+    let list = |f: fn(&Ceiling) -> f64| {
+        let values: Vec<String> = ceilings.iter().map(|c| format!("{:.2}", f(c))).collect();
+        values.join(" ")
+    };
+    Some(format!(
+        "{size} B, {large} peers over {small}, per round: request_any {}; the floor {}; the \
+         ceiling (a node whose own cost per request did not grow) {}",
+        list(|c| c.request_any),
+        list(|c| c.floor),
+        list(|c| c.ceiling)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -276,27 +276,9 @@ impl ScaleReport {
             }
         }
         for s in self.runs.first().map_or(&[][..], |run| &run.sizes[..]) {
-            let Some((small, large, rounds)) =
-                crate::scale_ceiling::per_round(&self.all_rounds, s.size)
-            else {
-                continue;
-            };
-            if rounds.is_empty() {
-                continue;
+            if let Some(line) = crate::scale_ceiling::report_line(&self.all_rounds, s.size) {
+                let _ = writeln!(out, "\n{line}");
             }
-            let list = |f: fn(&crate::scale_ceiling::Ceiling) -> f64| {
-                let values: Vec<String> = rounds.iter().map(|c| format!("{:.2}", f(c))).collect();
-                values.join(" ")
-            };
-            let _ = writeln!(
-                out,
-                "\n{} B, {large} peers over {small}, per round: request_any {}; the floor {}; \
-                 the ceiling (a node whose own cost per request did not grow) {}",
-                s.size,
-                list(|c| c.request_any),
-                list(|c| c.floor),
-                list(|c| c.ceiling)
-            );
         }
         let _ = writeln!(
             out,
