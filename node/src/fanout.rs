@@ -166,7 +166,7 @@ impl Inner {
             .collect();
         let candidates: Vec<(&Options, usize)> = matching
             .iter()
-            .map(|e| (&e.options, e.reach.in_flight()))
+            .map(|e| (&e.options, e.in_flight()))
             .collect();
         let turn = self.fan_turn.fetch_add(1, Ordering::Relaxed);
         plan(

@@ -253,7 +253,7 @@ pub(crate) async fn sample_metrics(inner: std::sync::Weak<crate::inner::Inner>) 
             .lock()
             .registry
             .all()
-            .map(|entry| entry.reach.in_flight())
+            .map(|entry| entry.in_flight())
             .sum();
         metrics.sample(&crate::metrics::Sample {
             peers: stats.peers,

@@ -185,13 +185,18 @@ impl<L> Entry<L> {
         &self.reach.link
     }
 
+    /// Our requests to the peer still waiting for an answer.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.reach.in_flight()
+    }
+
     /// The entry as users see it.
     pub(crate) fn info(&self) -> PeerInfo {
         PeerInfo {
-            id: self.reach.id.clone(),
-            direction: self.reach.direction,
+            id: self.id().clone(),
+            direction: self.direction(),
             options: self.options.clone(),
-            in_flight: self.reach.in_flight(),
+            in_flight: self.in_flight(),
             router: self.router,
             key: self.key,
         }
@@ -588,7 +593,7 @@ impl<L: Clone> Registry<L> {
             None => {
                 let mut kept = self.matching(filter, scope);
                 kept.retain(|e| !exclude(e.id()));
-                let load = |i: usize| kept[i].reach.in_flight();
+                let load = |i: usize| kept[i].in_flight();
                 let e = kept.get(choose(kept.len(), load, strategy, random, turn)?)?;
                 Arc::clone(&e.reach)
             }
