@@ -64,14 +64,23 @@ pub(crate) enum Error {
     /// A second Ctrl-C or SIGTERM arrived while the node was closing.
     #[error("interrupted again while closing: stopped without waiting")]
     Interrupted,
+    /// The close grace (`--grace`) ran out with handlers still running: they were stopped
+    /// and their callers told so.
+    #[error("the close grace ran out: {cancelled} request(s) stopped before answering")]
+    DrainIncomplete {
+        /// How many handlers were stopped.
+        cancelled: usize,
+    },
 }
 
 impl Error {
-    /// The process exit code: 2 for input the user must fix (as clap does), 130 for a
-    /// forced stop, 1 for the rest.
+    /// The process exit code: 2 for input the user must fix (as clap does), 3 for a
+    /// node whose close grace ran out with work stopped, 130 for a forced stop (a second
+    /// signal), 1 for the rest.
     pub(crate) fn exit_code(&self) -> ExitCode {
         match self {
             Error::Usage(_) | Error::InvalidJson(_) | Error::Key { .. } => ExitCode::from(2),
+            Error::DrainIncomplete { .. } => ExitCode::from(3),
             Error::Interrupted => ExitCode::from(130),
             _ => ExitCode::FAILURE,
         }
@@ -116,6 +125,12 @@ pub(crate) fn explain(error: &node::Error) -> String {
             format!("the remote node has no handler for {event:?} (NO_HANDLER)")
         }
         E::PeerLeft { id } => format!("node {id:?} left before answering"),
+        E::ShuttingDown => "the remote node is stopping and took no new request (nothing ran; \
+             send it again elsewhere)"
+            .into(),
+        E::Cancelled => "the remote node stopped the handler: its close grace ran out (it may \
+             have had effects)"
+            .into(),
         E::NotConnected => "the connection to the node is gone".into(),
         E::Closed => "the node is closing".into(),
         E::DuplicateId { id } => {
@@ -249,6 +264,10 @@ mod tests {
     fn exit_codes() {
         assert_eq!(Error::Usage("x".into()).exit_code(), ExitCode::from(2));
         assert_eq!(Error::Interrupted.exit_code(), ExitCode::from(130));
+        assert_eq!(
+            Error::DrainIncomplete { cancelled: 1 }.exit_code(),
+            ExitCode::from(3)
+        );
         assert_eq!(
             Error::Send {
                 source: node::Error::Closed,

@@ -35,7 +35,9 @@
 //! Output: results on stdout (a reply is one line of JSON); errors as one line
 //! `error: ...` on stderr. Exit codes: 0 success, 1 failure (unreachable node, timeout,
 //! remote error, ...), 2 bad input (unknown flag or subcommand, missing or rejected
-//! argument, invalid JSON), 130 a second signal while a node was closing; `--help` and
+//! argument, invalid JSON), 3 a node whose close grace (`--grace`) ran out with requests
+//! still being handled (they were stopped, their callers told), 130 a second signal while
+//! a node was closing (it stops without waiting); `--help` and
 //! `--version` print clap's own text and exit 0. Logs go to stderr, filtered by `RUST_LOG`
 //! (default: `warn` for `zeronode node`, nothing for the other commands).
 //!

@@ -149,14 +149,20 @@ async fn stop(
     logger: JoinHandle<()>,
 ) -> Result<(), Error> {
     say(format_args!("node {} stopping ({signal})", node.id()));
-    tokio::select! {
-        () = node.close() => {}
+    let closed = tokio::select! {
+        closed = node.close() => closed,
         _ = signals.recv() => return Err(Error::Interrupted),
-    }
+    };
     // The logger ends at `Stopped`, after the last `peer left` lines.
     let _ = tokio::time::timeout(Duration::from_secs(1), logger).await;
     say(format_args!("node {} stopped", node.id()));
-    Ok(())
+    if closed.is_complete() {
+        Ok(())
+    } else {
+        Err(Error::DrainIncomplete {
+            cancelled: closed.cancelled,
+        })
+    }
 }
 
 /// What the handlers count, for `--stats`.
@@ -268,6 +274,10 @@ async fn log_events(mut events: node::EventStream) {
                 "peer joined {id} ({}) {}",
                 direction_name(direction),
                 format_options(&options)
+            )),
+            Some(NodeEvent::PeerDraining { id, direction }) => say(format_args!(
+                "peer draining {id} ({})",
+                direction_name(direction)
             )),
             Some(NodeEvent::PeerOptionsChanged { id, options }) => say(format_args!(
                 "peer options {id} {}",

@@ -18,7 +18,7 @@ use crate::context::{deadline_of, BAD_METADATA};
 use crate::events::ErrorSource;
 use crate::forward::FORWARD;
 use crate::handler::{to_remote, Request};
-use crate::handshake::{handshake_downstream, HANDSHAKE, HEARTBEAT, NOT_JOINED, REJOIN};
+use crate::handshake::{handshake_downstream, DRAINING, HANDSHAKE, HEARTBEAT, NOT_JOINED, REJOIN};
 use crate::inner::Inner;
 use crate::middleware::First;
 use crate::peer::{Direction, NodeId, PeerInfo, PeerWork};
@@ -203,7 +203,7 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
                 // A closing node takes no new peers (they would join and be dropped at once).
                 let bound = inner.server.lock().clone();
                 let answer = match bound {
-                    Some(server) if !inner.is_closing() => {
+                    Some(server) if !inner.is_stopping() => {
                         handshake_downstream(&inner, &server, &incoming)
                     }
                     _ => Err(RemoteError::system_error(
@@ -221,6 +221,11 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
                 responder.answer(Err(not_joined()));
                 return;
             };
+            if incoming.event() == DRAINING {
+                inner.peer_draining(&from.0, Direction::Downstream);
+                responder.answer(Ok(Answer::from(Bytes::new())));
+                return;
+            }
             inner.dispatch_request(from, incoming, responder, now);
         },
     )));
@@ -287,6 +292,11 @@ pub(crate) fn install_upstream(
                 responder.answer(Err(not_joined()));
                 return;
             };
+            if incoming.event() == DRAINING {
+                inner.peer_draining(&from, Direction::Upstream);
+                responder.answer(Ok(Answer::from(Bytes::new())));
+                return;
+            }
             inner.dispatch_request((from, work), incoming, responder, now);
         },
     )));

@@ -50,6 +50,8 @@ pub enum ErrorCode {
     Busy,
     /// The remote node is closing and takes no new requests.
     ShuttingDown,
+    /// The remote node stopped the handler before it answered: its close grace ran out.
+    Cancelled,
     /// A payload is larger than its receiver accepts.
     PayloadTooLarge,
     /// Metadata refused: a bad key, over the limits, or malformed.
@@ -84,6 +86,7 @@ impl ErrorCode {
             ErrorCode::Transport => "TRANSPORT",
             ErrorCode::Busy => "BUSY",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
+            ErrorCode::Cancelled => "CANCELLED",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             ErrorCode::Metadata => "METADATA",
         }
@@ -221,6 +224,11 @@ pub enum Error {
     /// The remote node is closing and took no new request: nothing ran.
     #[error("the remote node is shutting down")]
     ShuttingDown,
+    /// The remote node stopped the handler before it answered, because the node's close
+    /// grace ([`Config::close_grace`](crate::Config::close_grace)) ran out while it ran. The
+    /// handler may have had effects: sending again is not retry-safe.
+    #[error("the remote node stopped the handler: its close grace ran out")]
+    Cancelled,
     /// Metadata refused: here before sending (a key that is empty, too long or reserved;
     /// over [`Config::max_metadata`](crate::Config::max_metadata)), or by the receiver
     /// (over its limits: nothing ran).
@@ -272,6 +280,7 @@ impl Error {
             }
             Error::Busy { .. } => ErrorCode::Busy,
             Error::ShuttingDown => ErrorCode::ShuttingDown,
+            Error::Cancelled => ErrorCode::Cancelled,
             Error::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
             Error::Metadata(_) | Error::MetadataRefused { .. } => ErrorCode::Metadata,
             Error::RouteLoop { .. } => ErrorCode::RouteLoop,
@@ -338,6 +347,7 @@ impl Error {
                     }
                 }
                 protocol::RemoteError::SHUTTING_DOWN => return Error::ShuttingDown,
+                crate::runtime::CANCELLED => return Error::Cancelled,
                 crate::context::BAD_METADATA => {
                     return Error::MetadataRefused {
                         message: remote.message,

@@ -67,6 +67,16 @@ pub enum NodeEvent {
         /// Its new options.
         options: Options,
     },
+    /// A joined peer said it is stopping: it finishes the requests it has (and those on
+    /// their way to it), and is no longer picked for `any`, `all` or group calls. Its
+    /// [`PeerLeft`](NodeEvent::PeerLeft) (reason [`Stopped`](LeaveReason::Stopped)) follows
+    /// once its last answer is sent.
+    PeerDraining {
+        /// Its id.
+        id: NodeId,
+        /// How it is joined.
+        direction: Direction,
+    },
     /// A peer left.
     PeerLeft {
         /// Its id.
@@ -115,6 +125,10 @@ pub enum NodeEvent {
         /// How long until it listens again.
         retry_in: std::time::Duration,
     },
+    /// This node began a graceful close: its peers were told to stop picking it, and it
+    /// finishes the requests it has within the close grace.
+    /// [`Stopped`](NodeEvent::Stopped) follows.
+    Draining,
     /// The node closed.
     Stopped,
     /// This stream fell behind: `missed` events were dropped before it read them (the

@@ -32,6 +32,9 @@ pub(crate) const HANDSHAKE: &str = "_system:handshake";
 pub(crate) const HEARTBEAT: &str = "_system:heartbeat";
 pub(crate) const OPTIONS: &str = "_system:options";
 pub(crate) const BYE: &str = "_system:bye";
+/// A system request: the sender is closing and finishes what it has; stop picking it by
+/// filter. The answer (empty) says the receiver has marked it.
+pub(crate) const DRAINING: &str = "_system:draining";
 /// Sent by a server to a connection it does not know (it declared the peer dead, or
 /// restarted): the peer should handshake again.
 pub(crate) const REJOIN: &str = "_system:rejoin";
@@ -279,6 +282,7 @@ pub(crate) fn handshake_downstream(
                 last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
                 dead_after: inner.dead_after(&hello),
                 work: Arc::new(PeerWork::new(limit)),
+                draining: false,
             };
             state.join_downstream(entry, route)
         })

@@ -14,7 +14,7 @@
 //!   step.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use protocol::{Incoming, PeerId, Server};
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use crate::drain::{Closed, Phase};
 use crate::events::{ErrorSource, LeaveReason, NodeEvent};
 use crate::handshake::{Hello, Refusal, BYE, HEARTBEAT, OPTIONS, REJOIN};
 use crate::link::Link;
@@ -104,7 +105,10 @@ pub(crate) struct Inner {
     pub(crate) upstreams: Mutex<HashMap<String, Upstream>>,
     pub(crate) handlers: Handlers,
     pub(crate) events: crate::events::EventChannel,
-    pub(crate) closing: AtomicBool,
+    /// Where the node is in its life: open, draining, closing (see [`Phase`]).
+    phase: AtomicU8,
+    /// The report of the close, once it has finished (a second `close` waits for it).
+    closed: tokio::sync::watch::Sender<Option<Closed>>,
     /// Where handler work runs, and its limits.
     pub(crate) runtime: Runtime,
     pub(crate) heartbeat: Mutex<Option<JoinHandle<()>>>,
@@ -156,7 +160,8 @@ impl Inner {
             upstreams: Mutex::new(HashMap::new()),
             handlers: Handlers::default(),
             events: crate::events::EventChannel::default(),
-            closing: AtomicBool::new(false),
+            phase: AtomicU8::new(Phase::Open as u8),
+            closed: tokio::sync::watch::Sender::new(None),
             heartbeat: Mutex::new(None),
             unjoined: AtomicU64::new(0),
             metadata_refused: AtomicU64::new(0),
@@ -223,8 +228,26 @@ impl Inner {
         stats
     }
 
+    /// Whether the node takes no new work: its handlers are done (or their grace ran out)
+    /// and requests from peers, calls of its own and heartbeats are refused or stopped.
+    /// The node's phase, as a number (`drain.rs` moves it).
+    pub(crate) fn phase(&self) -> &AtomicU8 {
+        &self.phase
+    }
+
+    /// Where the report of the close is published.
+    pub(crate) fn closed_report(&self) -> &tokio::sync::watch::Sender<Option<Closed>> {
+        &self.closed
+    }
+
     pub(crate) fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::Acquire)
+        self.phase.load(Ordering::Acquire) >= Phase::Closing as u8
+    }
+
+    /// Whether `close` has begun: the node drains (finishes what it has, takes no new peers,
+    /// does not reconnect), or is past that.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.phase.load(Ordering::Acquire) >= Phase::Draining as u8
     }
 
     pub(crate) fn emit(&self, event: NodeEvent) {
@@ -372,53 +395,6 @@ impl Inner {
                 format!("unknown system event {other:?} from {from}"),
             ),
         }
-    }
-
-    /// Graceful close: new requests are refused, handlers in progress finish (up to the
-    /// grace period), peers are told, every socket closes, `Stopped` is emitted. Idempotent.
-    pub(crate) async fn close(&self) {
-        if self.closing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        if !self.runtime.drain(self.config.close_grace).await {
-            tracing::warn!(node = %self.id, "close: grace period over with handlers still running; stopping them");
-            // Past the grace period the handlers still running stop (their callers get
-            // an error answer), so that the sockets' own graceful close does not wait
-            // for them.
-            for entry in self.state.lock().registry.all() {
-                entry.work.cancel();
-            }
-        }
-        self.say_bye(None).await;
-        if let Some(heartbeat) = self.heartbeat.lock().take() {
-            heartbeat.abort();
-        }
-        let upstreams: Vec<Upstream> = self.upstreams.lock().drain().map(|(_, u)| u).collect();
-        for upstream in upstreams {
-            upstream.shut().await;
-        }
-        let server = self.server.lock().take();
-        if let Some(server) = server {
-            server.close().await;
-        }
-        let left = {
-            let mut state = self.state.lock();
-            state.routes.clear();
-            state.registry.drain()
-        };
-        for entry in left {
-            entry.link().fail_pending();
-            self.emit(NodeEvent::PeerLeft {
-                id: entry.id().clone(),
-                direction: entry.direction(),
-                reason: LeaveReason::Local,
-            });
-        }
-        // Handlers often hold their node (to send from a handler): dropping them here
-        // breaks that cycle, so a closed node is freed.
-        self.handlers.clear();
-        self.emit(NodeEvent::Stopped);
-        tracing::debug!(node = %self.id, "closed");
     }
 }
 

@@ -24,7 +24,9 @@
 //! ## Layout
 //! - `node.rs`: the [`Node`] handle and its API; `send.rs`: sending requests and ticks;
 //! - `inner.rs`: the state the handle and the node's tasks share (registry and routes under
-//!   one lock), peers leaving, closing;
+//!   one lock), peers leaving;
+//! - `drain.rs`: graceful close: draining (peers told, work finished within the grace),
+//!   then the sockets;
 //! - `handshake.rs`: what nodes tell each other when they join and the pure decision to
 //!   admit a peer (`admit`), used by both sides;
 //! - `dispatch.rs`: what runs on a socket's driver for each message (decides, never waits);
@@ -52,6 +54,7 @@ mod caller;
 mod config;
 mod context;
 mod dispatch;
+mod drain;
 mod error;
 mod events;
 mod fanout;
@@ -83,6 +86,7 @@ pub use call::{Call, Reply};
 pub use call_timeout::{CallTimeout, CallTimeoutLayer};
 pub use caller::{CallFuture, Caller, Outbound, RetrySafe};
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
+pub use drain::Closed;
 pub use error::{Error, ErrorCode, Result};
 pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent};
 pub use filter::Filter;

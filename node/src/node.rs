@@ -16,6 +16,7 @@ use transport::{Curve, Key};
 
 use crate::config::{Config, NodeBuilder};
 use crate::dispatch::install_downstream;
+use crate::drain::Closed;
 use crate::error::{Error, Result};
 use crate::events::{ErrorSource, EventStream, LeaveReason};
 use crate::filter::Filter;
@@ -156,7 +157,7 @@ struct Alive {
 impl Drop for Alive {
     fn drop(&mut self) {
         let inner = Arc::clone(&self.inner);
-        if inner.is_closing() {
+        if inner.is_stopping() {
             return;
         }
         // Closing waits (for handlers, for goodbyes to be sent): in a task of its own. With
@@ -305,7 +306,7 @@ impl Node {
     /// address at a time.
     pub async fn bind(&self, address: &str) -> Result<String> {
         let inner = &self.inner;
-        if inner.is_closing() {
+        if inner.is_stopping() {
             return Err(Error::Closed);
         }
         if inner.server.lock().is_some() {
@@ -417,9 +418,9 @@ impl Node {
         self.inner.disconnect(address).await
     }
 
-    /// Whether `close` has started.
+    /// Whether `close` has started (the node drains, or is past that).
     pub fn is_closing(&self) -> bool {
-        self.inner.is_closing()
+        self.inner.is_stopping()
     }
 
     /// Changes this node's options; joined peers receive them (their filters see the new
@@ -628,11 +629,25 @@ impl Node {
         self.inner.config.strategy
     }
 
-    /// Graceful close: new requests are refused (callers get a typed error), requests being
-    /// handled finish (up to the configured grace period), peers are told we are stopping
-    /// (they see peer left, stopped, at once), then every socket closes and
-    /// [`NodeEvent::Stopped`](crate::NodeEvent::Stopped) is emitted. Idempotent.
-    pub async fn close(&self) {
+    /// Graceful close, in two steps.
+    ///
+    /// Draining: peers are told at once ([`PeerDraining`](crate::NodeEvent::PeerDraining)
+    /// on their side, [`Draining`](crate::NodeEvent::Draining) here) and stop picking this
+    /// node for `any`, `all` and group calls; requests being handled, and those already on
+    /// their way (by id too), are handled, for up to
+    /// [`Config::close_grace`](crate::Config::close_grace). The node's own calls and
+    /// heartbeats go on meanwhile.
+    ///
+    /// Closing, once no handler is left or the grace ran out: new requests are refused with
+    /// [`Error::ShuttingDown`] (nothing ran; retry-safe, and a caller's `any` pick tries
+    /// another node by itself); handlers still running are stopped and their callers get
+    /// [`Error::Cancelled`]; every answer is written before the goodbye, and the goodbye
+    /// before the sockets close ([`PeerLeft`](crate::NodeEvent::PeerLeft) with
+    /// [`LeaveReason::Stopped`] on the peers), then [`Stopped`](crate::NodeEvent::Stopped).
+    ///
+    /// Returns how it went: [`Closed::is_complete`] when no handler had to be stopped.
+    /// Idempotent: a second call waits for the first and returns the same report.
+    pub async fn close(&self) -> Closed {
         self.inner.close().await
     }
 }

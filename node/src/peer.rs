@@ -141,6 +141,9 @@ pub struct PeerInfo {
     /// Its CURVE public key, on a secured connection: the key libzmq authenticated (a
     /// downstream peer's client key, or the server key we connected with).
     pub key: Option<transport::Key>,
+    /// Whether it said it is stopping: it finishes what it has and is no longer picked for
+    /// `any`, `all` or group calls (nor forwarded to by routers).
+    pub draining: bool,
 }
 
 /// One joined peer in one direction. `L` is how to reach it (a client, or a routing id).
@@ -167,6 +170,9 @@ pub(crate) struct Entry<L> {
     /// The handler work this node does for the peer: counted for the per-peer limit, and
     /// cancelled when the peer leaves.
     pub(crate) work: Arc<PeerWork>,
+    /// The peer said it is stopping: still joined (its answers still come, a request by id
+    /// still reaches it) but no longer picked by a filter.
+    pub(crate) draining: bool,
 }
 
 impl<L> Entry<L> {
@@ -199,6 +205,7 @@ impl<L> Entry<L> {
             in_flight: self.in_flight(),
             router: self.router,
             key: self.key,
+            draining: self.draining,
         }
     }
 }
@@ -259,18 +266,30 @@ impl<L> Drop for InFlight<L> {
 }
 
 /// What a node runs for one peer: how many handler jobs (running or queued), whether
-/// the peer left (its jobs stop: their answers could go nowhere), and the largest answer
-/// it accepts.
+/// they must stop (the peer left, or our close grace ran out), and the largest answer it
+/// accepts.
 #[derive(Debug)]
 pub(crate) struct PeerWork {
     pub(crate) active: AtomicUsize,
-    gone: std::sync::atomic::AtomicBool,
+    /// Why its jobs stop, once they must: `RUNNING`, or a [`Stop`] as a number.
+    stop: std::sync::atomic::AtomicU8,
     notify: tokio::sync::Notify,
     /// The largest payload the peer accepts (its handshake said): a larger answer is not
     /// sent (its socket would drop the connection for it) but refused with a typed error.
     /// Atomic: a new handshake on the same connection keeps the work and may change it.
     limit: AtomicUsize,
 }
+
+/// Why a peer's handler jobs stop before they end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// The peer left: an answer would go nowhere.
+    Left,
+    /// Our close grace ran out: the peer is still there and is told.
+    Grace,
+}
+
+const RUNNING: u8 = 0;
 
 impl Default for PeerWork {
     /// No limit of its own (the receiving protocol still checks).
@@ -284,7 +303,7 @@ impl PeerWork {
     pub(crate) fn new(limit: usize) -> PeerWork {
         PeerWork {
             active: AtomicUsize::new(0),
-            gone: std::sync::atomic::AtomicBool::new(false),
+            stop: std::sync::atomic::AtomicU8::new(RUNNING),
             notify: tokio::sync::Notify::new(),
             limit: AtomicUsize::new(limit),
         }
@@ -302,14 +321,36 @@ impl PeerWork {
 
     /// The peer left: every job of its stops.
     pub(crate) fn cancel(&self) {
-        self.gone.store(true, Ordering::Release);
+        self.stop_for(Stop::Left);
+    }
+
+    /// Every job of the peer stops for `why` (the first reason given stays).
+    pub(crate) fn stop_for(&self, why: Stop) {
+        let code = match why {
+            Stop::Left => 1,
+            Stop::Grace => 2,
+        };
+        let _ = self
+            .stop
+            .compare_exchange(RUNNING, code, Ordering::AcqRel, Ordering::Acquire);
         self.notify.notify_waiters();
     }
 
-    /// Resolves once the peer left.
-    pub(crate) async fn gone(&self) {
-        let notified = self.notify.notified();
-        if !self.gone.load(Ordering::Acquire) {
+    fn stopped(&self) -> Option<Stop> {
+        match self.stop.load(Ordering::Acquire) {
+            RUNNING => None,
+            2 => Some(Stop::Grace),
+            _ => Some(Stop::Left),
+        }
+    }
+
+    /// Resolves once the peer's jobs must stop, with why.
+    pub(crate) async fn gone(&self) -> Stop {
+        loop {
+            let notified = self.notify.notified();
+            if let Some(why) = self.stopped() {
+                return why;
+            }
             notified.await;
         }
     }
@@ -530,6 +571,19 @@ impl<L: Clone> Registry<L> {
         Some(Arc::clone(&entry.work))
     }
 
+    /// Marks a peer as stopping (its `DRAINING` reached us): no longer picked by a filter.
+    /// Whether it was joined and not marked already.
+    pub(crate) fn set_draining(&mut self, id: &NodeId, direction: Direction) -> bool {
+        match self.entries.get_mut(&Key(id, direction)) {
+            Some(entry) if !entry.draining => {
+                entry.draining = true;
+                self.changed();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Updates a peer's options (its `set_options` reached us).
     pub(crate) fn set_options(&mut self, id: &NodeId, direction: Direction, options: Options) {
         if let Some(entry) = self.entries.get_mut(&Key(id, direction)) {
@@ -674,7 +728,7 @@ impl<L: Clone> Registry<L> {
 fn matching_in<'a, L>(entries: &'a Entries<L>, filter: &Filter, scope: Scope) -> Vec<&'a Entry<L>> {
     let mut list: Vec<&Entry<L>> = Vec::new();
     for entry in entries.values() {
-        if !scope.admits(entry.direction()) || !filter.matches(&entry.options) {
+        if entry.draining || !scope.admits(entry.direction()) || !filter.matches(&entry.options) {
             continue;
         }
         // The entries of one id are adjacent, upstream first: the first that matches

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::call::Outgoing;
 use crate::dispatch::Received;
+use crate::drain::pick_again;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::forward::{
@@ -260,32 +261,49 @@ impl Inner {
             user,
             deadline,
         } = hop;
-        let local = self.pick_for(forward, from)?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Some(link) = local else {
-            let next = forward.next_hop(&self.id, left);
-            let routers = self.state.lock().registry.routers();
-            let routers = routers.into_iter().filter(|(id, _)| id != from).collect();
-            let (reply, reached) = self
-                .forward_via(&next, routers, payload, deadline, user)
-                .await?;
-            return Ok(match forward.action {
-                Action::Request => reply,
-                _ => count_answer(reached as u64),
-            });
-        };
-        if left.is_zero() {
-            return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
-        }
-        match forward.action {
-            Action::Request => match link.request(&forward.event, &metadata, payload, left).await {
-                Ok(reply) => Ok(answer_of(reply)),
-                Err(e) => Err(hop_error(e)),
-            },
-            _ => match link.tick(&forward.event, &metadata, payload).await {
-                Ok(()) => Ok(count_answer(1)),
-                Err(e) => Err(hop_error(e)),
-            },
+        let by_filter = matches!(forward.to, Destination::Filter(..));
+        let mut attempt = 0;
+        loop {
+            let local = self.pick_for(forward, from)?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(link) = local else {
+                let next = forward.next_hop(&self.id, left);
+                let routers = self.state.lock().registry.routers();
+                let routers = routers.into_iter().filter(|(id, _)| id != from).collect();
+                let (reply, reached) = self
+                    .forward_via(&next, routers, payload, deadline, user)
+                    .await?;
+                return Ok(match forward.action {
+                    Action::Request => reply,
+                    _ => count_answer(reached as u64),
+                });
+            };
+            if left.is_zero() {
+                return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
+            }
+            return match forward.action {
+                Action::Request => {
+                    match link
+                        .request(&forward.event, &metadata, payload.clone(), left)
+                        .await
+                    {
+                        Ok(reply) => Ok(answer_of(reply)),
+                        // The peer picked is stopping and ran nothing: pick again (it is
+                        // marked draining by now, so the pick excludes it).
+                        Err(protocol::Error::Remote(refusal))
+                            if pick_again(&refusal, by_filter, attempt) =>
+                        {
+                            attempt += 1;
+                            continue;
+                        }
+                        Err(e) => Err(hop_error(e)),
+                    }
+                }
+                _ => match link.tick(&forward.event, &metadata, payload).await {
+                    Ok(()) => Ok(count_answer(1)),
+                    Err(e) => Err(hop_error(e)),
+                },
+            };
         }
     }
 

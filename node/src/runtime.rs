@@ -19,7 +19,6 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::FutureExt;
 use protocol::{Answer, Incoming, Meta, RemoteError, Responder};
@@ -32,12 +31,16 @@ use crate::dispatch::Received;
 use crate::inner::Inner;
 use crate::middleware::First;
 use crate::observe::{Outcome, Watch};
-use crate::peer::{NodeId, PeerWork};
+use crate::peer::{NodeId, PeerWork, Stop};
 use crate::trace;
 use protocol::Runners;
 
 /// The error code of a request refused because the node's handlers are at their limit.
 pub(crate) const BUSY: &str = "BUSY";
+
+/// The error code of a request whose handler was stopped because the node's close grace
+/// ran out.
+pub(crate) const CANCELLED: &str = "CANCELLED";
 
 /// What to do with one more message, from the counts (pure: see the tests).
 #[derive(Debug, PartialEq, Eq)]
@@ -197,9 +200,9 @@ impl Runtime {
         self.queued.load(Ordering::Acquire)
     }
 
-    /// Waits until no handler task is left, for at most `grace`; whether none is.
-    pub(crate) async fn drain(&self, grace: Duration) -> bool {
-        tokio::time::timeout(grace, async {
+    /// Waits until no handler task is left, until `deadline` at most; whether none is.
+    pub(crate) async fn drain_until(&self, deadline: Instant) -> bool {
+        tokio::time::timeout_at(deadline, async {
             loop {
                 let idle = self.idle.notified();
                 if self.active() == 0 {
@@ -260,9 +263,9 @@ impl Work {
                 }
                 Waited::Slot
             }
-            () = peer.gone() => {
+            why = peer.gone() => {
                 self.inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
-                Waited::PeerGone
+                Waited::Stopped(why)
             }
             () = Expiry::new(deadline) => Waited::Expired,
         }
@@ -304,7 +307,8 @@ enum Waited {
     AtOnce,
     /// It got one after waiting.
     Slot,
-    PeerGone,
+    /// Its peer left, or the close grace ran out, first.
+    Stopped(Stop),
     Expired,
 }
 
@@ -426,7 +430,7 @@ async fn run_job(job: Job) {
                         Outcome::Error
                     }
                 },
-                () = peer.gone() => {
+                _ = peer.gone() => {
                     inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
                     Outcome::Cancelled
                 }
@@ -454,7 +458,15 @@ async fn run_request(
     let passed = match work.slot_before(deadline, Some(received.arrived)).await {
         Waited::AtOnce => deadline.is_some_and(|deadline| deadline <= received.arrived),
         Waited::Slot => deadline.is_some_and(|deadline| deadline <= Instant::now()),
-        Waited::PeerGone => return Outcome::Cancelled,
+        Waited::Stopped(Stop::Left) => return Outcome::Cancelled,
+        // The close grace ran out before it had a slot: nothing ran, it may go elsewhere.
+        Waited::Stopped(Stop::Grace) => {
+            responder.answer(Err(RemoteError::system_error(
+                RemoteError::SHUTTING_DOWN,
+                "the node closed before the request had a handler slot",
+            )));
+            return Outcome::Cancelled;
+        }
         Waited::Expired => return expired(&work.inner, responder),
     };
     if passed {
@@ -496,8 +508,15 @@ async fn run_request(
         // The socket was aborted, or the requester left: the answer would go nowhere; the
         // handler stops and its memory goes.
         () = responder.aborted() => Outcome::Cancelled,
-        () = peer.gone() => {
+        why = peer.gone() => {
             inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
+            if why == Stop::Grace {
+                // The caller is still there: it learns the handler was stopped, and why.
+                responder.answer(Err(RemoteError::system_error(
+                    CANCELLED,
+                    "the node's close grace ran out while the handler ran",
+                )));
+            }
             Outcome::Cancelled
         }
         // Its caller has given up: the same.

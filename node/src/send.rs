@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::call::Outgoing;
 use crate::context::DEADLINE_EXCEEDED;
+use crate::drain::pick_again;
 use crate::error::{Error, Result};
 use crate::events::LeaveReason;
 use crate::filter::Filter;
@@ -109,27 +110,52 @@ impl Node {
             return Err(Error::Closed);
         }
         let timeout = outgoing.timeout;
-        let reach = match self.resolve(target) {
-            Ok(found) => found,
-            Err(local) => {
-                return self
-                    .inner
-                    .forward_from_here(Action::Request, target, event, payload, outgoing, local)
-                    .await
-                    .map(|(reply, _)| reply)
+        let by_filter = matches!(target, Target::Any(..));
+        let mut attempt = 0;
+        let mut timeout = timeout;
+        // A pick made again keeps the call's deadline.
+        let started = by_filter.then(std::time::Instant::now);
+        loop {
+            let reach = match self.resolve(target) {
+                Ok(found) => found,
+                Err(local) => {
+                    return self
+                        .inner
+                        .forward_from_here(Action::Request, target, event, payload, outgoing, local)
+                        .await
+                        .map(|(reply, _)| reply)
+                }
+            };
+            reach.link.check_size(&payload)?;
+            let reach = reach.start_request();
+            let metadata = outgoing.meta.as_bytes();
+            match reach
+                .link
+                .request(event, metadata, payload.clone(), timeout)
+                .await
+            {
+                Ok(reply) => {
+                    return Ok(Answer {
+                        metadata: reply.metadata().clone(),
+                        payload: reply.into_payload(),
+                    })
+                }
+                // The peer picked is stopping and ran nothing: it is marked draining by
+                // now (its refusal comes after our acknowledgement), so a new pick
+                // excludes it.
+                Err(protocol::Error::Remote(refusal))
+                    if pick_again(&refusal, by_filter, attempt) =>
+                {
+                    attempt += 1;
+                    let spent = started.map(|at| at.elapsed()).unwrap_or_default();
+                    timeout = outgoing.timeout.saturating_sub(spent);
+                }
+                Err(e) => {
+                    return Err(self
+                        .inner
+                        .link_error(&reach.id, &reach.link, event, timeout, e))
+                }
             }
-        };
-        reach.link.check_size(&payload)?;
-        let reach = reach.start_request();
-        let metadata = outgoing.meta.as_bytes();
-        match reach.link.request(event, metadata, payload, timeout).await {
-            Ok(reply) => Ok(Answer {
-                metadata: reply.metadata().clone(),
-                payload: reply.into_payload(),
-            }),
-            Err(e) => Err(self
-                .inner
-                .link_error(&reach.id, &reach.link, event, timeout, e)),
         }
     }
 

@@ -153,7 +153,7 @@ impl Inner {
         let timeout = options.timeout.unwrap_or(self.config.handshake_timeout);
         let deadline = Instant::now() + timeout;
         loop {
-            if self.is_closing() {
+            if self.is_stopping() {
                 return Err(Error::Closed);
             }
             let found = {
@@ -368,7 +368,7 @@ async fn supervise(
             }
         }
         let Some(inner) = weak.upgrade() else { return };
-        if inner.is_closing() {
+        if inner.is_stopping() {
             return;
         }
         left.clear();
@@ -497,6 +497,7 @@ async fn join(
         options: hello.options.clone(),
         instance: hello.instance.clone(),
         token: None,
+        draining: false,
         router: hello.router,
         key: server_key,
         last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
@@ -540,6 +541,7 @@ async fn join(
         in_flight: 0,
         router: hello.router,
         key: server_key,
+        draining: false,
     })
 }
 

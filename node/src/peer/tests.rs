@@ -13,6 +13,7 @@ fn entry(id: &str, direction: Direction, instance: &str, role: &str, now: Instan
         dead_after: Duration::from_millis(300),
         work: Arc::default(),
         token: None,
+        draining: false,
     }
 }
 

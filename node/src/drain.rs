@@ -1,0 +1,217 @@
+//! A graceful close: the node tells its peers it is draining, finishes the work it has and
+//! what is on its way to it within the close grace, stops what outlives the grace (its
+//! callers are told), sends the last answers, says goodbye and closes its sockets.
+//!
+//! The order is what keeps every answer: peers stop picking the node before it stops
+//! taking requests (their acknowledgement of `DRAINING` travels the same connection as
+//! anything they sent before it), and the sockets close only after the last answer is
+//! written.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use protocol::RemoteError;
+use tokio::time::Instant;
+
+use crate::events::{LeaveReason, NodeEvent};
+use crate::handshake::DRAINING;
+use crate::inner::Inner;
+use crate::peer::{Direction, NodeId, Stop};
+use crate::upstream::Upstream;
+
+/// Where a node is in its life. Stored as a number in `Inner`; only ever moves forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub(crate) enum Phase {
+    /// Serving.
+    Open = 0,
+    /// `close` began: peers are told, work in progress and on its way is still handled,
+    /// the node's own calls still go out, heartbeats go on; no new peer joins.
+    Draining = 1,
+    /// Requests and ticks from peers are refused (`SHUTTING_DOWN`), the node's own calls
+    /// are refused (`Closed`), heartbeats stop; the sockets are closing.
+    Closing = 2,
+}
+
+/// The longest a draining node waits for its peers to acknowledge `DRAINING` (a peer
+/// answers on its socket's driver at once; one that does not within this is slow or gone,
+/// and the grace still bounds the whole close).
+const ACK_WAIT: Duration = Duration::from_secs(1);
+
+/// How long handlers stopped at the end of the grace have to send their `CANCELLED`: they
+/// stop at their next poll, so this is only the time for their tasks to run once.
+const STOP_WAIT: Duration = Duration::from_millis(500);
+
+/// How a graceful close went: what [`Node::close`](crate::Node::close) returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Closed {
+    /// Handlers still running (or waiting for a slot) when the close grace ran out: they
+    /// were stopped, and their callers got [`Error::Cancelled`](crate::Error::Cancelled)
+    /// (or [`Error::ShuttingDown`](crate::Error::ShuttingDown) for those that had not
+    /// started).
+    pub cancelled: usize,
+}
+
+impl Closed {
+    /// Whether every request the node took was answered by its handler within the grace.
+    pub fn is_complete(&self) -> bool {
+        self.cancelled == 0
+    }
+}
+
+/// Whether a request refused with `error` by the peer picked for it should be sent to
+/// another pick: only a refusal that proves nothing ran there because the peer is
+/// stopping. (A request by id goes where it was sent; its caller decides.)
+pub(crate) fn pick_again(error: &RemoteError, by_filter: bool, attempt: usize) -> bool {
+    by_filter && attempt < MAX_PICKS && error.system && error.code == RemoteError::SHUTTING_DOWN
+}
+
+/// How many picks one request to "any" makes at most when the picked peers are stopping.
+const MAX_PICKS: usize = 3;
+
+impl Inner {
+    /// Graceful close (see the module's docs). Idempotent: a second call waits for the
+    /// first to finish and returns its report.
+    pub(crate) async fn close(&self) -> Closed {
+        if self.begin_draining().is_err() {
+            let mut closed = self.closed_report().subscribe();
+            return match closed.wait_for(Option::is_some).await {
+                Ok(report) => report.unwrap_or_default(),
+                Err(_) => Closed::default(),
+            };
+        }
+        let report = self.drain().await;
+        self.shut().await;
+        self.closed_report().send_replace(Some(report));
+        report
+    }
+
+    /// Tells the peers, then lets the work finish within the grace; what outlives it stops.
+    async fn drain(&self) -> Closed {
+        let grace_end = Instant::now() + self.config.close_grace;
+        self.emit(NodeEvent::Draining);
+        tracing::debug!(node = %self.id, grace = ?self.config.close_grace, "draining");
+        self.announce_draining(grace_end).await;
+        // New requests are still taken until the node is idle: requests by id and those
+        // sent before a peer saw `DRAINING` are handled, not refused.
+        let mut idle = self.runtime.drain_until(grace_end).await;
+        self.set_phase(Phase::Closing);
+        if idle {
+            // Requests taken between the idle moment and the switch.
+            idle = self.runtime.drain_until(grace_end).await;
+        }
+        if idle {
+            return Closed::default();
+        }
+        let cancelled = self.runtime.active();
+        tracing::warn!(node = %self.id, cancelled, "close: grace period over with handlers still running; stopping them");
+        for entry in self.state.lock().registry.all() {
+            entry.work.stop_for(Stop::Grace);
+        }
+        // Their callers are told (`CANCELLED`) as they stop: before the sockets close.
+        self.runtime.drain_until(Instant::now() + STOP_WAIT).await;
+        Closed { cancelled }
+    }
+
+    /// Sends `DRAINING` to every joined peer and waits (bounded) for their
+    /// acknowledgements: once a peer's is here, everything it sent before marking this
+    /// node draining has arrived (one connection keeps its order).
+    async fn announce_draining(&self, grace_end: Instant) {
+        let wait = ACK_WAIT.min(grace_end.saturating_duration_since(Instant::now()));
+        let links = self.links(None);
+        let acks = links
+            .iter()
+            .map(|link| link.system_request(DRAINING, &[], Bytes::new(), wait));
+        // A peer that does not know `DRAINING` (an older version) answers with an error at
+        // once: it goes on picking this node until its goodbye, as before.
+        futures::future::join_all(acks).await;
+    }
+
+    /// A joined peer said it is draining: no longer picked by a filter.
+    pub(crate) fn peer_draining(&self, id: &NodeId, direction: Direction) {
+        if self.state.lock().registry.set_draining(id, direction) {
+            tracing::debug!(node = %self.id, peer = %id, ?direction, "peer draining");
+            self.emit(NodeEvent::PeerDraining {
+                id: id.clone(),
+                direction,
+            });
+        }
+    }
+
+    /// After the drain: goodbyes after the last answers, then every socket closes (each
+    /// writes what is queued first), `Stopped`.
+    async fn shut(&self) {
+        self.say_bye(None).await;
+        if let Some(heartbeat) = self.heartbeat.lock().take() {
+            heartbeat.abort();
+        }
+        let upstreams: Vec<Upstream> = self.upstreams.lock().drain().map(|(_, u)| u).collect();
+        for upstream in upstreams {
+            upstream.shut().await;
+        }
+        let server = self.server.lock().take();
+        if let Some(server) = server {
+            server.close().await;
+        }
+        let left = {
+            let mut state = self.state.lock();
+            state.routes.clear();
+            state.registry.drain()
+        };
+        for entry in left {
+            entry.link().fail_pending();
+            self.emit(NodeEvent::PeerLeft {
+                id: entry.id().clone(),
+                direction: entry.direction(),
+                reason: LeaveReason::Local,
+            });
+        }
+        // Handlers often hold their node (to send from a handler): dropping them here
+        // breaks that cycle, so a closed node is freed.
+        self.handlers.clear();
+        self.emit(NodeEvent::Stopped);
+        tracing::debug!(node = %self.id, "closed");
+    }
+
+    fn begin_draining(&self) -> Result<u8, u8> {
+        self.phase().compare_exchange(
+            Phase::Open as u8,
+            Phase::Draining as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        self.phase().fetch_max(phase as u8, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_stopping_peers_refusal_of_a_filter_pick_is_picked_again() {
+        let stopping = RemoteError::system_error(RemoteError::SHUTTING_DOWN, "closing");
+        assert!(pick_again(&stopping, true, 0));
+        assert!(pick_again(&stopping, true, MAX_PICKS - 1));
+        assert!(!pick_again(&stopping, true, MAX_PICKS), "bounded");
+        assert!(!pick_again(&stopping, false, 0), "a request by id stays");
+        let handlers_own = RemoteError::new(RemoteError::SHUTTING_DOWN, "a handler's code");
+        assert!(
+            !pick_again(&handlers_own, true, 0),
+            "a handler's error may have run"
+        );
+        let busy = RemoteError::system_error("BUSY", "full");
+        assert!(!pick_again(&busy, true, 0));
+    }
+
+    #[test]
+    fn a_close_with_nothing_stopped_is_complete() {
+        assert!(Closed::default().is_complete());
+        assert!(!Closed { cancelled: 2 }.is_complete());
+    }
+}
