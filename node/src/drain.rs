@@ -61,11 +61,18 @@ impl Closed {
     }
 }
 
-/// Whether a request refused with `error` by the peer picked for it should be sent to
-/// another pick: only a refusal that proves nothing ran there because the peer is
-/// stopping. (A request by id goes where it was sent; its caller decides.)
-pub(crate) fn pick_again(error: &RemoteError, by_filter: bool, attempt: usize) -> bool {
-    by_filter && attempt < MAX_PICKS && error.system && error.code == RemoteError::SHUTTING_DOWN
+/// Whether a request to a peer picked by a filter that failed with `error` goes to
+/// another pick: only when the failure proves nothing ran there: the peer is stopping and
+/// refused it, or it never left this node (no connection any more, a queue that refused
+/// it). A request by id goes where it was sent; its caller decides.
+pub(crate) fn pick_again(error: &protocol::Error, by_filter: bool, attempt: usize) -> bool {
+    let nothing_ran = match error {
+        protocol::Error::Remote(refusal) => {
+            refusal.system && refusal.code == RemoteError::SHUTTING_DOWN
+        }
+        other => crate::forward::undelivered(other),
+    };
+    by_filter && attempt < MAX_PICKS && nothing_ran
 }
 
 /// How many picks one request to "any" makes at most when the picked peers are stopping.

@@ -288,11 +288,9 @@ impl Inner {
                         .await
                     {
                         Ok(reply) => Ok(answer_of(reply)),
-                        // The peer picked is stopping and ran nothing: pick again (it is
-                        // marked draining by now, so the pick excludes it).
-                        Err(protocol::Error::Remote(refusal))
-                            if pick_again(&refusal, by_filter, attempt) =>
-                        {
+                        // Nothing ran on the peer picked (stopping, and marked draining
+                        // by now; or the request never left): pick again.
+                        Err(e) if pick_again(&e, by_filter, attempt) => {
                             attempt += 1;
                             continue;
                         }

@@ -140,12 +140,10 @@ impl Node {
                         payload: reply.into_payload(),
                     })
                 }
-                // The peer picked is stopping and ran nothing: it is marked draining by
-                // now (its refusal comes after our acknowledgement), so a new pick
-                // excludes it.
-                Err(protocol::Error::Remote(refusal))
-                    if pick_again(&refusal, by_filter, attempt) =>
-                {
+                // Nothing ran on the peer picked: it is stopping (marked draining by now:
+                // its refusal comes after our acknowledgement, so a new pick excludes it),
+                // or the request never left.
+                Err(e) if pick_again(&e, by_filter, attempt) => {
                     attempt += 1;
                     let spent = started.map(|at| at.elapsed()).unwrap_or_default();
                     timeout = outgoing.timeout.saturating_sub(spent);

@@ -39,6 +39,10 @@ use crate::deliver::{Deliver, Delivery};
 use crate::error::{Error, Result};
 use crate::frame::Frame;
 use crate::monitor::{self, Event, Events};
+
+/// Beyond the linger, how long `close` waits for the drivers to end: a driver ends at its
+/// linger by its own timer, and needs a wake-up to notice.
+const DRIVER_END_SLACK: Duration = Duration::from_millis(100);
 use crate::options::{Backpressure, Options};
 use crate::zap::AllowList;
 use crate::PeerId;
@@ -103,6 +107,8 @@ struct Shared {
     /// Who takes received messages on the drivers (`deliver_to`), instead of the inbox;
     /// dropped when the socket closes (it usually holds what holds the socket).
     deliver: Mutex<Option<Arc<dyn Deliver>>>,
+    /// Told when the last connection's driver is gone (`close` waits for it).
+    drivers_gone: Notify,
 }
 
 impl Shared {
@@ -247,7 +253,25 @@ impl Shared {
 
     /// `link`'s driver is gone.
     fn forget(&self, link: &Arc<Link>) {
-        self.peers.lock().all.retain(|l| !Arc::ptr_eq(l, link));
+        let mut peers = self.peers.lock();
+        peers.all.retain(|l| !Arc::ptr_eq(l, link));
+        if peers.all.is_empty() {
+            self.drivers_gone.notify_waiters();
+        }
+    }
+
+    /// Waits until every connection's driver is gone, for at most `wait`.
+    async fn drivers_gone(&self, wait: Duration) {
+        let _ = tokio::time::timeout(wait, async {
+            loop {
+                let gone = self.drivers_gone.notified();
+                if self.peers.lock().all.is_empty() {
+                    return;
+                }
+                gone.await;
+            }
+        })
+        .await;
     }
 }
 
@@ -296,6 +320,7 @@ impl Socket {
                 allow_list,
                 curve,
                 deliver: Mutex::new(None),
+                drivers_gone: Notify::new(),
             }),
         })
     }
@@ -401,6 +426,11 @@ impl Socket {
         for link in self.shared.peers.lock().all.iter() {
             link.close();
         }
+        // Each driver writes what is queued (answers, a goodbye) before it ends, within the
+        // linger: a close returns after that, so a process that exits next loses nothing.
+        self.shared
+            .drivers_gone(self.shared.options.linger + DRIVER_END_SLACK)
+            .await;
         self.shared.inbox.close();
         self.shared.forget_deliver();
         self.shared.pending_room.notify_waiters();
