@@ -216,6 +216,7 @@ fn load(address: String, ms: u64, stop: Arc<AtomicBool>) -> (std::thread::JoinHa
                             let key = match got {
                                 Ok(n) if n == ms => "ok".to_owned(),
                                 Ok(n) => format!("wrong reply {n}"),
+                                Err(e @ node::Error::Handler { .. }) => format!("{e}"),
                                 Err(e) => format!("{:?}", e.code()),
                             };
                             *counts.lock().expect("tally").entry(key).or_default() += 1;

@@ -28,7 +28,7 @@ use crate::forward::{
 use crate::handler::{Route, ROUTE};
 use crate::inner::{millis, Inner};
 use crate::link::{Link, Target};
-use crate::peer::NodeId;
+use crate::peer::{NodeId, Reach};
 
 /// What a router keeps.
 #[derive(Default)]
@@ -263,10 +263,11 @@ impl Inner {
         } = hop;
         let by_filter = matches!(forward.to, Destination::Filter(..));
         let mut attempt = 0;
+        let mut tried: Vec<NodeId> = Vec::new();
         loop {
-            let local = self.pick_for(forward, from)?;
+            let local = self.pick_for(forward, from, &tried)?;
             let left = deadline.saturating_duration_since(Instant::now());
-            let Some(link) = local else {
+            let Some(reach) = local else {
                 let next = forward.next_hop(&self.id, left);
                 let routers = self.state.lock().registry.routers();
                 let routers = routers.into_iter().filter(|(id, _)| id != from).collect();
@@ -281,6 +282,7 @@ impl Inner {
             if left.is_zero() {
                 return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
             }
+            let link = &reach.link;
             return match forward.action {
                 Action::Request => {
                     match link
@@ -292,6 +294,7 @@ impl Inner {
                         // by now; or the request never left): pick again.
                         Err(e) if pick_again(&e, by_filter, attempt) => {
                             attempt += 1;
+                            tried.push(reach.id.clone());
                             continue;
                         }
                         Err(e) => Err(hop_error(e)),
@@ -370,29 +373,28 @@ impl Inner {
         Ok(count_answer(reached as u64))
     }
 
-    /// The local peer a forwarded request or tick goes to, if any.
+    /// The local peer a forwarded request or tick goes to, if any, leaving out the peers in
+    /// `tried` (picked before for this message, and nothing ran there).
     fn pick_for(
         &self,
         forward: &Forward,
         from: &NodeId,
-    ) -> std::result::Result<Option<Arc<Link>>, RemoteError> {
+        tried: &[NodeId],
+    ) -> std::result::Result<Option<Arc<Reach<Arc<Link>>>>, RemoteError> {
         let mut state = self.state.lock();
         Ok(match &forward.to {
             Destination::Id(id) if forward.excludes(id) => None,
-            Destination::Id(id) => state.registry.route(id).map(|reach| reach.link.clone()),
+            Destination::Id(id) => state.registry.route(id),
             Destination::Filter(spec, scope) => {
                 let filter = Filter::from_spec(spec.clone())
                     .map_err(|e| RemoteError::system_error("BAD_FORWARD", e.to_string()))?;
-                state
-                    .registry
-                    .pick_except(
-                        &filter,
-                        *scope,
-                        self.config.strategy,
-                        rand::random::<u32>() as usize,
-                        |id| forward.excludes(id) || id == from,
-                    )
-                    .map(|reach| reach.link.clone())
+                state.registry.pick_except(
+                    &filter,
+                    *scope,
+                    self.config.strategy,
+                    rand::random::<u32>() as usize,
+                    |id| forward.excludes(id) || id == from || tried.contains(id),
+                )
             }
         })
     }

@@ -115,8 +115,9 @@ impl Node {
         let mut timeout = timeout;
         // A pick made again keeps the call's deadline.
         let started = by_filter.then(std::time::Instant::now);
+        let mut tried: Vec<NodeId> = Vec::new();
         loop {
-            let reach = match self.resolve(target) {
+            let reach = match self.resolve_except(target, &tried) {
                 Ok(found) => found,
                 Err(local) => {
                     return self
@@ -145,6 +146,7 @@ impl Node {
                 // or the request never left.
                 Err(e) if pick_again(&e, by_filter, attempt) => {
                     attempt += 1;
+                    tried.push(reach.id.clone());
                     let spent = started.map(|at| at.elapsed()).unwrap_or_default();
                     timeout = outgoing.timeout.saturating_sub(spent);
                 }
@@ -305,6 +307,12 @@ impl Node {
 
     /// Finds the joined peer a target names, or picks one.
     fn resolve(&self, target: &Target) -> Result<Arc<Reach<Arc<Link>>>> {
+        self.resolve_except(target, &[])
+    }
+
+    /// [`resolve`](Self::resolve), a pick by filter leaving out the peers in `tried`
+    /// (picked before for this request, and nothing ran there).
+    fn resolve_except(&self, target: &Target, tried: &[NodeId]) -> Result<Arc<Reach<Arc<Link>>>> {
         let mut state = self.inner.state.lock();
         match target {
             Target::Id(id) => state
@@ -313,10 +321,15 @@ impl Node {
                 .ok_or_else(|| Error::NodeNotFound { id: id.to_string() }),
             Target::Any(filter, scope) => {
                 let random = rand::random::<u32>() as usize;
-                state
-                    .registry
-                    .pick(filter, *scope, self.inner.config.strategy, random)
-                    .ok_or(Error::NoNodesMatchFilter)
+                let strategy = self.inner.config.strategy;
+                let picked = if tried.is_empty() {
+                    state.registry.pick(filter, *scope, strategy, random)
+                } else {
+                    state
+                        .registry
+                        .pick_except(filter, *scope, strategy, random, |id| tried.contains(id))
+                };
+                picked.ok_or(Error::NoNodesMatchFilter)
             }
         }
     }
