@@ -15,44 +15,95 @@ use support::{NodeProcess, BIN};
 
 const ENGINES: [&str; 2] = ["native", "libzmq"];
 
-/// `zeronode request --to srv delay MS` against `address`, as a child.
-fn slow_request(address: &str, engine: &str, ms: u64) -> Child {
-    Command::new(BIN)
-        .args([
-            "request",
-            "--engine",
-            engine,
-            "--connect",
-            address,
-            "--to",
-            "srv",
-            "--timeout",
-            "30000",
-            "delay",
-            &ms.to_string(),
-        ])
-        .env("RUST_LOG", "node=debug,protocol=debug,transport=debug")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("a caller")
+/// How the nodes of a test run: an engine, and CURVE or not.
+struct Setup {
+    engine: &'static str,
+    /// Extra flags of the server, and of each caller.
+    server: Vec<String>,
+    caller: Vec<String>,
 }
 
-/// A `zeronode node --id srv` with `--grace SECONDS` that prints every request.
-fn slow_server(engine: &str, grace: &str) -> NodeProcess {
-    let mut srv = NodeProcess::start(&[
-        "--engine",
-        engine,
-        "--id",
-        "srv",
-        "--bind",
-        "tcp://127.0.0.1:0",
-        "--grace",
-        grace,
-        "--verbose",
-    ]);
-    assert_eq!(srv.next_line(), "node srv ready");
-    srv
+impl Setup {
+    /// Every engine, plaintext and with CURVE (key files written under the system's
+    /// temporary directory, in a folder named after `test`).
+    fn all(test: &str) -> Vec<Setup> {
+        let dir =
+            std::env::temp_dir().join(format!("zeronode-drain-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let keygen = |name: &str| {
+            let pair = dir.join(name).to_str().expect("a UTF-8 path").to_owned();
+            support::zeronode(&["keygen", &pair]).ok();
+            pair
+        };
+        let (server, caller) = (keygen("srv.key"), keygen("caller.key"));
+        let mut setups = Vec::new();
+        for engine in ENGINES {
+            setups.push(Setup {
+                engine,
+                server: Vec::new(),
+                caller: Vec::new(),
+            });
+            setups.push(Setup {
+                engine,
+                server: vec!["--key".into(), server.clone()],
+                caller: vec![
+                    "--key".into(),
+                    caller.clone(),
+                    "--server-key".into(),
+                    format!("{server}.pub"),
+                ],
+            });
+        }
+        setups
+    }
+
+    fn name(&self) -> String {
+        let curve = if self.server.is_empty() {
+            ""
+        } else {
+            " with CURVE"
+        };
+        format!("{}{curve}", self.engine)
+    }
+
+    /// A `zeronode node --id srv` with `--grace SECONDS` that prints every request.
+    fn server(&self, grace: &str) -> NodeProcess {
+        let mut args = vec![
+            "--engine",
+            self.engine,
+            "--id",
+            "srv",
+            "--bind",
+            "tcp://127.0.0.1:0",
+            "--grace",
+            grace,
+            "--verbose",
+        ];
+        args.extend(self.server.iter().map(String::as_str));
+        let mut srv = NodeProcess::start(&args);
+        srv.wait_for("ready", |l| l == "node srv ready");
+        srv
+    }
+
+    /// `zeronode request --to srv delay MS` against `address`, as a child.
+    fn slow_request(&self, address: &str, ms: u64) -> Child {
+        Command::new(BIN)
+            .args(["request", "--engine", self.engine, "--connect", address])
+            .args(&self.caller)
+            .args([
+                "--to",
+                "srv",
+                "--timeout",
+                "30000",
+                "delay",
+                &ms.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("a caller")
+    }
 }
 
 /// What each caller printed: (stdout, stderr), trimmed.
@@ -72,12 +123,14 @@ fn outputs(callers: Vec<Child>) -> Vec<(String, String)> {
 /// Three requests whose handlers take 3 s, longer than a peer's dead-peer timeout
 /// (2.5 heartbeat intervals of 1 s): SIGTERM one second in, and all three replies arrive,
 /// because a draining node goes on beating and says goodbye only after its last answer.
+/// Both engines, with and without CURVE.
 #[test]
 fn a_sigterm_loses_no_reply_of_handlers_that_finish_within_the_grace() {
-    for engine in ENGINES {
-        let mut srv = slow_server(engine, "5");
+    for setup in Setup::all("three") {
+        let engine = setup.name();
+        let mut srv = setup.server("5");
         let callers: Vec<Child> = (0..3)
-            .map(|_| slow_request(&srv.address, engine, 3000))
+            .map(|_| setup.slow_request(&srv.address, 3000))
             .collect();
         for i in 0..3 {
             srv.wait_for(&format!("request {i}"), |l| {
@@ -95,16 +148,17 @@ fn a_sigterm_loses_no_reply_of_handlers_that_finish_within_the_grace() {
 
 /// 20 requests that finish within the grace and 5 that outlive it: 20 replies, and 5
 /// callers told, with a typed error, that the grace ran out while their handler ran; the
-/// node's exit code says its drain was not complete.
+/// node's exit code says its drain was not complete. Both engines, with and without CURVE.
 #[test]
 fn handlers_that_outlive_the_grace_are_stopped_and_their_callers_told() {
-    for engine in ENGINES {
-        let mut srv = slow_server(engine, "3");
+    for setup in Setup::all("grace") {
+        let engine = setup.name();
+        let mut srv = setup.server("3");
         let quick: Vec<Child> = (0..20)
-            .map(|_| slow_request(&srv.address, engine, 1500))
+            .map(|_| setup.slow_request(&srv.address, 1500))
             .collect();
         let slow: Vec<Child> = (0..5)
-            .map(|_| slow_request(&srv.address, engine, 20_000))
+            .map(|_| setup.slow_request(&srv.address, 20_000))
             .collect();
         for i in 0..25 {
             srv.wait_for(&format!("request {i}"), |l| {

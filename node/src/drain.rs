@@ -201,18 +201,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_stopping_peers_refusal_of_a_filter_pick_is_picked_again() {
-        let stopping = RemoteError::system_error(RemoteError::SHUTTING_DOWN, "closing");
+    fn only_a_filter_pick_that_ran_nothing_is_picked_again() {
+        let remote = protocol::Error::Remote;
+        let stopping = remote(RemoteError::system_error(RemoteError::SHUTTING_DOWN, "x"));
         assert!(pick_again(&stopping, true, 0));
         assert!(pick_again(&stopping, true, MAX_PICKS - 1));
         assert!(!pick_again(&stopping, true, MAX_PICKS), "bounded");
         assert!(!pick_again(&stopping, false, 0), "a request by id stays");
-        let handlers_own = RemoteError::new(RemoteError::SHUTTING_DOWN, "a handler's code");
+        assert!(
+            pick_again(&protocol::Error::NotConnected, true, 0),
+            "never sent"
+        );
+        assert!(
+            !pick_again(&protocol::Error::ConnectionLost, true, 0),
+            "sent, and the peer left: it may have run"
+        );
+        let handlers_own = remote(RemoteError::new(RemoteError::SHUTTING_DOWN, "its code"));
         assert!(
             !pick_again(&handlers_own, true, 0),
             "a handler's error may have run"
         );
-        let busy = RemoteError::system_error("BUSY", "full");
+        let busy = remote(RemoteError::system_error("BUSY", "full"));
         assert!(!pick_again(&busy, true, 0));
     }
 

@@ -257,15 +257,17 @@ impl Work {
         let peer = Arc::clone(&self.peer);
         tokio::select! {
             biased;
+            // First: a job whose peer left, or whose node's grace ran out, does not start
+            // even if a slot is free at the same moment (the stopped jobs free theirs).
+            why = peer.gone() => {
+                self.inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
+                Waited::Stopped(why)
+            }
             () = self.slot() => {
                 if let (Some(metrics), Some(arrived)) = (&self.inner.observers.metrics, arrived) {
                     metrics.queue_wait(arrived.elapsed());
                 }
                 Waited::Slot
-            }
-            why = peer.gone() => {
-                self.inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
-                Waited::Stopped(why)
             }
             () = Expiry::new(deadline) => Waited::Expired,
         }

@@ -106,7 +106,7 @@ impl Node {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<Answer> {
-        if self.is_closing() {
+        if self.inner.is_closing() {
             return Err(Error::Closed);
         }
         let timeout = outgoing.timeout;
@@ -196,7 +196,7 @@ impl Node {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<()> {
-        if self.is_closing() {
+        if self.inner.is_closing() {
             return Err(Error::Closed);
         }
         match self.resolve(target) {
@@ -256,7 +256,7 @@ impl Node {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<usize> {
-        if self.is_closing() {
+        if self.inner.is_closing() {
             return Err(Error::Closed);
         }
         let links: Vec<Arc<Link>> = self

@@ -134,44 +134,140 @@ async fn clients_rejoin_a_restarted_server_by_themselves() {
     assert_eq!(c.request::<_, i32>("svc", "gen", &()).await.unwrap(), 2);
 }
 
+fn draining(id: &'static str) -> impl FnMut(&NodeEvent) -> Option<Direction> {
+    move |e| match e {
+        NodeEvent::PeerDraining { id: who, direction } if who.as_str() == id => Some(*direction),
+        _ => None,
+    }
+}
+
 #[tokio::test]
-async fn graceful_close_drains_in_flight_requests_and_refuses_new_ones() {
-    let a = server("a").await;
-    a.on_request("work", |_req: Request| async move {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        Ok::<_, HandlerError>("done")
-    });
+async fn a_draining_node_is_no_longer_picked_yet_finishes_its_work_and_requests_by_id() {
+    let a1 = support::builder("a1")
+        .option("role", "api")
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    let a2 = support::builder("a2")
+        .option("role", "api")
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    for a in [&a1, &a2] {
+        let me = a.id().to_string();
+        a.on_request("work", move |_req: Request| {
+            let me = me.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                Ok::<_, HandlerError>(me)
+            }
+        });
+    }
     let b = client("b").await;
     let mut b_events = b.events();
-    b.connect(&address(&a)).await.unwrap();
+    b.connect(&address(&a1)).await.unwrap();
+    b.connect(&address(&a2)).await.unwrap();
     let mut in_flight = Vec::new();
     for _ in 0..5 {
         let b = b.clone();
         in_flight.push(tokio::spawn(async move {
-            b.request::<_, String>("a", "work", &()).await
+            b.request::<_, String>("a1", "work", &()).await
         }));
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let closer = a.clone();
+    let mut a1_events = a1.events();
+    let closer = a1.clone();
     let closing = tokio::spawn(async move { closer.close().await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_for(&mut a1_events, "a1 drains", |e| {
+        matches!(e, NodeEvent::Draining).then_some(())
+    })
+    .await;
+    wait_for(&mut b_events, "b sees a1 draining", draining("a1")).await;
+    assert!(b.peer("a1").expect("still joined").draining);
+    assert!(a1.is_closing());
 
-    // While closing, new requests are refused with a typed error.
-    let refused = b.request::<_, String>("a", "work", &()).await.unwrap_err();
-    assert!(matches!(&refused, Error::ShuttingDown), "{refused:?}");
-    // A closing node sends nothing new either.
-    assert!(matches!(a.tick("b", "x", &()).await, Err(Error::Closed)));
-
-    for call in in_flight {
-        assert_eq!(within("in-flight", call).await.unwrap().unwrap(), "done");
+    // While a1 still has work: a request by id still reaches it, its own calls still go
+    // out, and picks by filter go to the other node only.
+    let by_id = b.clone();
+    let late = tokio::spawn(async move { by_id.request::<_, String>("a1", "work", &()).await });
+    let sent = a1.tick("b", "x", &()).await;
+    assert!(sent.is_ok(), "{sent:?}");
+    let api = node::Filter::new().eq("role", "api");
+    let picks: Vec<_> = (0..10)
+        .map(|_| {
+            let (b, api) = (b.clone(), api.clone());
+            tokio::spawn(async move {
+                b.request_any::<_, String>(&api, node::Scope::Both, "work", &())
+                    .await
+            })
+        })
+        .collect();
+    for pick in picks {
+        assert_eq!(within("a pick", pick).await.unwrap().unwrap(), "a2");
     }
-    within("close returns", closing).await.unwrap();
+    for call in in_flight {
+        assert_eq!(within("in-flight", call).await.unwrap().unwrap(), "a1");
+    }
+    assert_eq!(within("by id", late).await.unwrap().unwrap(), "a1");
+    let closed = within("close returns", closing).await.unwrap();
+    assert!(closed.is_complete(), "{closed:?}");
     wait_for(
         &mut b_events,
-        "b sees a stop",
-        left("a", LeaveReason::Stopped),
+        "b sees a1 stop",
+        left("a1", LeaveReason::Stopped),
     )
     .await;
+    // After its close, the node takes nothing: its own calls are refused.
+    assert!(matches!(a1.tick("b", "x", &()).await, Err(Error::Closed)));
+}
+
+#[tokio::test]
+async fn a_close_grace_that_runs_out_stops_handlers_and_tells_their_callers() {
+    // One handler slot: the first request runs, the second waits for the slot.
+    let a = support::builder("a")
+        .max_concurrent_handlers(1)
+        .close_grace(Duration::from_millis(300))
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    a.on_request("stuck", |_req: Request| async move {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok::<_, HandlerError>("never")
+    });
+    let b = client("b").await;
+    b.connect(&address(&a)).await.unwrap();
+    let calls: Vec<_> = (0..2)
+        .map(|_| {
+            let b = b.clone();
+            tokio::spawn(async move { b.request::<_, String>("a", "stuck", &()).await })
+        })
+        .collect();
+    within("both arrive", async {
+        while a.stats().handlers_active < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let closed = within("close", a.close()).await;
+    assert_eq!(closed.cancelled, 2, "{closed:?}");
+    assert!(!closed.is_complete());
+    let mut errors = Vec::new();
+    for call in calls {
+        errors.push(within("a call ends", call).await.unwrap().unwrap_err());
+    }
+    errors.sort_by_key(|e| e.code().as_str());
+    // The one that ran was stopped: not retry-safe. The one that never had a slot ran
+    // nothing: retry-safe.
+    assert!(matches!(errors[0], Error::Cancelled), "{errors:?}");
+    assert_eq!(errors[0].code(), ErrorCode::Cancelled);
+    assert!(!errors[0].is_retry_safe());
+    assert!(matches!(errors[1], Error::ShuttingDown), "{errors:?}");
+    assert!(errors[1].is_retry_safe());
+    // A second close waits for nothing and says the same.
+    assert_eq!(within("close again", a.close()).await, closed);
 }
 
 #[tokio::test]
