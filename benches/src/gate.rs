@@ -63,8 +63,9 @@ pub(crate) const FLOORS: [Floor; 11] = [
         window: 1,
         min_ratio: 0.80,
     },
-    // The native engine against the kernel's floor one at a time (session 10: transport
-    // 0.92, node 0.87 at 100 B; the floors leave room for this machine's noise) ...
+    // The native engine against the kernel's floor one at a time (PERFORMANCE.md, "The
+    // native engine beside libzmq": transport 0.92, node 0.87 at 100 B; the floors leave
+    // room for this machine's noise) ...
     Floor {
         layer: Layer::TransportNative,
         baseline: Layer::Floor,

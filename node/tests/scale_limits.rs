@@ -1,4 +1,4 @@
-//! Hard limits at the scale of issue #21, over loopback with every node in this process:
+//! Hard limits at the scale of a large mesh, over loopback with every node in this process:
 //! a flood of ticks to a slow handler holds the receiver's memory to what its limits allow,
 //! and every tick is accounted for; tens of thousands of parked requests go, memory and
 //! all, when their requester leaves.

@@ -30,7 +30,8 @@ use crate::link::Link;
 /// flight, always direct: 0.76 of the inbox's rate, `benches/ab.sh`); through the inbox the
 /// driver, the conversation's task and the callers spread over both threads. Measured with
 /// 4: one at a time 1.12 with a `block_on` caller, but 0.81 with 4 in flight; with 1, one
-/// at a time 1.18-1.19 and level at 2, 4 and 100 in flight (PERFORMANCE.md, session 16).
+/// at a time 1.18-1.19 and level at 2, 4 and 100 in flight (PERFORMANCE.md, "Why the code
+/// is as it is").
 pub(super) const BUSY: usize = 1;
 
 /// What the socket holds: it makes each connection's receiver.
