@@ -258,12 +258,16 @@ impl<L> Drop for InFlight<L> {
     }
 }
 
-/// What a node runs for one peer: how many handler jobs (running or queued), whether
+/// What a node runs for one peer: how many handler jobs (running, queued), whether
 /// the peer left (its jobs stop: their answers could go nowhere), and the largest answer
 /// it accepts.
 #[derive(Debug)]
 pub(crate) struct PeerWork {
-    pub(crate) active: AtomicUsize,
+    /// Handler slots its jobs hold (`runtime.rs`: at most `max_handlers_per_peer`).
+    pub(crate) running: AtomicUsize,
+    /// Its jobs waiting in its lane (changed under the runtime's lanes' lock; read without
+    /// it, so that a peer with nothing waiting takes no lock for a slot).
+    pub(crate) queued: AtomicUsize,
     gone: std::sync::atomic::AtomicBool,
     notify: tokio::sync::Notify,
     /// The largest payload the peer accepts (its handshake said): a larger answer is not
@@ -283,7 +287,8 @@ impl PeerWork {
     /// The work of a peer that accepts payloads up to `limit` bytes.
     pub(crate) fn new(limit: usize) -> PeerWork {
         PeerWork {
-            active: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
             gone: std::sync::atomic::AtomicBool::new(false),
             notify: tokio::sync::Notify::new(),
             limit: AtomicUsize::new(limit),
