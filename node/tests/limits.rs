@@ -94,10 +94,16 @@ async fn a_payload_over_the_receivers_limit_is_refused_before_anything_is_sent()
     assert_eq!(again.unwrap(), fits);
 }
 
-/// A requester that leaves takes its work with it: 2,000 requests parked in a handler that
-/// would take ten minutes are stopped, and their memory freed, when it goes.
+/// A requester that leaves takes its work with it: of 2,000 requests to a handler that
+/// would take ten minutes, those held to its share (256 running, 1,024 waiting in its
+/// lane) are stopped, and their memory freed, when it goes; the other 720 were refused.
 #[tokio::test]
 async fn the_work_of_a_peer_that_leaves_is_cancelled() {
+    let defaults = node::Config::default();
+    let (running, waiting) = (
+        defaults.max_handlers_per_peer,
+        defaults.max_queued_per_peer,
+    );
     let srv = server("srv").await;
     srv.on_request("park", |_req: Request| async move {
         tokio::time::sleep(Duration::from_secs(600)).await;
@@ -115,12 +121,18 @@ async fn the_work_of_a_peer_that_leaves_is_cancelled() {
             })
         })
         .collect();
-    within("2,000 requests parked in their handler", async {
-        while srv.stats().handlers_active < 2000 {
+    within("2,000 requests parked in their handler or refused", async {
+        while srv.stats().handlers_active + (srv.stats().busy_refused as usize) < 2000 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await;
+    let stats = srv.stats();
+    assert_eq!(
+        (stats.handlers_active, stats.handlers_queued),
+        (running + waiting, waiting),
+        "{stats:?}"
+    );
     requester.close().await;
     // Every request of the closed node ended (its own close fails what is pending).
     for request in parked {
@@ -133,7 +145,9 @@ async fn the_work_of_a_peer_that_leaves_is_cancelled() {
         }
     })
     .await;
-    assert_eq!(srv.stats().handlers_cancelled, 2000);
+    let stats = srv.stats();
+    assert_eq!(stats.handlers_queued, 0, "its lane is gone: {stats:?}");
+    assert_eq!(stats.handlers_cancelled, (running + waiting) as u64);
 }
 
 /// One peer cannot take every handler slot: above `max_handlers_per_peer` running and
