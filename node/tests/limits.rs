@@ -100,10 +100,7 @@ async fn a_payload_over_the_receivers_limit_is_refused_before_anything_is_sent()
 #[tokio::test]
 async fn the_work_of_a_peer_that_leaves_is_cancelled() {
     let defaults = node::Config::default();
-    let (running, waiting) = (
-        defaults.max_handlers_per_peer,
-        defaults.max_queued_per_peer,
-    );
+    let (running, waiting) = (defaults.max_handlers_per_peer, defaults.max_queued_per_peer);
     let srv = server("srv").await;
     srv.on_request("park", |_req: Request| async move {
         tokio::time::sleep(Duration::from_secs(600)).await;
