@@ -54,12 +54,23 @@ pub struct Config {
     /// both directions). Handlers run as tasks of their own (in parallel on a multi-thread
     /// runtime); this bounds the work and the memory a flood of messages can take.
     pub max_concurrent_handlers: usize,
-    /// What happens to a message that arrives while `max_concurrent_handlers` are running.
+    /// What happens to a message that arrives while `max_concurrent_handlers` are running
+    /// (or its peer's `max_handlers_per_peer`).
     pub when_busy: BusyPolicy,
-    /// How many handler jobs (running and queued) one peer may have at once: above it its
-    /// requests are answered `BUSY` and its ticks dropped, whatever the node-wide room, so
-    /// that one peer cannot take every slot from the others.
+    /// How many request and tick handlers one peer may have running at once (default 256,
+    /// a quarter of the node-wide default): its further messages wait in its own lane (up
+    /// to `max_queued_per_peer`) while other peers' run. Below `max_concurrent_handlers`,
+    /// so that one peer cannot take every slot from the others: it takes four peers
+    /// holding their whole share to fill a node with the defaults. (Lowering
+    /// `max_concurrent_handlers` does not lower this: set both.)
     pub max_handlers_per_peer: usize,
+    /// How many messages of one peer may wait for a handler slot at once under
+    /// [`BusyPolicy::Wait`] (default 1,024, an eighth of the node-wide default): above it
+    /// that peer's requests are answered `BUSY` ([`Error::Busy`](crate::Error::Busy),
+    /// saying that the peer's share is taken) and its ticks dropped, while other peers
+    /// keep their places. The waiting work is served a peer at a time in turn, so a peer
+    /// with quick requests is not held behind another's long line.
+    pub max_queued_per_peer: usize,
     /// What an upstream connection does after its peer left.
     pub reconnect: Reconnect,
     /// Limits on a message's metadata (entries and bytes, the framework's own entries
@@ -76,13 +87,15 @@ pub struct Config {
 }
 
 /// What a node does with a request or tick that arrives while its handlers are at
-/// [`Config::max_concurrent_handlers`].
+/// [`Config::max_concurrent_handlers`], or its peer's at [`Config::max_handlers_per_peer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BusyPolicy {
-    /// Queue it until a handler finishes, up to `max_queued` messages waiting (node-wide);
-    /// beyond that, refuse as [`BusyPolicy::Refuse`] does. A queued request still ends by
-    /// its caller's deadline.
+    /// Queue it until a handler finishes, up to `max_queued` messages waiting (node-wide)
+    /// and [`Config::max_queued_per_peer`] of one peer; beyond that, refuse as
+    /// [`BusyPolicy::Refuse`] does. The waiting messages are served a peer at a time in
+    /// turn, each peer's in the order they came. A queued request still ends by its
+    /// caller's deadline.
     Wait {
         /// The most messages waiting for a handler slot at once.
         max_queued: usize,
@@ -193,7 +206,8 @@ impl Default for Config {
             allowed_keys: None,
             max_concurrent_handlers: 1024,
             when_busy: BusyPolicy::Wait { max_queued: 8192 },
-            max_handlers_per_peer: 4096,
+            max_handlers_per_peer: 256,
+            max_queued_per_peer: 1024,
             reconnect: Reconnect::default(),
             max_metadata: protocol::MetaLimits::default(),
             metrics: false,
@@ -457,10 +471,20 @@ impl NodeBuilder {
         })
     }
 
-    /// Sets how many handler jobs one peer may have at once (at least 1).
-    pub fn max_handlers_per_peer(self, jobs: usize) -> Self {
+    /// Sets how many handlers one peer may have running at once (at least 1; see
+    /// [`Config::max_handlers_per_peer`]).
+    pub fn max_handlers_per_peer(self, handlers: usize) -> Self {
         self.set(move |config| {
-            config.max_handlers_per_peer = jobs.max(1);
+            config.max_handlers_per_peer = handlers.max(1);
+        })
+    }
+
+    /// Sets how many messages of one peer may wait for a handler slot at once (zero: none
+    /// waits, a message of a peer that holds its share is refused at once; see
+    /// [`Config::max_queued_per_peer`]).
+    pub fn max_queued_per_peer(self, messages: usize) -> Self {
+        self.set(move |config| {
+            config.max_queued_per_peer = messages;
         })
     }
 

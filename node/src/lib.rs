@@ -30,8 +30,9 @@
 //! - `handshake.rs`: what nodes tell each other when they join and the pure decision to
 //!   admit a peer (`admit`), used by both sides;
 //! - `dispatch.rs`: what runs on a socket's driver for each message (decides, never waits);
-//! - `runtime.rs`: handler work off the socket's driver, with the node-wide limit and the
-//!   busy policy, on `protocol::Runners` (reusable tasks);
+//! - `runtime.rs`: handler work off the socket's driver, with the node-wide and per-peer
+//!   limits and the busy policy, on `protocol::Runners` (reusable tasks); `fair.rs`: the
+//!   admission decision and the waiting work's lanes, one per peer served in turn (pure);
 //! - `upstream.rs`: one supervisor task per connection this node made: joining, rejoining
 //!   by the reconnect policy; `heartbeat.rs`: the heartbeat task;
 //! - `routing.rs`: router nodes at run time; `forward.rs`: the forwarded message and the
@@ -57,6 +58,7 @@ mod dispatch;
 mod drain;
 mod error;
 mod events;
+mod fair;
 mod fanout;
 pub mod filter;
 mod forward;

@@ -265,12 +265,16 @@ impl<L> Drop for InFlight<L> {
     }
 }
 
-/// What a node runs for one peer: how many handler jobs (running or queued), whether
+/// What a node runs for one peer: how many handler jobs (running, queued), whether
 /// they must stop (the peer left, or our close grace ran out), and the largest answer it
 /// accepts.
 #[derive(Debug)]
 pub(crate) struct PeerWork {
-    pub(crate) active: AtomicUsize,
+    /// Handler slots its jobs hold (`runtime.rs`: at most `max_handlers_per_peer`).
+    pub(crate) running: AtomicUsize,
+    /// Its jobs waiting in its lane (changed under the runtime's lanes' lock; read without
+    /// it, so that a peer with nothing waiting takes no lock for a slot).
+    pub(crate) queued: AtomicUsize,
     /// Why its jobs stop, once they must: `RUNNING`, or a [`Stop`] as a number.
     stop: std::sync::atomic::AtomicU8,
     notify: tokio::sync::Notify,
@@ -302,7 +306,8 @@ impl PeerWork {
     /// The work of a peer that accepts payloads up to `limit` bytes.
     pub(crate) fn new(limit: usize) -> PeerWork {
         PeerWork {
-            active: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
             stop: std::sync::atomic::AtomicU8::new(RUNNING),
             notify: tokio::sync::Notify::new(),
             limit: AtomicUsize::new(limit),

@@ -1,33 +1,44 @@
 //! Where handler work runs: one task per request or tick on the tokio runtime, never on a
-//! socket's driver, under a node-wide bound with a stated policy when it is reached.
+//! socket's driver, under node-wide and per-peer bounds with a stated policy when they
+//! are reached.
 //!
 //! The driver of each socket only decodes and dispatches (`dispatch.rs`); for a user
-//! message it asks [`Runtime::admit`] for a slot and hands the work to a runner (a task
+//! message it asks [`Runtime::admit_for`] for a slot and hands the work to a runner (a task
 //! reused from one job to the next, `protocol::Runners`). So on a multi-thread
 //! runtime handlers run in parallel, and a handler that blocks its thread or computes for a
 //! long time delays nothing but itself: other peers' requests, heartbeats, handshakes and
 //! replies keep flowing on the drivers.
 //!
-//! The bound: at most `max_concurrent_handlers` run at once (a counter of taken slots).
-//! Above it,
-//! [`BusyPolicy::Wait`] queues up to `max_queued` messages (each a spawned task waiting for
-//! a permit: a few hundred bytes and the message), then refuses; [`BusyPolicy::Refuse`]
-//! refuses at once. A refused request is answered with the system error `BUSY`
-//! ([`Error::Busy`](crate::Error::Busy) for its caller); a refused tick is dropped and
-//! counted. Either way what the node holds is bounded by the two numbers.
+//! The bounds: at most `max_concurrent_handlers` run at once node-wide, and at most
+//! `max_handlers_per_peer` for one peer (counters of taken slots, both taken for a job).
+//! Above them, [`BusyPolicy::Wait`] queues a message in its peer's lane (`fair.rs`: one FIFO
+//! lane per peer, the lanes served in turn as slots are given back) up to `max_queued`
+//! messages node-wide and `max_queued_per_peer` of one peer, then refuses;
+//! [`BusyPolicy::Refuse`] refuses at once. A queued message is a runner waiting for its
+//! turn (a few hundred bytes and the message). A refused request is answered with the
+//! system error `BUSY` ([`Error::Busy`](crate::Error::Busy) for its caller), saying whose
+//! share was full; a refused tick is dropped and counted. Either way what the node holds
+//! is bounded by the four numbers, and one peer holds at most its share of it.
+//!
+//! The common case takes no lock: a message of a peer with nothing waiting takes its two
+//! slots with compare-and-swaps. Only a message that finds no slot, or whose peer has work
+//! waiting, takes the lanes' lock; a slot given back takes it only while work waits.
 
+use std::hash::{Hash, Hasher};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures::FutureExt;
+use parking_lot::Mutex;
 use protocol::{Answer, Incoming, Meta, RemoteError, Responder};
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::config::{BusyPolicy, Config};
 use crate::context::{self, Context, Expiry, DEADLINE_EXCEEDED};
 use crate::dispatch::Received;
+use crate::fair::{self, Bounds, Full, Lanes, Slot};
 use crate::inner::Inner;
 use crate::middleware::First;
 use crate::observe::{Outcome, Watch};
@@ -42,41 +53,71 @@ pub(crate) const BUSY: &str = "BUSY";
 /// ran out.
 pub(crate) const CANCELLED: &str = "CANCELLED";
 
-/// What to do with one more message, from the counts (pure: see the tests).
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Slot<P> {
-    /// Run now, holding this permit.
-    Run(P),
-    /// Wait for a permit (counted as queued).
-    Queue,
-    /// Refuse it.
-    Refuse,
+/// A peer's work as the key of its lane: the same peer is the same allocation.
+#[derive(Clone)]
+struct ByPeer(Arc<PeerWork>);
+
+impl PartialEq for ByPeer {
+    fn eq(&self, other: &ByPeer) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
-/// The decision for a message that found `permit` (a free handler slot, or none) with
-/// `queued` messages already waiting.
-pub(crate) fn slot<P>(permit: Option<P>, queued: usize, policy: BusyPolicy) -> Slot<P> {
-    match (permit, policy) {
-        (Some(permit), _) => Slot::Run(permit),
-        (None, BusyPolicy::Wait { max_queued }) if queued < max_queued => Slot::Queue,
-        (None, _) => Slot::Refuse,
+impl Eq for ByPeer {}
+
+impl Hash for ByPeer {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.0), state);
+    }
+}
+
+/// A queued job's place in its peer's lane: its ticket, and where its turn is told.
+pub(crate) struct Waiter {
+    ticket: u64,
+    /// Sent when the job is served, its slots taken for it.
+    served: oneshot::Receiver<()>,
+}
+
+/// What became of one more message.
+pub(crate) enum Admitted {
+    /// It holds its slots: it runs now.
+    Run,
+    /// It waits in its peer's lane.
+    Queued(Waiter),
+    /// Refused: this share was full.
+    Refused(Full),
+}
+
+/// Takes one of `count`'s places below `bound`, if there is one.
+fn take_below(count: &AtomicUsize, bound: usize) -> bool {
+    let mut now = count.load(Ordering::SeqCst);
+    loop {
+        if now >= bound {
+            return false;
+        }
+        match count.compare_exchange_weak(now, now + 1, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return true,
+            Err(seen) => now = seen,
+        }
     }
 }
 
 /// The node's handler execution: limits and counters.
 pub(crate) struct Runtime {
-    /// Handler slots taken. A counter taken with a compare-and-swap and given back with a
-    /// subtraction, rather than tokio's `Semaphore`, whose release takes its waiters' lock
-    /// every time (`add_permits_locked` in a perf profile of an echo server); a wake-up is
-    /// sent only when messages are queued.
+    /// Handler slots taken node-wide. A counter taken with a compare-and-swap and given
+    /// back with a subtraction, rather than tokio's `Semaphore`, whose release takes its
+    /// waiters' lock every time (`add_permits_locked` in a perf profile of an echo server);
+    /// the lanes' lock is taken only while work waits.
     taken: AtomicUsize,
     max: usize,
-    /// The most jobs (running and queued) one peer may have.
+    /// The most slots one peer may hold (its count is `PeerWork::running`).
     per_peer: usize,
-    /// Wakes a queued message when a slot is given back.
-    freed: Notify,
-    policy: BusyPolicy,
-    /// Messages waiting for a permit.
+    /// The places in line, node-wide and per peer.
+    bounds: Bounds,
+    /// The waiting work, a lane per peer.
+    lanes: Mutex<Lanes<ByPeer, oneshot::Sender<()>>>,
+    /// Messages waiting now (the lanes' length, kept beside them to be read without the
+    /// lock: a slot given back looks at it to know whether anyone waits).
     queued: AtomicUsize,
     /// Handler tasks alive (running or queued): a graceful close waits for zero.
     active: AtomicUsize,
@@ -97,12 +138,19 @@ pub(crate) struct Runtime {
 
 impl Runtime {
     pub(crate) fn new(config: &Config) -> Runtime {
+        let queued = match config.when_busy {
+            BusyPolicy::Wait { max_queued } => max_queued,
+            BusyPolicy::Refuse => 0,
+        };
         Runtime {
             taken: AtomicUsize::new(0),
             max: config.max_concurrent_handlers.max(1),
             per_peer: config.max_handlers_per_peer.max(1),
-            freed: Notify::new(),
-            policy: config.when_busy,
+            bounds: Bounds {
+                queued,
+                queued_per_peer: config.max_queued_per_peer,
+            },
+            lanes: Mutex::new(Lanes::default()),
             queued: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
             idle: Notify::new(),
@@ -115,79 +163,115 @@ impl Runtime {
         }
     }
 
-    /// Takes a free slot, if there is one.
-    fn try_take(&self) -> bool {
-        let mut taken = self.taken.load(Ordering::SeqCst);
-        loop {
-            if taken >= self.max {
-                return false;
-            }
-            match self.taken.compare_exchange_weak(
-                taken,
-                taken + 1,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => return true,
-                Err(now) => taken = now,
+    /// Takes a slot for a job of `peer`: one of its own share, then one of the node's;
+    /// whose was full otherwise.
+    ///
+    /// Every count here and in [`give_back`](Self::give_back) is sequentially consistent
+    /// with the count of the queued: a job that queues counts itself, then looks at the
+    /// slots once more; a slot given back is counted, then the queued are looked at. Each
+    /// side writes one and reads the other, so one of them sees the other and no job waits
+    /// beside a free slot.
+    fn try_take(&self, peer: &PeerWork) -> Result<(), Full> {
+        if !take_below(&peer.running, self.per_peer) {
+            return Err(Full::Peer);
+        }
+        if !take_below(&self.taken, self.max) {
+            // Given back at once: whoever saw the peer at its bound meanwhile holds the
+            // lanes' lock or will take it (see `admit_waiting`).
+            peer.running.fetch_sub(1, Ordering::SeqCst);
+            return Err(Full::Node);
+        }
+        Ok(())
+    }
+
+    /// One more message of `peer`: it runs at once when its peer has nothing waiting and
+    /// there is a slot (no lock taken), else as [`fair::slot`] decides under the lanes'
+    /// lock (counted as queued when it must wait).
+    pub(crate) fn admit_for(&self, peer: &Arc<PeerWork>) -> Admitted {
+        if peer.queued.load(Ordering::SeqCst) == 0 && self.try_take(peer).is_ok() {
+            return Admitted::Run;
+        }
+        self.admit_waiting(peer)
+    }
+
+    /// The rest of [`admit_for`](Self::admit_for), under the lanes' lock.
+    fn admit_waiting(&self, peer: &Arc<PeerWork>) -> Admitted {
+        let mut lanes = self.lanes.lock();
+        // Work that waits goes first: a slot freed a moment ago (or left by a failed
+        // take above) is offered to the lanes in turn before this message sees it.
+        self.serve(&mut lanes);
+        let key = ByPeer(Arc::clone(peer));
+        let mine = lanes.len_of(&key);
+        // Behind its own peer's waiting work whatever the slots: a peer's jobs start in
+        // the order they came.
+        let taken = if mine == 0 {
+            self.try_take(peer)
+        } else {
+            Err(Full::Peer)
+        };
+        match fair::slot(taken, lanes.len(), mine, &self.bounds) {
+            Slot::Run(()) => Admitted::Run,
+            Slot::Refuse(full) => Admitted::Refused(full),
+            Slot::Queue => {
+                self.queued.fetch_add(1, Ordering::SeqCst);
+                peer.queued.fetch_add(1, Ordering::SeqCst);
+                // One more look after counting itself (see `try_take`).
+                if mine == 0 && self.try_take(peer).is_ok() {
+                    self.queued.fetch_sub(1, Ordering::SeqCst);
+                    peer.queued.fetch_sub(1, Ordering::SeqCst);
+                    return Admitted::Run;
+                }
+                let (tell, served) = oneshot::channel();
+                let ticket = lanes.push(key, tell);
+                Admitted::Queued(Waiter { ticket, served })
             }
         }
     }
 
-    /// Gives a slot back, waking a queued message if there is one. (Sequentially
-    /// consistent with `admit`'s count of the queued and `take`'s look at the slots: each
-    /// side writes one and reads the other, and weaker orders would let both read stale
-    /// values and lose the wake-up.)
-    fn give_back(&self) {
+    /// Gives a slot of `peer` back, and serves the lanes if work waits.
+    fn give_back(&self, peer: &PeerWork) {
+        peer.running.fetch_sub(1, Ordering::SeqCst);
         self.taken.fetch_sub(1, Ordering::SeqCst);
         if self.queued.load(Ordering::SeqCst) > 0 {
-            self.freed.notify_one();
+            self.serve(&mut self.lanes.lock());
         }
     }
 
-    /// Waits for a slot (a message counted as queued).
-    async fn take(&self) {
-        loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            // Registered before looking: a slot given back in between wakes this one.
-            freed.as_mut().enable();
-            if self.try_take() {
+    /// Hands free slots to waiting work, a lane at a time in turn, passing over the
+    /// peers that hold their share (at most `max / per_peer` of them can).
+    fn serve(&self, lanes: &mut Lanes<ByPeer, oneshot::Sender<()>>) {
+        while self.taken.load(Ordering::SeqCst) < self.max {
+            let Some((peer, tell)) = lanes.pop(|peer| self.try_take(&peer.0).is_ok()) else {
                 return;
-            }
-            freed.await;
-        }
-    }
-
-    /// A slot for one more message of `peer`: refused at once when the peer has
-    /// `max_handlers_per_peer` jobs already (counted for it otherwise; the job's end gives
-    /// it back), else as [`admit`](Self::admit) decides.
-    fn admit_for(&self, peer: &PeerWork) -> Slot<()> {
-        let before = peer.active.fetch_add(1, Ordering::SeqCst);
-        let decision = if before >= self.per_peer {
-            Slot::Refuse
-        } else {
-            self.admit()
-        };
-        if matches!(decision, Slot::Refuse) {
-            peer.active.fetch_sub(1, Ordering::SeqCst);
-        }
-        decision
-    }
-
-    /// A slot for one more message (counted as queued when it must wait).
-    fn admit(&self) -> Slot<()> {
-        if self.try_take() {
-            return Slot::Run(());
-        }
-        // Counted first, so that two messages racing for the last queue place cannot both
-        // take it.
-        let queued = self.queued.fetch_add(1, Ordering::SeqCst);
-        let decision = slot(None, queued, self.policy);
-        if matches!(decision, Slot::Refuse) {
+            };
             self.queued.fetch_sub(1, Ordering::SeqCst);
+            peer.0.queued.fetch_sub(1, Ordering::SeqCst);
+            if tell.send(()).is_err() {
+                // Unreachable in practice: a job takes itself out of its lane under this
+                // lock before it goes. Its slots back all the same.
+                peer.0.running.fetch_sub(1, Ordering::SeqCst);
+                self.taken.fetch_sub(1, Ordering::SeqCst);
+            }
         }
-        decision
+    }
+
+    /// A queued job stops waiting (its peer left, its deadline passed, or it is dropped);
+    /// whether it holds slots even so (it was served meanwhile: they are its to give back).
+    fn leave_line(&self, peer: &Arc<PeerWork>, ticket: u64) -> bool {
+        let mut lanes = self.lanes.lock();
+        if lanes.remove(&ByPeer(Arc::clone(peer)), ticket).is_some() {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            peer.queued.fetch_sub(1, Ordering::SeqCst);
+            false
+        } else {
+            true
+        }
+    }
+
+    /// Peers with work waiting now (each has a lane while it has).
+    #[cfg(test)]
+    fn lanes(&self) -> usize {
+        self.lanes.lock().lanes()
     }
 
     /// Handler tasks running or queued now.
@@ -223,79 +307,91 @@ impl Drop for Runtime {
     }
 }
 
-/// A handler task's hold on the node: counted alive for graceful close, and holding a
-/// slot of the limit once it has one; both are given back however the task ends.
+/// A handler task's hold on the node: counted alive for graceful close, and holding its
+/// slots (the node's and its peer's) or its place in line; all are given back however
+/// the task ends.
 pub(crate) struct Work {
     inner: Arc<Inner>,
-    /// The peer the work is for: its count, and the signal that it left.
+    /// The peer the work is for: its counts, and the signal that it left.
     peer: Arc<PeerWork>,
-    slot: bool,
-    /// Counted as queued (waiting for a slot) right now.
-    queued: bool,
+    hold: Hold,
+}
+
+/// What a job holds of the limits.
+enum Hold {
+    /// Its slots.
+    Slot,
+    /// Its place in its peer's lane.
+    Waiting(Waiter),
+    /// Nothing (it left the line without a slot).
+    Nothing,
 }
 
 impl Work {
-    /// The hold of a job admitted as `admitted` (a slot taken, or a place in the queue):
-    /// given back by its drop even if the job never runs.
-    fn start(inner: &Arc<Inner>, peer: Arc<PeerWork>, admitted: &Slot<()>) -> Work {
+    /// The hold of a job admitted (with its slots, or a place in line): given back by its
+    /// drop even if the job never runs.
+    fn start(inner: &Arc<Inner>, peer: Arc<PeerWork>, hold: Hold) -> Work {
         inner.runtime.active.fetch_add(1, Ordering::AcqRel);
         Work {
             inner: Arc::clone(inner),
             peer,
-            slot: matches!(admitted, Slot::Run(())),
-            queued: matches!(admitted, Slot::Queue),
+            hold,
         }
     }
 
-    /// Waits for a slot if the job had to queue, unless its peer leaves first (counted as
-    /// cancelled) or `deadline` passes. A job admitted with a slot runs at once: only the
-    /// rare queued one pays for a second handle on its peer.
+    /// Waits for its turn if the job had to queue, unless its peer leaves first (counted
+    /// as cancelled) or `deadline` passes (then it leaves the line). A job admitted with
+    /// its slots runs at once: only the queued one pays for a second handle on its peer.
     async fn slot_before(&mut self, deadline: Option<Instant>, arrived: Option<Instant>) -> Waited {
-        if !self.queued {
+        let Hold::Waiting(waiter) = &mut self.hold else {
             return Waited::AtOnce;
-        }
+        };
         let peer = Arc::clone(&self.peer);
-        tokio::select! {
+        let waited = tokio::select! {
             biased;
             // First: a job whose peer left, or whose node's grace ran out, does not start
-            // even if a slot is free at the same moment (the stopped jobs free theirs).
+            // even if it is served at the same moment.
             why = peer.gone() => {
                 self.inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
                 Waited::Stopped(why)
             }
-            () = self.slot() => {
-                if let (Some(metrics), Some(arrived)) = (&self.inner.observers.metrics, arrived) {
-                    metrics.queue_wait(arrived.elapsed());
-                }
-                Waited::Slot
-            }
+            served = &mut waiter.served => match served {
+                Ok(()) => Waited::Slot,
+                // Its sender is dropped only by taking the job out of its lane, which the
+                // job does itself: left as if its peer had gone.
+                Err(_) => Waited::Stopped(Stop::Left),
+            },
             () = Expiry::new(deadline) => Waited::Expired,
+        };
+        if waited == Waited::Slot {
+            self.hold = Hold::Slot;
+            if let (Some(metrics), Some(arrived)) = (&self.inner.observers.metrics, arrived) {
+                metrics.queue_wait(arrived.elapsed());
+            }
+        } else {
+            self.leave_line();
         }
+        waited
     }
 
-    /// Waits for a slot if the job had to queue.
-    async fn slot(&mut self) {
-        if self.queued {
-            let runtime = &self.inner.runtime;
-            runtime.take().await;
-            runtime.queued.fetch_sub(1, Ordering::AcqRel);
-            self.queued = false;
-            self.slot = true;
+    /// Leaves its peer's lane if it waits there: its slots, if it was served meanwhile,
+    /// are kept until the job's end gives them back.
+    fn leave_line(&mut self) {
+        if let Hold::Waiting(waiter) = &self.hold {
+            let served = self.inner.runtime.leave_line(&self.peer, waiter.ticket);
+            self.hold = if served { Hold::Slot } else { Hold::Nothing };
         }
     }
 }
 
 impl Drop for Work {
     fn drop(&mut self) {
+        // Dropped while waiting (the runtime is shutting down): out of the line first.
+        self.leave_line();
         let runtime = &self.inner.runtime;
-        if self.slot {
-            runtime.give_back();
+        if let Hold::Slot = self.hold {
+            runtime.give_back(&self.peer);
         }
-        if self.queued {
-            // Dropped while waiting (the runtime is shutting down).
-            runtime.queued.fetch_sub(1, Ordering::AcqRel);
-        }
-        self.peer.active.fetch_sub(1, Ordering::AcqRel);
         if runtime.active.fetch_sub(1, Ordering::AcqRel) == 1 {
             runtime.idle.notify_waiters();
         }
@@ -538,17 +634,17 @@ pub(crate) fn spawn_request(
     first: Option<First>,
     responder: Responder,
 ) {
-    let slot = inner.runtime.admit_for(&peer);
-    if matches!(slot, Slot::Refuse) {
-        inner.runtime.refused.fetch_add(1, Ordering::Relaxed);
-        responder.answer(Err(RemoteError::system_error(
-            BUSY,
-            "the node's handlers are at their limit",
-        )));
-        return;
-    }
+    let hold = match inner.runtime.admit_for(&peer) {
+        Admitted::Run => Hold::Slot,
+        Admitted::Queued(waiter) => Hold::Waiting(waiter),
+        Admitted::Refused(full) => {
+            inner.runtime.refused.fetch_add(1, Ordering::Relaxed);
+            responder.answer(Err(RemoteError::system_error(BUSY, full.message())));
+            return;
+        }
+    };
     inner.runtime.pool.run(Job::Request {
-        work: Work::start(inner, peer, &slot),
+        work: Work::start(inner, peer, hold),
         from,
         incoming,
         received,
@@ -566,14 +662,17 @@ pub(crate) fn spawn_tick(
     meta: Meta,
     first: First,
 ) {
-    let slot = inner.runtime.admit_for(&peer);
-    if matches!(slot, Slot::Refuse) {
-        inner.runtime.ticks_dropped.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(node = %inner.id, event = incoming.event(), "tick dropped: handlers at their limit");
-        return;
-    }
+    let hold = match inner.runtime.admit_for(&peer) {
+        Admitted::Run => Hold::Slot,
+        Admitted::Queued(waiter) => Hold::Waiting(waiter),
+        Admitted::Refused(full) => {
+            inner.runtime.ticks_dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(node = %inner.id, event = incoming.event(), cause = full.message(), "tick dropped");
+            return;
+        }
+    };
     inner.runtime.pool.run(Job::Tick {
-        work: Work::start(inner, peer, &slot),
+        work: Work::start(inner, peer, hold),
         from,
         incoming,
         meta,
@@ -604,45 +703,154 @@ mod tests {
         assert_eq!(fitting(error.clone(), 0), error);
     }
 
-    #[test]
-    fn a_free_slot_runs_whatever_the_policy() {
-        assert_eq!(slot(Some(7), 0, WAIT), Slot::Run(7));
-        assert_eq!(slot(Some(7), 99, BusyPolicy::Refuse), Slot::Run(7));
+    fn runtime(
+        max: usize,
+        per_peer: usize,
+        when_busy: BusyPolicy,
+        queued_per_peer: usize,
+    ) -> Runtime {
+        Runtime::new(&Config {
+            max_concurrent_handlers: max,
+            max_handlers_per_peer: per_peer,
+            max_queued_per_peer: queued_per_peer,
+            when_busy,
+            ..Config::default()
+        })
     }
 
-    #[test]
-    fn waiting_is_bounded_then_refused() {
-        assert_eq!(slot::<()>(None, 0, WAIT), Slot::Queue);
-        assert_eq!(slot::<()>(None, 1, WAIT), Slot::Queue);
-        assert_eq!(slot::<()>(None, 2, WAIT), Slot::Refuse);
-        assert_eq!(slot::<()>(None, 0, BusyPolicy::Refuse), Slot::Refuse);
+    /// What became of a message, in a word (the waiter kept when it queued).
+    fn admit(runtime: &Runtime, peer: &Arc<PeerWork>, waiters: &mut Vec<Waiter>) -> &'static str {
+        match runtime.admit_for(peer) {
+            Admitted::Run => "run",
+            Admitted::Queued(waiter) => {
+                waiters.push(waiter);
+                "queued"
+            }
+            Admitted::Refused(Full::Node) => "node full",
+            Admitted::Refused(Full::Peer) => "peer full",
+        }
     }
 
     #[test]
     fn the_counts_stay_in_step_with_the_decisions() {
-        let config = Config {
-            max_concurrent_handlers: 1,
-            when_busy: WAIT,
-            ..Config::default()
-        };
-        let runtime = Runtime::new(&config);
-        assert!(matches!(runtime.admit(), Slot::Run(())));
-        assert!(matches!(runtime.admit(), Slot::Queue));
-        assert!(matches!(runtime.admit(), Slot::Queue));
-        assert!(matches!(runtime.admit(), Slot::Refuse));
-        assert_eq!(runtime.queued(), 2, "a refusal leaves the queue as it was");
-        let refusing = Runtime::new(&Config {
-            max_concurrent_handlers: 1,
-            when_busy: BusyPolicy::Refuse,
-            ..Config::default()
-        });
-        assert!(matches!(refusing.admit(), Slot::Run(())));
-        assert!(matches!(refusing.admit(), Slot::Refuse));
-        refusing.give_back();
-        assert!(
-            matches!(refusing.admit(), Slot::Run(())),
+        let waiting = runtime(1, 8, WAIT, 8);
+        let peer = Arc::new(PeerWork::default());
+        let mut waiters = Vec::new();
+        let said: Vec<_> = (0..4)
+            .map(|_| admit(&waiting, &peer, &mut waiters))
+            .collect();
+        assert_eq!(said, ["run", "queued", "queued", "node full"]);
+        assert_eq!(waiting.queued(), 2, "a refusal leaves the queue as it was");
+        assert_eq!(peer.queued.load(Ordering::SeqCst), 2);
+        // The slot given back goes to the first in line.
+        waiting.give_back(&peer);
+        assert!(waiters[0].served.try_recv().is_ok());
+        assert!(waiters[1].served.try_recv().is_err());
+        assert_eq!((waiting.queued(), waiting.lanes()), (1, 1));
+
+        let refusing = runtime(1, 8, BusyPolicy::Refuse, 8);
+        assert_eq!(admit(&refusing, &peer, &mut waiters), "run");
+        assert_eq!(admit(&refusing, &peer, &mut waiters), "node full");
+        refusing.give_back(&peer);
+        assert_eq!(
+            admit(&refusing, &peer, &mut waiters),
+            "run",
             "a slot given back is free"
         );
         assert_eq!(refusing.queued(), 0);
+    }
+
+    /// The bug this prevents: one peer's flood of slow requests took every slot and every
+    /// place in line, and another peer's quick requests waited behind it until they timed
+    /// out. Without sockets or a clock: the decisions and the counts alone.
+    #[test]
+    fn a_flooding_peer_is_held_to_its_share_and_the_others_run() {
+        let node = runtime(4, 2, BusyPolicy::Wait { max_queued: 16 }, 3);
+        let flooder = Arc::new(PeerWork::default());
+        let mut waiters = Vec::new();
+        let said: Vec<_> = (0..10)
+            .map(|_| admit(&node, &flooder, &mut waiters))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "run",
+                "run",
+                "queued",
+                "queued",
+                "queued",
+                "peer full",
+                "peer full",
+                "peer full",
+                "peer full",
+                "peer full"
+            ]
+        );
+        // Its jobs never end; the quick peer's run at once, one after another, and take
+        // no place in line.
+        let quick = Arc::new(PeerWork::default());
+        for _ in 0..1000 {
+            assert_eq!(admit(&node, &quick, &mut waiters), "run");
+            node.give_back(&quick);
+        }
+        assert_eq!((node.queued(), waiters.len()), (3, 3));
+        // The flooder's waiting work is still there, and is not served by others' slots.
+        assert!(waiters.iter_mut().all(|w| w.served.try_recv().is_err()));
+    }
+
+    #[test]
+    fn waiting_work_is_served_a_peer_at_a_time_in_turn() {
+        let node = runtime(2, 2, BusyPolicy::Wait { max_queued: 16 }, 8);
+        let (flooder, quick) = (Arc::new(PeerWork::default()), Arc::new(PeerWork::default()));
+        let (mut flood, mut quicks) = (Vec::new(), Vec::new());
+        for _ in 0..7 {
+            admit(&node, &flooder, &mut flood);
+        }
+        assert_eq!(flood.len(), 5, "two run, five wait");
+        for _ in 0..2 {
+            assert_eq!(admit(&node, &quick, &mut quicks), "queued");
+        }
+        // Each slot given back (the oldest held first) goes to the next lane in turn: the
+        // quick peer waits one turn, not five.
+        let mut holders = std::collections::VecDeque::from([&flooder, &flooder]);
+        let mut order = String::new();
+        while let Some(holder) = holders.pop_front() {
+            node.give_back(holder);
+            for (name, peer, waiters) in [('f', &flooder, &mut flood), ('q', &quick, &mut quicks)] {
+                for waiter in waiters.iter_mut() {
+                    if waiter.served.try_recv().is_ok() {
+                        order.push(name);
+                        holders.push_back(peer);
+                    }
+                }
+            }
+        }
+        assert_eq!(order, "fqfqfff");
+        assert_eq!((node.queued(), node.lanes()), (0, 0));
+    }
+
+    #[test]
+    fn waiting_work_whose_peer_leaves_goes_and_leaves_nothing_behind() {
+        let node = runtime(1, 1, BusyPolicy::Wait { max_queued: 16 }, 8);
+        let (holder, leaver) = (Arc::new(PeerWork::default()), Arc::new(PeerWork::default()));
+        let mut waiters = Vec::new();
+        assert_eq!(admit(&node, &holder, &mut waiters), "run");
+        for _ in 0..3 {
+            assert_eq!(admit(&node, &leaver, &mut waiters), "queued");
+        }
+        assert_eq!((node.queued(), node.lanes()), (3, 1));
+        // The leaver's jobs leave the line (as `Work` does when its peer is gone).
+        for waiter in &waiters {
+            assert!(!node.leave_line(&leaver, waiter.ticket), "none was served");
+        }
+        assert_eq!((node.queued(), node.lanes()), (0, 0));
+        assert_eq!(leaver.queued.load(Ordering::SeqCst), 0);
+        // A job served a moment before it left keeps its slots, to give them back.
+        let mut late = Vec::new();
+        assert_eq!(admit(&node, &leaver, &mut late), "queued");
+        node.give_back(&holder);
+        assert!(node.leave_line(&leaver, late[0].ticket), "served already");
+        node.give_back(&leaver);
+        assert_eq!(node.taken.load(Ordering::SeqCst), 0);
     }
 }

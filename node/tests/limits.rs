@@ -94,10 +94,13 @@ async fn a_payload_over_the_receivers_limit_is_refused_before_anything_is_sent()
     assert_eq!(again.unwrap(), fits);
 }
 
-/// A requester that leaves takes its work with it: 2,000 requests parked in a handler that
-/// would take ten minutes are stopped, and their memory freed, when it goes.
+/// A requester that leaves takes its work with it: of 2,000 requests to a handler that
+/// would take ten minutes, those held to its share (256 running, 1,024 waiting in its
+/// lane) are stopped, and their memory freed, when it goes; the other 720 were refused.
 #[tokio::test]
 async fn the_work_of_a_peer_that_leaves_is_cancelled() {
+    let defaults = node::Config::default();
+    let (running, waiting) = (defaults.max_handlers_per_peer, defaults.max_queued_per_peer);
     let srv = server("srv").await;
     srv.on_request("park", |_req: Request| async move {
         tokio::time::sleep(Duration::from_secs(600)).await;
@@ -115,12 +118,18 @@ async fn the_work_of_a_peer_that_leaves_is_cancelled() {
             })
         })
         .collect();
-    within("2,000 requests parked in their handler", async {
-        while srv.stats().handlers_active < 2000 {
+    within("2,000 requests parked in their handler or refused", async {
+        while srv.stats().handlers_active + (srv.stats().busy_refused as usize) < 2000 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await;
+    let stats = srv.stats();
+    assert_eq!(
+        (stats.handlers_active, stats.handlers_queued),
+        (running + waiting, waiting),
+        "{stats:?}"
+    );
     requester.close().await;
     // Every request of the closed node ended (its own close fails what is pending).
     for request in parked {
@@ -133,21 +142,25 @@ async fn the_work_of_a_peer_that_leaves_is_cancelled() {
         }
     })
     .await;
-    assert_eq!(srv.stats().handlers_cancelled, 2000);
+    let stats = srv.stats();
+    assert_eq!(stats.handlers_queued, 0, "its lane is gone: {stats:?}");
+    assert_eq!(stats.handlers_cancelled, (running + waiting) as u64);
 }
 
-/// One peer cannot take every handler slot: above `max_handlers_per_peer` its requests are
-/// answered `BUSY`, while another peer is served.
+/// One peer cannot take every handler slot: above `max_handlers_per_peer` running and
+/// `max_queued_per_peer` waiting its requests are answered `BUSY`, saying so, while another
+/// peer is served.
 #[tokio::test]
 async fn one_peer_is_held_to_its_share_of_the_handlers() {
     let srv = builder("srv")
         .max_handlers_per_peer(5)
+        .max_queued_per_peer(2)
         .bind("tcp://127.0.0.1:0")
         .build()
         .await
         .unwrap();
     srv.on_request("slow", |_req: Request| async move {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         Ok::<_, node::HandlerError>("slow")
     });
     srv.on_request("quick", |_req: Request| async move {
@@ -164,12 +177,13 @@ async fn one_peer_is_held_to_its_share_of_the_handlers() {
         })
         .collect();
     within("the greedy peer's share is taken", async {
-        while srv.stats().busy_refused < 7 {
+        while srv.stats().busy_refused < 5 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
     .await;
-    // The greedy peer's five run; the polite one is answered meanwhile.
+    // The greedy peer's five run and two wait; the polite one is answered meanwhile.
+    assert_eq!(srv.stats().handlers_queued, 2);
     let quick: String = polite.request("srv", "quick", &()).await.unwrap();
     assert_eq!(quick, "quick");
     let mut answered = 0;
@@ -177,12 +191,15 @@ async fn one_peer_is_held_to_its_share_of_the_handlers() {
     for request in flood {
         match within("a greedy request", request).await.unwrap() {
             Ok(_) => answered += 1,
-            Err(Error::Busy { .. }) => busy += 1,
+            Err(Error::Busy { message }) => {
+                assert!(message.contains("this peer's share"), "{message}");
+                busy += 1;
+            }
             Err(e) => panic!("unexpected {e:?}"),
         }
     }
-    assert_eq!((answered, busy), (5, 7));
-    assert_eq!(srv.stats().busy_refused, 7);
+    assert_eq!((answered, busy), (7, 5));
+    assert_eq!(srv.stats().busy_refused, 5);
 }
 
 /// A handler's answer over the requester's limit is not sent (the requester's socket would

@@ -76,9 +76,9 @@ const MIB: u64 = 1024 * 1024;
 const HWM: i32 = 1_000;
 
 /// 200,000 ticks of 1 KB, as fast as four senders can send them, to a handler that takes
-/// 100 ms each, under the default handler limits (1,024 running, 8,192 queued, 4,096 per
-/// peer). Each tick is handled or dropped and counted, nothing else; and memory stays
-/// bounded.
+/// 100 ms each, under the default handler limits (1,024 running and 8,192 queued
+/// node-wide, 256 running and 1,024 queued per peer). Each tick is handled or dropped and
+/// counted, nothing else; and memory stays bounded.
 ///
 /// Why 100 ms and not 10: in a debug build four senders deliver about 90,000 ticks/s,
 /// less than 1,024 handlers of 10 ms take (102,400/s), so nothing would ever queue and the
@@ -89,8 +89,8 @@ const HWM: i32 = 1_000;
 /// `Wait`) and libzmq's receiving side never drops (it stops reading the connection), so
 /// handled + `ticks_dropped` is the whole.
 ///
-/// The arithmetic for memory: the receiver holds at most 1,024 running + 8,192 queued
-/// ticks (four peers at 4,096 each would be more: the node-wide bound binds), each its
+/// The arithmetic for memory: the receiver holds at most 1,024 running + 4,096 queued
+/// ticks (four peers at 256 + 1,024 each; the node-wide 8,192 queued would be more), each its
 /// 1 KB payload and a job; measured here, a full runtime costs about 50 MB in a debug build
 /// (about 5 KB a job: debug futures are large). libzmq holds at most an HWM per pipe and
 /// side: four senders' out-pipes and the receiver's four in-pipes, 8 x 1,000 messages at
