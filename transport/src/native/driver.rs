@@ -27,16 +27,17 @@ use crate::router::PeerId;
 /// call.
 const READ_CHUNK: usize = 64 * 1024;
 
-/// The first block a connection's read buffer takes, at its first byte. A handshake is a
-/// greeting of 64 bytes and a few commands of a few hundred (a CURVE INITIATE with its
-/// metadata is the largest), and a peer that sends little (a heartbeat, a request now and
-/// then) reads as little, so a small block does for both. Each read that fills the room it
-/// was given doubles the next block, up to [`READ_CHUNK`]: a busy peer gets there within a
-/// few reads. Why not a whole block from the start: a connection that never joins (a port
-/// scanner, a load balancer's health check, a peer that is not ZMTP) then cost 64 KiB of
-/// address space, and 2,000 of them at once 128 MiB; glibc kept the pages they had touched
-/// once freed, and the next round placed its blocks elsewhere in that space, so the node's
-/// resident size grew by several MiB every round of 2,000 connections, without end.
+/// The first block a connection's read buffer takes, when it first has something to read.
+/// A handshake is a greeting of 64 bytes and a few commands of a few hundred (a CURVE
+/// INITIATE with its metadata is the largest), and a peer that sends little (a heartbeat, a
+/// request now and then) reads as little, so a small block does for both. The first read
+/// that fills the room it was given moves the connection to blocks of [`READ_CHUNK`]: the
+/// peer may have more. Why not a full block from the start: a connection that never joins
+/// (a port scanner, a load balancer's health check, a peer that is not ZMTP, a ZeroMQ client
+/// that is not a node) then cost 64 KiB of address space, and 2,000 of them at once
+/// 128 MiB; glibc kept the pages they had touched once freed, and the next round placed its
+/// blocks elsewhere in that space, so the node's resident size grew by several MiB every
+/// round of 2,000 connections, without end.
 const FIRST_CHUNK: usize = 512;
 
 /// The least room a read goes on into, for blocks of `block` bytes: below it, a new block
@@ -78,10 +79,10 @@ fn make_room(input: &mut BytesMut, wanted: usize, block: usize) {
 }
 
 /// The size of the next block, after a read of `read` bytes into `room`: a read that filled
-/// its room may have left more unread, so blocks double, up to [`READ_CHUNK`].
+/// its room may have left more unread, so full blocks from then on.
 fn next_block(block: usize, read: usize, room: usize) -> usize {
     if read >= room {
-        (block * 2).min(READ_CHUNK)
+        READ_CHUNK
     } else {
         block
     }
@@ -543,21 +544,13 @@ mod tests {
     }
 
     #[test]
-    fn blocks_double_while_reads_fill_them_up_to_a_full_one() {
-        let mut block = FIRST_CHUNK;
-        let mut sizes = vec![block];
-        while block < READ_CHUNK {
-            block = next_block(block, block, block);
-            sizes.push(block);
-        }
-        assert_eq!(
-            sizes.len(),
-            8,
-            "a busy peer gets a full block by its eighth read"
-        );
-        assert_eq!(next_block(READ_CHUNK, READ_CHUNK, READ_CHUNK), READ_CHUNK);
+    fn a_read_that_fills_its_room_moves_the_connection_to_full_blocks() {
         // A read that left room: the peer had no more, the size stays.
         assert_eq!(next_block(FIRST_CHUNK, 100, FIRST_CHUNK), FIRST_CHUNK);
+        assert_eq!(next_block(FIRST_CHUNK, 100, 200), FIRST_CHUNK);
+        // One that filled it: full blocks, for good.
+        assert_eq!(next_block(FIRST_CHUNK, 200, 200), READ_CHUNK);
+        assert_eq!(next_block(READ_CHUNK, 10, READ_CHUNK), READ_CHUNK);
     }
 
     #[test]
