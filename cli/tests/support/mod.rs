@@ -190,6 +190,11 @@ impl NodeProcess {
         self.seen.clone()
     }
 
+    /// Its process id (to read what `/proc` says of it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Its stderr so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().expect("stderr lock").clone()

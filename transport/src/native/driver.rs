@@ -23,12 +23,28 @@ use crate::curve::Key;
 use crate::deliver::{Delivered, Delivery};
 use crate::router::PeerId;
 
-/// The block a read buffer takes when it needs a new one: larger reads take more of a
-/// burst per system call.
+/// The largest block a read buffer takes: larger reads take more of a burst per system
+/// call.
 const READ_CHUNK: usize = 64 * 1024;
 
-/// The least room a read goes on into: below it, a new block (or the old one back).
-const MIN_READ: usize = 8 * 1024;
+/// The first block a connection's read buffer takes, when it first has something to read.
+/// A handshake is a greeting of 64 bytes and a few commands of a few hundred (a CURVE
+/// INITIATE with its metadata is the largest), and a peer that sends little (a heartbeat, a
+/// request now and then) reads as little, so a small block does for both. The first read
+/// that fills the room it was given moves the connection to blocks of [`READ_CHUNK`]: the
+/// peer may have more. Why not a full block from the start: a connection that never joins
+/// (a port scanner, a load balancer's health check, a peer that is not ZMTP, a ZeroMQ client
+/// that is not a node) then cost 64 KiB of address space, and 2,000 of them at once
+/// 128 MiB; glibc kept the pages they had touched once freed, and the next round placed its
+/// blocks elsewhere in that space, so the node's resident size grew by several MiB every
+/// round of 2,000 connections, without end.
+const FIRST_CHUNK: usize = 512;
+
+/// The least room a read goes on into, for blocks of `block` bytes: below it, a new block
+/// (or the old one back). 8 KiB of a full block.
+fn least_room(block: usize) -> usize {
+    block / 8
+}
 
 /// Reads per wake-up before the driver lets other tasks run.
 const READS_PER_POLL: usize = 16;
@@ -42,24 +58,34 @@ const DELIVERIES_PER_POLL: usize = 64;
 const IOVECS: usize = 64;
 
 /// Makes room in the read buffer `input` for the next read, which needs at least `wanted`
-/// more bytes for the frame it holds a part of.
+/// more bytes for the frame it holds a part of; a new block is `block` bytes (see
+/// [`FIRST_CHUNK`]).
 ///
 /// Frames are handed on as slices of the buffer, so a block stays shared until the last
 /// of them is dropped. An empty buffer whose block nobody else holds any more starts again
 /// at the block's start, memory that is still warm. Otherwise the read goes on into what
-/// is left of the block while that is at least [`MIN_READ`] (and the frame's `wanted`), and
-/// only then takes a new block. Asking every read for a whole [`READ_CHUNK`] of room, as
-/// this did before, took a new 64 KiB block whenever a frame of the last read was still
-/// alive (most reads at a window of 100), and grew the block to 128 KiB under a partial
-/// frame.
-fn make_room(input: &mut BytesMut, wanted: usize) {
-    if input.is_empty() && input.try_reclaim(READ_CHUNK) {
+/// is left of the block while that is at least [`least_room`] (and the frame's `wanted`),
+/// and only then takes a new block. Asking every read for a whole block of room, as this
+/// did before, took a new 64 KiB block whenever a frame of the last read was still alive
+/// (most reads at a window of 100), and grew the block to 128 KiB under a partial frame.
+fn make_room(input: &mut BytesMut, wanted: usize, block: usize) {
+    if input.is_empty() && input.try_reclaim(block) {
         return;
     }
-    if input.capacity() - input.len() >= MIN_READ.max(wanted) {
+    if input.capacity() - input.len() >= least_room(block).max(wanted) {
         return;
     }
-    input.reserve(READ_CHUNK.max(wanted));
+    input.reserve(block.max(wanted));
+}
+
+/// The size of the next block, after a read of `read` bytes into `room`: a read that filled
+/// its room may have left more unread, so full blocks from then on.
+fn next_block(block: usize, read: usize, room: usize) -> usize {
+    if read >= room {
+        READ_CHUNK
+    } else {
+        block
+    }
 }
 
 /// Why a connection ended.
@@ -86,6 +112,8 @@ pub(super) struct Driver {
     endpoint: Arc<str>,
     /// Bytes read and not yet consumed by the state machine.
     input: BytesMut,
+    /// The size of the next block `input` takes (see [`FIRST_CHUNK`]).
+    block: usize,
     /// Bytes taken out of the connection's outbox and not yet written (see `poll_write`).
     writing: zmtp::Outbox,
     /// The events of one input, handled after the state machine's lock is released; with
@@ -136,7 +164,9 @@ impl Driver {
             inbox,
             socket,
             endpoint,
-            input: BytesMut::with_capacity(READ_CHUNK),
+            // No block until the peer has something to read (see `FIRST_CHUNK`).
+            input: BytesMut::new(),
+            block: FIRST_CHUNK,
             writing: zmtp::Outbox::default(),
             events: VecDeque::new(),
             batch: Vec::new(),
@@ -225,14 +255,16 @@ impl Driver {
             } else {
                 self.link.state.lock().conn.wanted(&self.input)
             };
-            make_room(&mut self.input, wanted);
+            make_room(&mut self.input, wanted, self.block);
+            let room = self.input.capacity() - self.input.len();
             match self.stream.poll_read_buf(cx, &mut self.input) {
                 // No data despite readiness (kept after a read that filled the room
                 // offered, or a spurious event), or the task's budget is spent: the
                 // waker is registered, or the task woken to run again.
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(End::Lost),
-                Poll::Ready(Ok(_)) => {
+                Poll::Ready(Ok(read)) => {
+                    self.block = next_block(self.block, read, room);
                     if let Err(end) = self.process(now, &mut budget) {
                         return Poll::Ready(end);
                     }
@@ -463,7 +495,7 @@ mod tests {
         let mut input = read_into(300);
         let start = input.as_ptr();
         drop(input.split_to(300));
-        make_room(&mut input, 0);
+        make_room(&mut input, 0, READ_CHUNK);
         assert_eq!(input.as_ptr(), start);
         assert_eq!(input.capacity(), READ_CHUNK);
     }
@@ -473,7 +505,7 @@ mod tests {
         let mut input = read_into(300);
         let end = input.as_ptr().wrapping_add(300);
         let frame = input.split_to(300).freeze();
-        make_room(&mut input, 0);
+        make_room(&mut input, 0, READ_CHUNK);
         assert_eq!(input.as_ptr(), end, "the same block, after the frame");
         assert_eq!(input.capacity(), READ_CHUNK - 300);
         assert_eq!(frame.len(), 300);
@@ -481,28 +513,75 @@ mod tests {
 
     #[test]
     fn a_held_block_with_too_little_room_left_gives_way_to_a_new_one() {
-        let mut input = read_into(READ_CHUNK - MIN_READ + 1);
+        let mut input = read_into(READ_CHUNK - least_room(READ_CHUNK) + 1);
         let frame = input.split_to(input.len()).freeze();
-        make_room(&mut input, 0);
+        make_room(&mut input, 0, READ_CHUNK);
         assert!(input.capacity() >= READ_CHUNK);
         assert_eq!(
             frame.len(),
-            READ_CHUNK - MIN_READ + 1,
+            READ_CHUNK - least_room(READ_CHUNK) + 1,
             "the frame is untouched"
         );
+    }
+
+    #[test]
+    fn a_connection_starts_with_no_block_then_a_small_one() {
+        // A connection that has sent nothing has no block at all.
+        let mut input = BytesMut::new();
+        assert_eq!(input.capacity(), 0);
+        make_room(&mut input, 0, FIRST_CHUNK);
+        assert_eq!(input.capacity(), FIRST_CHUNK);
+        // A greeting read and consumed: the same small block is read into again.
+        input.extend_from_slice(&[7; 64]);
+        drop(input.split_to(64));
+        make_room(&mut input, 0, FIRST_CHUNK);
+        assert_eq!(input.capacity(), FIRST_CHUNK);
+        // A larger block size (the peer got busy): a partial command read is kept.
+        input.extend_from_slice(&[8; 10]);
+        make_room(&mut input, 0, READ_CHUNK);
+        assert!(input.capacity() >= READ_CHUNK);
+        assert_eq!(&input[..], &[8; 10][..]);
+    }
+
+    #[test]
+    fn a_read_that_fills_its_room_moves_the_connection_to_full_blocks() {
+        // A read that left room: the peer had no more, the size stays.
+        assert_eq!(next_block(FIRST_CHUNK, 100, FIRST_CHUNK), FIRST_CHUNK);
+        assert_eq!(next_block(FIRST_CHUNK, 100, 200), FIRST_CHUNK);
+        // One that filled it: full blocks, for good.
+        assert_eq!(next_block(FIRST_CHUNK, 200, 200), READ_CHUNK);
+        assert_eq!(next_block(READ_CHUNK, 10, READ_CHUNK), READ_CHUNK);
+    }
+
+    #[test]
+    fn a_command_larger_than_a_small_block_still_fits() {
+        let mut input = BytesMut::new();
+        let mut block = FIRST_CHUNK;
+        let mut read = 0;
+        // A 2,000-byte command read as the room offered allows.
+        while read < 2000 {
+            make_room(&mut input, 0, block);
+            let room = input.capacity() - input.len();
+            assert!(room >= least_room(block));
+            let n = room.min(2000 - read);
+            input.extend_from_slice(&vec![9; n]);
+            read += n;
+            block = next_block(block, n, room);
+        }
+        assert_eq!(input.len(), 2000);
     }
 
     #[test]
     fn a_partial_frame_gets_room_for_what_it_still_needs() {
         // 100 bytes of a frame are in, 200,000 more are wanted.
         let mut input = read_into(100);
-        make_room(&mut input, 200_000);
+        make_room(&mut input, 200_000, READ_CHUNK);
         assert!(input.capacity() - input.len() >= 200_000);
         assert_eq!(&input[..], &[7; 100][..], "the part read is kept");
         // A partial frame with room enough left is read on into in place.
         let mut input = read_into(100);
         let start = input.as_ptr();
-        make_room(&mut input, 1000);
+        make_room(&mut input, 1000, READ_CHUNK);
         assert_eq!(input.as_ptr(), start);
         assert_eq!(input.capacity(), READ_CHUNK);
     }
