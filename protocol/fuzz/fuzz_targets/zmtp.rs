@@ -40,7 +40,7 @@ fn curve_server(config: Config, now: Instant) -> Option<Connection> {
     config.mechanism = Mechanism::Curve(CurveConfig::Server {
         keys: server_keys.clone(),
     });
-    config.authorize = Some(Authorizer(Arc::new(|_| true)));
+    config.authorize = Some(Authorizer(Arc::new(|_: &[u8; 32]| true)));
     let mut client_config = Config::new(SocketType::Dealer);
     client_config.mechanism = Mechanism::Curve(CurveConfig::Client {
         keys: CurveKeys::generate(),
