@@ -17,19 +17,26 @@ use zmtp::{Authorizer, Config, Connection, Event, Mechanism, SocketType};
 
 const LIMIT: u64 = 1 << 16;
 
-/// Moves what `from` has to write into `to`.
-fn shuttle(from: &mut Connection, to: &mut Connection, now: Instant) -> zmtp::Result<()> {
-    let mut wire = BytesMut::new();
+/// Moves what `from` has to write into `to`, whose unconsumed bytes (a partial greeting)
+/// wait in `to_input`.
+fn shuttle(
+    from: &mut Connection,
+    to: &mut Connection,
+    to_input: &mut BytesMut,
+    now: Instant,
+) -> zmtp::Result<()> {
     {
         let out = from.outbox();
         let mut slices = [std::io::IoSlice::new(&[]); 64];
         let n = out.io_slices(&mut slices);
+        let mut len = 0;
         for s in &slices[..n] {
-            wire.extend_from_slice(s);
+            to_input.extend_from_slice(s);
+            len += s.len();
         }
-        out.advance(wire.len());
+        out.advance(len);
     }
-    to.handle_input(&mut wire, now)
+    to.handle_input(to_input, now)
 }
 
 /// A CURVE server connection whose handshake with a real client is done, and that client's
@@ -48,12 +55,13 @@ fn curve_server(config: Config, now: Instant) -> Option<Connection> {
     });
     let mut server = Connection::new(config, now);
     let mut client = Connection::new(client_config, now);
+    let (mut server_input, mut client_input) = (BytesMut::new(), BytesMut::new());
     for _ in 0..4 {
-        shuttle(&mut client, &mut server, now).ok()?;
-        shuttle(&mut server, &mut client, now).ok()?;
+        shuttle(&mut client, &mut server, &mut server_input, now).ok()?;
+        shuttle(&mut server, &mut client, &mut client_input, now).ok()?;
     }
     client.send(&[bytes::Bytes::from_static(b"first")]).ok()?;
-    shuttle(&mut client, &mut server, now).ok()?;
+    shuttle(&mut client, &mut server, &mut server_input, now).ok()?;
     while server.poll_event().is_some() {}
     server.is_ready().then_some(server)
 }
