@@ -50,6 +50,11 @@ pub struct Config {
     /// knows our public key). Changed at run time with
     /// [`Node::allow_key`](crate::Node::allow_key) and friends.
     pub allowed_keys: Option<Vec<Key>>,
+    /// The most CURVE handshakes the bound address runs at once (0: no limit; native
+    /// engine only, see [`transport::Options::max_handshakes`]). A connection beyond it is
+    /// closed as soon as it is accepted, so a flood of handshakes cannot take the CPU from
+    /// the peers that joined.
+    pub max_handshakes: usize,
     /// How many request and tick handlers may run at once, node-wide (every connection,
     /// both directions). Handlers run as tasks of their own (in parallel on a multi-thread
     /// runtime); this bounds the work and the memory a flood of messages can take.
@@ -204,6 +209,7 @@ impl Default for Config {
             hop_limit: crate::forward::DEFAULT_HOP_LIMIT,
             curve: None,
             allowed_keys: None,
+            max_handshakes: transport::DEFAULT_MAX_HANDSHAKES,
             max_concurrent_handlers: 1024,
             when_busy: BusyPolicy::Wait { max_queued: 8192 },
             max_handlers_per_peer: 256,
@@ -431,6 +437,14 @@ impl NodeBuilder {
         let keys: Vec<Key> = keys.into_iter().collect();
         self.set(move |config| {
             config.allowed_keys = Some(keys.clone());
+        })
+    }
+
+    /// Sets the most CURVE handshakes the bound address runs at once (see
+    /// [`Config::max_handshakes`]; 0: no limit).
+    pub fn max_handshakes(self, handshakes: usize) -> Self {
+        self.set(move |config| {
+            config.max_handshakes = handshakes;
         })
     }
 

@@ -74,7 +74,57 @@ pub(crate) struct Hello {
     /// on a first join). A claim of an id held on another connection must bring its
     /// holder's ticket, which nobody but the holder ever saw.
     #[serde(default)]
-    pub(crate) token: String,
+    pub(crate) token: Ticket,
+}
+
+/// A join's ticket (see [`Hello::token`]): a secret, so it is compared in constant time,
+/// wiped from memory when dropped, and never printed.
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct Ticket(String);
+
+impl Ticket {
+    /// A new random ticket (128 bits, in hex).
+    pub(crate) fn random() -> Ticket {
+        Ticket(format!("{:032x}", rand::random::<u128>()))
+    }
+
+    /// No ticket (a first join).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `other` is this ticket, in time that does not depend on where they differ
+    /// (a timing probe learns nothing of the ticket byte by byte).
+    pub(crate) fn matches(&self, other: &Ticket) -> bool {
+        bool::from(subtle::ConstantTimeEq::ct_eq(
+            self.0.as_bytes(),
+            other.0.as_bytes(),
+        ))
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_empty() {
+            "Ticket(none)"
+        } else {
+            "Ticket(<hidden>)"
+        })
+    }
+}
+
+#[cfg(test)]
+impl From<&str> for Ticket {
+    fn from(text: &str) -> Ticket {
+        Ticket(text.to_owned())
+    }
 }
 
 impl Hello {
@@ -142,7 +192,7 @@ pub(crate) struct Holder<'a> {
     pub(crate) instance: &'a str,
     /// The ticket we issued to the holder, when it joined us (downstream); `None` when we
     /// hold the id only because we connected to it (upstream).
-    pub(crate) ticket: Option<&'a str>,
+    pub(crate) ticket: Option<&'a Ticket>,
     /// Whether the claim comes on the holder's own connection (a new handshake there).
     pub(crate) same_connection: bool,
 }
@@ -198,7 +248,7 @@ pub(crate) fn admit(hello: &Hello, admission: Admission<'_>) -> std::result::Res
     match holder.ticket {
         _ if holder.same_connection => Ok(()),
         None => Ok(()),
-        Some(ticket) if !hello.token.is_empty() && hello.token == ticket => Ok(()),
+        Some(ticket) if !hello.token.is_empty() && hello.token.matches(ticket) => Ok(()),
         Some(_) => Err(Refusal::DuplicateId),
     }
 }
@@ -214,7 +264,7 @@ impl Inner {
             router: self.config.router,
             heartbeat_ms: crate::inner::millis(self.config.heartbeat_interval),
             max_payload: self.config.max_payload as u64,
-            token: String::new(),
+            token: Ticket::default(),
         }
     }
 }
@@ -241,7 +291,7 @@ pub(crate) fn handshake_downstream(
     });
     let route = incoming.from.clone();
     // The ticket this join gets: random, sent only on this connection.
-    let ticket = format!("{:032x}", rand::random::<u128>());
+    let ticket = Ticket::random();
     let joined = {
         let mut state = inner.state.lock();
         let held = [Direction::Downstream, Direction::Upstream]
@@ -249,7 +299,7 @@ pub(crate) fn handshake_downstream(
             .find_map(|d| state.registry.get(&hello.id, d));
         let holder = held.map(|e| Holder {
             instance: &e.instance,
-            ticket: e.token.as_deref(),
+            ticket: e.token.as_ref(),
             same_connection: matches!(&**e.link(), Link::Down { route: r, .. } if r == &route),
         });
         let bound = key.is_none_or(|key| inner.key_may_claim(&hello.id, &key));
@@ -324,10 +374,10 @@ pub(crate) fn handshake_downstream(
 pub(crate) async fn handshake_upstream(
     inner: &Inner,
     client: &Client,
-    ticket: Option<&str>,
+    ticket: Option<&Ticket>,
 ) -> Result<Hello> {
     let ours = Hello {
-        token: ticket.unwrap_or_default().to_owned(),
+        token: ticket.cloned().unwrap_or_default(),
         ..inner.hello()
     };
     let payload = encode_value(&ours)?;
@@ -406,13 +456,13 @@ mod tests {
             router: false,
             heartbeat_ms: 1000,
             max_payload: 0,
-            token: String::new(),
+            token: Ticket::default(),
         }
     }
 
     fn proving(id: &str, instance: &str, token: &str) -> Hello {
         Hello {
-            token: token.to_owned(),
+            token: Ticket::from(token),
             ..hello(id, instance)
         }
     }
@@ -464,9 +514,10 @@ mod tests {
     #[test]
     fn a_held_id_is_taken_only_on_its_connection_or_with_its_ticket() {
         let ours = NodeId::from("server");
+        let proof = Ticket::from("proof-1");
         let on_its_connection = Holder {
             instance: "i1",
-            ticket: Some("proof-1"),
+            ticket: Some(&proof),
             same_connection: true,
         };
         // The same instance handshaking again on its connection.
@@ -560,5 +611,25 @@ mod tests {
         let remote = Refusal::DuplicateId.to_remote(&hello("client", "i1"));
         assert!(remote.is_system(DUPLICATE_ID));
         assert_eq!(remote.message, "client");
+    }
+
+    #[test]
+    fn a_ticket_matches_only_itself_is_never_printed_and_travels_as_a_string() {
+        let ticket = Ticket::random();
+        assert!(ticket.matches(&ticket.clone()));
+        assert!(!ticket.matches(&Ticket::random()));
+        assert!(!ticket.matches(&Ticket::default()));
+        let mut one_off = ticket.0.clone();
+        one_off.pop();
+        one_off.push('x');
+        assert!(!ticket.matches(&Ticket(one_off)));
+        let shown = format!("{:?}", proving("client", "i1", &ticket.0));
+        assert!(!shown.contains(&ticket.0), "{shown}");
+        assert!(shown.contains("Ticket(<hidden>)"));
+        // On the wire it is the plain string older versions sent.
+        let wire = rmp_serde::to_vec_named(&ticket).unwrap();
+        assert_eq!(wire, rmp_serde::to_vec_named(&ticket.0).unwrap());
+        let back: Ticket = rmp_serde::from_slice(&wire).unwrap();
+        assert!(back.matches(&ticket));
     }
 }

@@ -19,6 +19,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::filter::{Filter, SelectionKey};
+use crate::handshake::Ticket;
 use crate::options::Options;
 
 /// A node's id: unique in a mesh; the handshake refuses duplicates.
@@ -156,7 +157,7 @@ pub(crate) struct Entry<L> {
     pub(crate) instance: String,
     /// The ticket we issued to the peer when it joined us (downstream): what a later claim
     /// of its id on another connection must bring. `None` upstream.
-    pub(crate) token: Option<String>,
+    pub(crate) token: Option<Ticket>,
     /// Whether the peer is a router node.
     pub(crate) router: bool,
     /// Its CURVE public key, on a secured connection.

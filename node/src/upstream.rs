@@ -23,7 +23,7 @@ use crate::config::ReconnectPolicy;
 use crate::dispatch::install_upstream;
 use crate::error::{Error, Result};
 use crate::events::{ErrorSource, LeaveReason, NodeEvent};
-use crate::handshake::{handshake_upstream, BYE};
+use crate::handshake::{handshake_upstream, Ticket, BYE};
 use crate::inner::Inner;
 use crate::link::{Left, Link, Signal};
 use crate::peer::{Direction, Entry, PeerInfo, PeerWork, Reach};
@@ -124,6 +124,7 @@ impl Inner {
             .max_message_size(Some(config.max_payload as u64 + 64 * 1024))
             .linger(Duration::from_millis(200))
             .reconnect(config.reconnect.initial, config.reconnect.max)
+            .max_handshakes(config.max_handshakes)
             // ZMTP heartbeats make libzmq drop a connection that went silent (a network cut
             // sends no RST), so the client reconnects by itself once the path heals. They
             // are the backstop: one interval later than the node's own dead-peer check, so
@@ -343,7 +344,7 @@ async fn supervise(
     let mut connection = client.watch_connection();
     let mut attempt = 0u32;
     // The ticket the server gave our last join: later handshakes bring it.
-    let mut ticket: Option<String> = None;
+    let mut ticket: Option<Ticket> = None;
     loop {
         // Wait for a live connection.
         loop {
@@ -475,9 +476,9 @@ async fn join(
     client: &Client,
     left: &Arc<Left>,
     server_key: Option<Key>,
-    ticket: &mut Option<String>,
+    ticket: &mut Option<Ticket>,
 ) -> Result<PeerInfo> {
-    let hello = handshake_upstream(inner, client, ticket.as_deref()).await?;
+    let hello = handshake_upstream(inner, client, ticket.as_ref()).await?;
     // This server's ticket for us: brought to our next handshake with it (a reconnect
     // on a new connection takes our id over with it).
     if !hello.token.is_empty() {

@@ -129,7 +129,7 @@ pub use engine::Engine;
 pub use error::{Error, Result};
 pub use frame::Frame;
 pub use monitor::{Event, Events, HandshakeFailure};
-pub use options::{Backpressure, Heartbeat, Options};
+pub use options::{Backpressure, Heartbeat, Options, DEFAULT_MAX_HANDSHAKES};
 pub use router::{PeerId, Router};
 
 /// The libzmq version linked in, as `(major, minor, patch)`.

@@ -57,6 +57,17 @@ pub enum Event {
         /// Which failure libzmq reported.
         reason: HandshakeFailure,
     },
+    /// A connection to this listening CURVE endpoint was closed as soon as it was accepted:
+    /// `limit` handshakes were already in progress on it
+    /// ([`Options::max_handshakes`](crate::Options::max_handshakes); native engine only).
+    /// Many of these at once is a flood of handshakes, or a limit too low for the clients
+    /// that connect together.
+    TooManyHandshakes {
+        /// The listening endpoint.
+        endpoint: String,
+        /// The limit that was reached.
+        limit: usize,
+    },
     /// A connection was lost or closed.
     Disconnected {
         /// The endpoint.

@@ -23,6 +23,12 @@ pub enum Backpressure {
 /// `Disconnected` event. The type is the ZMTP core's, the same for both engines.
 pub use zmtp::Heartbeat;
 
+/// The default of [`Options::max_handshakes`]: a few hundred clients (re)connecting at
+/// once are served together, while the handshakes in progress hold at most that many
+/// connections and their X25519 work (three per HELLO, about 0.1 ms of a core together
+/// when optimized) stays a few tens of milliseconds even if every one of them stalls.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 512;
+
 /// Options for a [`Router`](crate::Router) or [`Dealer`](crate::Dealer).
 ///
 /// Built by chaining setters on [`Options::default()`]:
@@ -71,6 +77,14 @@ pub struct Options {
     /// How long a connection's greeting and security handshake may take before it is
     /// dropped (libzmq's ZMQ_HANDSHAKE_IVL; 30 s by default, as libzmq's).
     pub handshake_timeout: Duration,
+    /// The most CURVE handshakes a listening endpoint of a CURVE server runs at once (0: no
+    /// limit). Each HELLO costs the server X25519 work before it knows who is there, so a
+    /// connection accepted beyond this is closed at once, with an
+    /// [`Event::TooManyHandshakes`](crate::Event::TooManyHandshakes); a real client
+    /// connects again after its reconnect interval. Connections that finished their
+    /// handshake do not count. Native engine only: libzmq has no such limit (see
+    /// ARCHITECTURE.md).
+    pub max_handshakes: usize,
     /// Which ZMTP implementation runs the socket (default: the process's, see
     /// [`Engine::from_env`]).
     pub engine: Engine,
@@ -92,6 +106,7 @@ impl Default for Options {
             heartbeat: None,
             curve: None,
             handshake_timeout: Duration::from_secs(30),
+            max_handshakes: DEFAULT_MAX_HANDSHAKES,
             engine: Engine::default(),
         }
     }
@@ -182,6 +197,13 @@ impl Options {
     /// Sets how long a handshake may take (see [`Options::handshake_timeout`]).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Sets the most CURVE handshakes in progress per listening endpoint (see
+    /// [`Options::max_handshakes`]; 0: no limit).
+    pub fn max_handshakes(mut self, handshakes: usize) -> Self {
+        self.max_handshakes = handshakes;
         self
     }
 

@@ -21,7 +21,8 @@
 //! ## Layout
 //! - `frame.rs`, `greeting.rs`, `command.rs`: the wire formats, as pure functions.
 //! - `curve/`: CurveZMQ (RFC 26) as libzmq 4.3 speaks it: the client's and the server's
-//!   handshake, and the [`curve::Cipher`] of every frame after it.
+//!   handshake, and the [`curve::Cipher`] of every frame after it. Its cryptography is
+//!   libsodium's (`curve/sodium.rs`, the crate's only `unsafe` code: FFI calls).
 //! - `connection.rs`: one connection's state machine ([`Connection`]).
 //! - `error.rs`: the one error enum.
 

@@ -6,7 +6,7 @@
 //! reconnect interval, doubling up to its maximum) until it is told to stop or the peer
 //! refuses the handshake for good.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -56,8 +56,48 @@ impl Cancel {
     }
 }
 
+/// The CURVE handshakes in progress on one listening endpoint, against its limit
+/// (`Options::max_handshakes`): each HELLO costs X25519 work before the client is known.
+#[derive(Debug)]
+pub(super) struct Handshakes {
+    in_progress: AtomicUsize,
+    limit: usize,
+}
+
+impl Handshakes {
+    /// A place for one more handshake, unless `limit` are in progress.
+    fn enter(self: &Arc<Self>) -> Option<HandshakeSlot> {
+        self.in_progress
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| HandshakeSlot(Arc::clone(self)))
+    }
+}
+
+/// One connection's place among its listener's handshakes in progress, given back on drop.
+#[derive(Debug)]
+pub(super) struct HandshakeSlot(Arc<Handshakes>);
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        self.0.in_progress.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Accepts connections on `listener` until aborted.
 pub(super) async fn accept(listener: Listener, socket: Weak<Shared>, endpoint: Arc<str>) {
+    // Only a CURVE server's handshakes cost enough to count.
+    let handshakes = socket.upgrade().and_then(|shared| {
+        let limit = shared.options.max_handshakes;
+        (shared.is_curve_server() && limit > 0).then(|| {
+            Arc::new(Handshakes {
+                in_progress: AtomicUsize::new(0),
+                limit,
+            })
+        })
+    });
     loop {
         let accepted = listener.accept().await;
         let Some(shared) = socket.upgrade() else {
@@ -65,15 +105,30 @@ pub(super) async fn accept(listener: Listener, socket: Weak<Shared>, endpoint: A
         };
         match accepted {
             Ok(stream) => {
+                let slot = match handshakes.as_ref().map(Handshakes::enter) {
+                    Some(None) => {
+                        // Closed before a byte is read: no handshake work, no memory kept.
+                        drop(stream);
+                        shared.emit(Event::TooManyHandshakes {
+                            endpoint: endpoint.to_string(),
+                            limit: handshakes.as_ref().map_or(0, |h| h.limit),
+                        });
+                        continue;
+                    }
+                    Some(slot) => slot,
+                    None => None,
+                };
                 shared.emit(Event::Accepted {
                     endpoint: endpoint.to_string(),
                 });
                 let (link, driver) = shared.open(stream, &endpoint);
+                *link.handshake.lock() = slot;
                 let socket = socket.clone();
                 let endpoint = Arc::clone(&endpoint);
                 drop(shared);
                 tokio::spawn(async move {
                     let (end, attached) = driver.run().await;
+                    link.handshake.lock().take();
                     if let Some(shared) = socket.upgrade() {
                         shared.forget(&link);
                         report(&shared, &endpoint, &end, attached, true);

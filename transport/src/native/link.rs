@@ -12,6 +12,7 @@ use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::endpoint::HandshakeSlot;
 use crate::frame::Frame;
 
 /// Why a message could not be queued on a link.
@@ -44,6 +45,9 @@ pub(super) struct Link {
     pub(super) writable: Notify,
     /// The send high-water mark, in messages.
     pub(super) hwm: usize,
+    /// Its place among its listener's handshakes in progress, given back when the
+    /// handshake completes or the connection ends (`None`: not counted).
+    pub(super) handshake: Mutex<Option<HandshakeSlot>>,
 }
 
 impl Link {
@@ -57,6 +61,7 @@ impl Link {
             driver: AtomicWaker::new(),
             writable: Notify::new(),
             hwm: hwm.max(1),
+            handshake: Mutex::new(None),
         })
     }
 

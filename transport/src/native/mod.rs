@@ -131,6 +131,10 @@ impl Shared {
         self.options.curve.is_some()
     }
 
+    fn is_curve_server(&self) -> bool {
+        matches!(self.options.curve, Some(Curve::Server { .. }))
+    }
+
     /// The ZMTP settings of a new connection.
     fn zmtp_config(&self) -> zmtp::Config {
         let mut config = zmtp::Config::new(if self.router {
@@ -179,6 +183,7 @@ impl Shared {
     /// The handshake of `link` is done: gives the peer its routing id (`None`: refused, the
     /// id is taken) and lets messages flow to it.
     fn attach(&self, link: &Arc<Link>, peer: &zmtp::Peer, endpoint: &str) -> Option<Bytes> {
+        link.handshake.lock().take();
         let mut peers = self.peers.lock();
         let id = if self.router {
             let id = if peer.routing_id.is_empty() {

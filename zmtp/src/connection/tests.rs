@@ -461,3 +461,100 @@ fn a_zero_handshake_timeout_is_none_and_a_zero_heartbeat_timeout_never_fires() {
     }
     assert!(!dealer.is_closed());
 }
+
+/// Everything `side` has to write.
+fn drain(side: &mut Side) -> Vec<u8> {
+    let out = side.outbox();
+    let mut wire = Vec::new();
+    let mut slices = [std::io::IoSlice::new(&[]); 64];
+    let n = out.io_slices(&mut slices);
+    for s in &slices[..n] {
+        wire.extend_from_slice(s);
+    }
+    out.advance(wire.len());
+    wire
+}
+
+/// A frame of `body` with no flags (as every CURVE MESSAGE travels).
+fn message_frame(body: &[u8]) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    frame::write_header(&mut out, 0, body.len());
+    out.extend_from_slice(body);
+    out.to_vec()
+}
+
+proptest! {
+    // Each case runs a whole CURVE handshake: 48 cases keep the debug build's test short.
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// After a CURVE handshake, a MESSAGE that is damaged (a bit flipped anywhere after its
+    /// name), replayed, rewound to an older nonce, cut short, or made of junk is a typed
+    /// error that closes the connection: never a panic, never a message delivered.
+    #[test]
+    fn damaged_curve_messages_close_the_connection(
+        damage in 0u8..5,
+        at in any::<proptest::sample::Index>(),
+        bit in 0u8..8,
+        junk in proptest::collection::vec(any::<u8>(), 0..80),
+        cut in any::<proptest::sample::Index>(),
+    ) {
+        let now = Instant::now();
+        let (mut client, mut server, outcome) = curve_pair(true, now);
+        outcome.unwrap();
+        events(&mut server);
+        events(&mut client);
+        client.send(&[Bytes::from_static(b"first")]).unwrap();
+        let first = drain(&mut client);
+        client.send(&[Bytes::from_static(b"the second frame")]).unwrap();
+        let second = drain(&mut client);
+        // The first arrives as sent.
+        let mut input = BytesMut::from(&first[..]);
+        server.handle_input(&mut input, now).unwrap();
+        prop_assert_eq!(
+            events(&mut server),
+            vec![Event::Message(vec![Bytes::from_static(b"first")])]
+        );
+
+        let header = frame::parse_header(&second, u64::MAX).unwrap().unwrap().header_len;
+        let body = &second[header..];
+        let bad = match damage {
+            // A bit flipped in the nonce, the MAC or the ciphertext.
+            0 => {
+                let mut bad = second.clone();
+                let i = header + 8 + at.index(body.len() - 8);
+                bad[i] ^= 1 << bit;
+                bad
+            }
+            // The first MESSAGE again: its nonce is not above the last.
+            1 => first.clone(),
+            // The second with the first's nonce (a rewound counter; the box no longer
+            // opens either).
+            2 => {
+                let mut rewound = body.to_vec();
+                rewound[8..16].copy_from_slice(&first[header + 8..header + 16]);
+                message_frame(&rewound)
+            }
+            // Cut anywhere: shorter than a box and its flags byte, or a box whose
+            // ciphertext lost its end.
+            3 => message_frame(&body[..cut.index(body.len())]),
+            // MESSAGE, a fresh nonce, then junk.
+            _ => {
+                let mut made = b"\x07MESSAGE".to_vec();
+                made.extend_from_slice(&u64::MAX.to_be_bytes());
+                made.extend_from_slice(&junk);
+                message_frame(&made)
+            }
+        };
+        let mut input = BytesMut::from(&bad[..]);
+        let result = server.handle_input(&mut input, now);
+        prop_assert!(result.is_err(), "damage {} was taken", damage);
+        prop_assert!(server.is_closed());
+        prop_assert!(events(&mut server)
+            .iter()
+            .all(|e| !matches!(e, Event::Message(_))));
+        // Nothing more comes through a closed connection, the genuine frame included.
+        let mut input = BytesMut::from(&second[..]);
+        let _ = server.handle_input(&mut input, now);
+        prop_assert!(events(&mut server).is_empty());
+    }
+}

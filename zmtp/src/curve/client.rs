@@ -1,12 +1,10 @@
 //! The client side of the CURVE handshake: HELLO, WELCOME, INITIATE, READY.
 
-use crypto_box::SecretKey;
-
 use super::cipher::{Cipher, CLIENT_TO_SERVER, SERVER_TO_CLIENT};
 use super::secretbox::SecretBox;
 use super::{
     long_nonce, open, precompute, random16, read_u64, seal, short_nonce, transient_pair, CurveKeys,
-    KEY_LEN, MAC_LEN,
+    Secret, KEY_LEN, MAC_LEN,
 };
 use crate::command::{self, Command};
 use crate::error::{Error, Result};
@@ -108,11 +106,11 @@ pub struct CurveClient {
     /// C, our long-term public key (boxed in INITIATE for the server to authorize).
     public: [u8; KEY_LEN],
     /// c, our long-term secret key: signs the vouch.
-    secret: SecretKey,
+    secret: Secret,
     /// S, the server's long-term public key.
     server_key: [u8; KEY_LEN],
     /// c', this connection's transient secret key.
-    transient: SecretKey,
+    transient: Secret,
     /// C', its public half, sent in HELLO.
     transient_public: [u8; KEY_LEN],
     /// The shared key of c' and S: HELLO's signature and WELCOME's box.

@@ -67,17 +67,22 @@
 //!
 //! ## Secrets
 //! Long-term secret keys, transient secret keys, the shared keys precomputed from them and
-//! the cookie key are wiped when dropped (`zeroize`, and the crypto crates' own `Drop`).
+//! the cookie key are wiped when dropped (`zeroize`). Secrets are compared in constant
+//! time (libsodium checks MACs so; the server's cookie check uses `subtle`).
+//!
+//! ## Cryptography
+//! Every primitive is libsodium's (`sodium.rs`, the only `unsafe` code of this crate), as in
+//! libzmq: X25519, `crypto_box_beforenm` and `crypto_secretbox`. Nothing here is written
+//! by hand but the CurveZMQ framing around the boxes.
 
 mod cipher;
 mod client;
-mod poly1305;
 mod secretbox;
 mod server;
+mod sodium;
 #[cfg(test)]
 mod tests;
 
-use crypto_box::SecretKey;
 use rand_core::{OsRng, RngCore};
 use zeroize::Zeroizing;
 
@@ -129,11 +134,8 @@ impl CurveKeys {
 
     /// A new random key pair (from the operating system's random number generator).
     pub fn generate() -> CurveKeys {
-        let secret = SecretKey::generate(&mut OsRng);
-        CurveKeys {
-            public: secret.public_key().to_bytes(),
-            secret: Zeroizing::new(secret.to_bytes()),
-        }
+        let (secret, public) = transient_pair();
+        CurveKeys { public, secret }
     }
 
     /// The secret key, for storing it or handing it to another engine (libzmq's
@@ -142,9 +144,9 @@ impl CurveKeys {
         &self.secret
     }
 
-    /// The secret key as the crypto crate's type (wiped on drop too).
-    fn secret_key(&self) -> SecretKey {
-        SecretKey::from_bytes(*self.secret)
+    /// A copy of the secret key, wiped on drop too.
+    fn secret_key(&self) -> Secret {
+        self.secret.clone()
     }
 }
 
@@ -160,8 +162,11 @@ impl std::fmt::Debug for CurveKeys {
 /// The public key of a secret key (X25519 with the base point, as libsodium's
 /// `crypto_scalarmult_base`).
 pub fn public_from_secret(secret: &[u8; KEY_LEN]) -> [u8; KEY_LEN] {
-    SecretKey::from_bytes(*secret).public_key().to_bytes()
+    sodium::public_key(secret)
 }
+
+/// A secret key (long-term or transient), wiped on drop.
+type Secret = Zeroizing<[u8; KEY_LEN]>;
 
 /// A connection's CURVE setting: which side of the mechanism it takes, and its keys.
 #[derive(Debug, Clone)]
@@ -180,10 +185,12 @@ pub enum CurveConfig {
     },
 }
 
-/// Makes a transient key pair (one connection's `C'`/`c'` or `S'`/`s'`).
-fn transient_pair() -> (SecretKey, [u8; KEY_LEN]) {
-    let secret = SecretKey::generate(&mut OsRng);
-    let public = secret.public_key().to_bytes();
+/// Makes a random key pair: a connection's transient `C'`/`c'` or `S'`/`s'`, or a new
+/// long-term one. Any 32 random bytes are a secret key (X25519 clamps them).
+fn transient_pair() -> (Secret, [u8; KEY_LEN]) {
+    let mut secret = Zeroizing::new([0u8; KEY_LEN]);
+    OsRng.fill_bytes(&mut *secret);
+    let public = sodium::public_key(&secret);
     (secret, public)
 }
 
@@ -258,7 +265,7 @@ fn open(
 /// `crypto_box_beforenm`), wiped on drop.
 ///
 /// A public key of small order is [`Error::Crypto`]: its shared key would be known to all.
-fn precompute(public: &[u8; KEY_LEN], secret: &SecretKey) -> Result<SecretBox> {
+fn precompute(public: &[u8; KEY_LEN], secret: &Secret) -> Result<SecretBox> {
     SecretBox::between(public, secret).ok_or(Error::Crypto {
         what: "a public key of small order",
     })

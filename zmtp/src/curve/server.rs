@@ -1,7 +1,7 @@
 //! The server side of the CURVE handshake: HELLO, WELCOME, INITIATE, READY (or ERROR).
 
-use crypto_box::SecretKey;
 use rand_core::{OsRng, RngCore};
+use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
 use super::cipher::{Cipher, CLIENT_TO_SERVER, SERVER_TO_CLIENT};
@@ -12,7 +12,7 @@ use super::client::{
 use super::secretbox::SecretBox;
 use super::{
     long_nonce, open, precompute, random16, read_u64, seal, short_nonce, transient_pair, CurveKeys,
-    KEY_LEN,
+    Secret, KEY_LEN,
 };
 use crate::command::{self, Command};
 use crate::error::{Error, Result};
@@ -74,9 +74,9 @@ pub struct CurveServer {
     /// S, our long-term public key (the vouch must name it).
     public: [u8; KEY_LEN],
     /// s, our long-term secret key: opens HELLO, seals WELCOME.
-    secret: SecretKey,
+    secret: Secret,
     /// s', this connection's transient secret key.
-    transient: SecretKey,
+    transient: Secret,
     /// S', its public half, sent in WELCOME.
     transient_public: [u8; KEY_LEN],
     /// C', the client's transient public key, from HELLO.
@@ -245,7 +245,7 @@ impl CurveServer {
         let cookie_suffix = random16();
         let mut cookie_plain = Zeroizing::new([0u8; 64]);
         cookie_plain[..32].copy_from_slice(&client_transient);
-        cookie_plain[32..].copy_from_slice(&*Zeroizing::new(self.transient.to_bytes()));
+        cookie_plain[32..].copy_from_slice(&*self.transient);
         let mut welcome_plain = Zeroizing::new(Vec::with_capacity(KEY_LEN + COOKIE_LEN));
         welcome_plain.extend_from_slice(&self.transient_public);
         welcome_plain.extend_from_slice(&cookie_suffix);
@@ -297,8 +297,10 @@ impl CurveServer {
             &body[25..105],
             "INITIATE's cookie does not open",
         )?;
-        let transient = Zeroizing::new(self.transient.to_bytes());
-        if cookie[..32] != self.client_transient || cookie[32..64] != *transient {
+        // s' is a secret: compared in constant time.
+        let keys_match =
+            cookie[..32].ct_eq(&self.client_transient) & cookie[32..64].ct_eq(&*self.transient);
+        if !bool::from(keys_match) {
             return Err(Error::Crypto {
                 what: "INITIATE's cookie is not this connection's",
             });
