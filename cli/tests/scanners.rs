@@ -9,6 +9,8 @@
 
 #![cfg(target_os = "linux")]
 
+#[path = "../../transport/tests/support/descriptors.rs"]
+mod descriptors;
 mod support;
 
 use std::io::Write;
@@ -121,25 +123,6 @@ impl Behaviour {
     }
 }
 
-/// Raises the soft limit on open files to [`DESCRIPTORS`] if it is lower (CI often starts at
-/// 1,024); a hard limit below it fails the test with a reason rather than a refused connect.
-fn enough_descriptors() {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let limit = getrlimit(Resource::Nofile);
-    if limit.current.is_some_and(|soft| soft < DESCRIPTORS) {
-        assert!(
-            limit.maximum.is_none_or(|hard| hard >= DESCRIPTORS),
-            "the hard limit on open files ({:?}) is below the {DESCRIPTORS} this test needs",
-            limit.maximum
-        );
-        let raised = Rlimit {
-            current: Some(DESCRIPTORS),
-            maximum: limit.maximum,
-        };
-        setrlimit(Resource::Nofile, raised).expect("raise RLIMIT_NOFILE");
-    }
-}
-
 /// A process's resident size in KiB (`VmRSS` in `/proc/PID/status`).
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("node status");
@@ -210,7 +193,7 @@ fn round(node: SocketAddr, pid: u32, before: usize, behaviours: &[Behaviour]) {
 /// node's descriptors come back after each, and its resident size stays flat after the first.
 fn connections_that_never_join_cost_nothing_once_gone(engine: &str, behaviours: &[Behaviour]) {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    enough_descriptors();
+    descriptors::enough_descriptors(DESCRIPTORS);
     let mut node = NodeProcess::start(&["--engine", engine, "--bind", "tcp://127.0.0.1:0"]);
     node.wait_for("ready", |l| l.ends_with(" ready"));
     let address: SocketAddr = node

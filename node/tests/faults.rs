@@ -548,17 +548,21 @@ async fn a_slow_handler_under_load_applies_backpressure_and_does_not_stall_other
         .await
         .unwrap();
     }
-    let mut timeouts = 0;
+    // Each flood call ends in time, answered, timed out, or refused at once with the typed
+    // busy error once the flooder holds its share of the server's handlers (running and
+    // queued per peer: 256 + 1,024 by default).
+    let (mut timeouts, mut refused) = (0, 0);
     for call in flood {
         match within("flood call", call).await.unwrap() {
             None => {}
             Some(ErrorCode::RequestTimeout) => timeouts += 1,
+            Some(ErrorCode::Busy) => refused += 1,
             Some(other) => panic!("unexpected error {other:?}"),
         }
     }
     assert_eq!(sent.load(Ordering::Relaxed), ended.load(Ordering::Relaxed));
     assert!(
-        timeouts > 0,
+        timeouts + refused > 0,
         "the server cannot answer 2,000 slow requests in a second"
     );
     let growth = rss().saturating_sub(before);

@@ -1,5 +1,7 @@
 //! Hostile peers: connections that speak no ZMTP at all must cost a node nothing lasting.
 
+#[path = "../../transport/tests/support/descriptors.rs"]
+mod descriptors;
 mod support;
 
 use std::io::Write;
@@ -21,24 +23,6 @@ const AT_ONCE: usize = 1000;
 
 /// Descriptors the test needs: both ends of `AT_ONCE` connections, and some.
 const DESCRIPTORS: u64 = 2 * AT_ONCE as u64 + 256;
-
-/// Raises the soft limit on open files to `DESCRIPTORS` if it is lower (CI often starts at
-/// 1,024), within the hard limit.
-fn enough_descriptors() {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let limit = getrlimit(Resource::Nofile);
-    if limit.current.is_some_and(|soft| soft < DESCRIPTORS) {
-        let raised = Rlimit {
-            current: Some(
-                limit
-                    .maximum
-                    .map_or(DESCRIPTORS, |hard| hard.min(DESCRIPTORS)),
-            ),
-            maximum: limit.maximum,
-        };
-        setrlimit(Resource::Nofile, raised).expect("raise RLIMIT_NOFILE");
-    }
-}
 
 /// The process's resident set, in bytes (Linux).
 fn rss() -> u64 {
@@ -102,7 +86,7 @@ fn garbage_round(port: u16, noise: &mut Noise) {
 /// round after round, and a real node still joins and gets its answer afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_connections_do_not_grow_memory() {
-    enough_descriptors();
+    descriptors::enough_descriptors(DESCRIPTORS);
     let started = Instant::now();
     let srv = server("srv").await;
     srv.on_request("ping", |_req: Request| async move {

@@ -32,24 +32,6 @@ const DESCRIPTORS: u64 = 2 * (VALID + GARBAGE) as u64 + 512;
 /// this catches is a joined peer starved for seconds, not a slower one.
 const P99_BOUND: Duration = Duration::from_secs(2);
 
-/// Raises the soft limit on open files to `DESCRIPTORS` if it is lower (CI often starts at
-/// 1,024), within the hard limit.
-fn enough_descriptors() {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let limit = getrlimit(Resource::Nofile);
-    if limit.current.is_some_and(|soft| soft < DESCRIPTORS) {
-        let raised = Rlimit {
-            current: Some(
-                limit
-                    .maximum
-                    .map_or(DESCRIPTORS, |hard| hard.min(DESCRIPTORS)),
-            ),
-            maximum: limit.maximum,
-        };
-        setrlimit(Resource::Nofile, raised).expect("raise RLIMIT_NOFILE");
-    }
-}
-
 /// The process's open file descriptors (Linux).
 fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd")
@@ -109,7 +91,7 @@ impl Flood {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handshake_flood_does_not_starve_a_joined_client() {
-    enough_descriptors();
+    support::descriptors::enough_descriptors(DESCRIPTORS);
     let native = Engine::from_env() == Engine::Native;
     let limit = Options::default().max_handshakes;
     let server_keys = KeyPair::generate().unwrap();

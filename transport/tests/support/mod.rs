@@ -8,6 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use transport::{Dealer, Event, Events, HandshakeFailure, Router};
 
+pub(crate) mod descriptors;
+
 /// Every await in these tests is bounded, so a bug fails the test instead of hanging CI.
 pub(crate) const LIMIT: Duration = Duration::from_secs(10);
 
