@@ -15,7 +15,7 @@ use protocol::RemoteError;
 use tokio::time::Instant;
 
 use crate::events::{LeaveReason, NodeEvent};
-use crate::handshake::DRAINING;
+use crate::handshake::{DRAINING, NOT_JOINED};
 use crate::inner::Inner;
 use crate::peer::{Direction, NodeId, Stop};
 use crate::upstream::Upstream;
@@ -63,12 +63,15 @@ impl Closed {
 
 /// Whether a request to a peer picked by a filter that failed with `error` goes to
 /// another pick: only when the failure proves nothing ran there: the peer is stopping and
-/// refused it, or it never left this node (no connection any more, a queue that refused
+/// refused it, or does not count us as joined (it restarted, and its side of the new join
+/// is not done), or it never left this node (no connection any more, a queue that refused
 /// it). A request by id goes where it was sent; its caller decides.
 pub(crate) fn pick_again(error: &protocol::Error, by_filter: bool, attempt: usize) -> bool {
     let nothing_ran = match error {
+        // Stopping, or not (yet) counting us as joined: refused before any handler.
         protocol::Error::Remote(refusal) => {
-            refusal.system && refusal.code == RemoteError::SHUTTING_DOWN
+            refusal.system
+                && (refusal.code == RemoteError::SHUTTING_DOWN || refusal.code == NOT_JOINED)
         }
         other => crate::forward::undelivered(other),
     };
@@ -223,6 +226,8 @@ mod tests {
         );
         let busy = remote(RemoteError::system_error("BUSY", "full"));
         assert!(!pick_again(&busy, true, 0));
+        let unjoined = remote(RemoteError::system_error(NOT_JOINED, "handshake first"));
+        assert!(pick_again(&unjoined, true, 0), "refused before any handler");
     }
 
     #[test]

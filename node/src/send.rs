@@ -145,6 +145,14 @@ impl Node {
                 // its refusal comes after our acknowledgement, so a new pick excludes it),
                 // or the request never left.
                 Err(e) if pick_again(&e, by_filter, attempt) => {
+                    if matches!(&e, protocol::Error::Remote(r) if r.is_system(NOT_JOINED)) {
+                        // As for a request by id: it forgot us, and we join again.
+                        self.inner.peer_left(
+                            &reach.id,
+                            reach.link.direction(),
+                            LeaveReason::Disconnected,
+                        );
+                    }
                     attempt += 1;
                     tried.push(reach.id.clone());
                     let spent = started.map(|at| at.elapsed()).unwrap_or_default();
