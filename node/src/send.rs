@@ -141,9 +141,9 @@ impl Node {
                         payload: reply.into_payload(),
                     })
                 }
-                // Nothing ran on the peer picked: it is stopping (marked draining by now:
-                // its refusal comes after our acknowledgement, so a new pick excludes it),
-                // or the request never left.
+                // Nothing ran on the peer picked (`drain::pick_again` says when): it is
+                // stopping, does not count us as joined, or the request never left. The
+                // next pick leaves it out.
                 Err(e) if pick_again(&e, by_filter, attempt) => {
                     if matches!(&e, protocol::Error::Remote(r) if r.is_system(NOT_JOINED)) {
                         // As for a request by id: it forgot us, and we join again.
