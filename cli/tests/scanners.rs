@@ -69,7 +69,7 @@ enum Behaviour {
 }
 
 impl Behaviour {
-    /// What the scanners and health checks do.
+    /// What port scanners and health checks do.
     const NOT_ZMTP: [Behaviour; 4] = [
         Behaviour::Silent,
         Behaviour::Garbage,
