@@ -457,8 +457,8 @@ impl NodeBuilder {
 
     /// Records metrics through the `metrics` facade, so any exporter works: requests and
     /// ticks sent and handled by event and outcome, handler and round-trip latencies, in
-    /// flight, peers joined and left, refusals, queue waits (the series are listed in
-    /// ARCHITECTURE.md, "Metrics"). Install the recorder before building the node.
+    /// flight, peers joined and left, refusals, queue waits (`node/src/metrics.rs` lists
+    /// the series). Install the recorder before building the node.
     pub fn metrics(self, on: bool) -> Self {
         self.set(move |config| config.metrics = on)
     }
