@@ -1,8 +1,10 @@
-//! # transport: asynchronous ROUTER/DEALER sockets over libzmq on tokio
+//! # transport: asynchronous ROUTER/DEALER sockets on tokio, on two engines
 //!
 //! The lowest layer of zeronode. It moves multipart messages (frames as [`bytes::Bytes`])
 //! between a [`Router`] (the side that binds and serves many peers) and [`Dealer`]s (the side
-//! that connects), over libzmq's TCP, IPC and inproc transports.
+//! that connects), on one of two [`Engine`]s that speak the same ZMTP 3.1: the native one
+//! (the default: ZMTP in Rust through the `zmtp` crate, one tokio task per connection, over
+//! `tcp://` and `ipc://`) or libzmq (TCP, IPC and inproc).
 //!
 //! What it does:
 //! - `bind` (`tcp://127.0.0.1:0` gives back the real endpoint), `unbind`, `connect`,
@@ -34,12 +36,15 @@
 //! sends on what it receives soon stops remembering, so it does not pay for it.
 //!
 //! What it never does: look inside a frame. Envelopes, request ids and handshakes belong to
-//! the `protocol` and `node` crates above. No `zmq` type appears in this API, so another engine
-//! speaking the same wire protocol can sit behind it later.
+//! the `protocol` and `node` crates above. No `zmq` type appears in this API, so either engine
+//! sits behind it.
 //!
 //! ## Layout
-//! - `socket.rs`: the core shared by both socket kinds; how a non-thread-safe libzmq socket is
-//!   driven from tokio through its edge-triggered ZMQ_FD.
+//! - `engine.rs`: the engine choice and the socket enum that dispatches to either engine;
+//! - `native/`: the native engine (a driver task per connection, the inbox, endpoints);
+//!   `deliver.rs`: messages handed to a receiver on the connections' drivers;
+//! - `socket.rs`: the libzmq engine's core shared by both socket kinds; how a non-thread-safe
+//!   libzmq socket is driven from tokio through its edge-triggered ZMQ_FD.
 //! - `msg.rs`: libzmq messages owned directly, and the recent frames kept for forwarding.
 //! - `pool.rs`: buffers for sent frames, given back by libzmq instead of freed.
 //! - `router.rs`, `dealer.rs`: the two public socket types.
