@@ -183,7 +183,7 @@ impl Service<Outbound> for Caller {
                 Some(timeout) => call.timeout(timeout),
                 None => call,
             };
-            let reply = call.send_raw_reply(request.payload).await;
+            let reply = call.raw().send(request.payload).await;
             drop(permit);
             reply
         }))

@@ -34,6 +34,8 @@ pub enum ErrorCode {
     Security,
     /// A filter is malformed or cannot travel.
     InvalidFilter,
+    /// The target does not fit the call (a request to all matches, a gather to an id).
+    InvalidTarget,
     /// A forwarded message looped between routers or ran out of hops.
     RouteLoop,
     /// An event name is reserved or malformed.
@@ -78,6 +80,7 @@ impl ErrorCode {
             ErrorCode::Refused => "REFUSED",
             ErrorCode::Security => "SECURITY",
             ErrorCode::InvalidFilter => "INVALID_FILTER",
+            ErrorCode::InvalidTarget => "INVALID_TARGET",
             ErrorCode::RouteLoop => "ROUTE_LOOP",
             ErrorCode::InvalidEvent => "INVALID_EVENT",
             ErrorCode::Serialization => "SERIALIZATION",
@@ -186,6 +189,13 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The target does not fit the call: a request (one reply) to `Target::all`, or a
+    /// gather to an id. Nothing was sent.
+    #[error("invalid target: {reason}")]
+    InvalidTarget {
+        /// Which call and which target.
+        reason: &'static str,
+    },
     /// A forwarded message came back to a router it had visited, or ran out of hops.
     #[error("route loop: {reason}")]
     RouteLoop {
@@ -275,6 +285,7 @@ impl Error {
             Error::InvalidFilter { .. } | Error::PredicateNotSerializable => {
                 ErrorCode::InvalidFilter
             }
+            Error::InvalidTarget { .. } => ErrorCode::InvalidTarget,
             Error::Bind(_) | Error::NotConnectedTo { .. } | Error::ConnectAbandoned { .. } => {
                 ErrorCode::Address
             }
@@ -427,6 +438,7 @@ mod tests {
             ErrorCode::Refused,
             ErrorCode::Security,
             ErrorCode::InvalidFilter,
+            ErrorCode::InvalidTarget,
             ErrorCode::RouteLoop,
             ErrorCode::InvalidEvent,
             ErrorCode::Serialization,

@@ -84,7 +84,7 @@ mod upstream;
 mod watch;
 
 pub use breaker::{Breaker, BreakerFuture, CircuitBreaker, CircuitBreakerLayer, CircuitOpen};
-pub use call::{Call, Reply};
+pub use call::{Call, FromReply, Raw, Reply, Sent, Typed};
 pub use call_timeout::{CallTimeout, CallTimeoutLayer};
 pub use caller::{CallFuture, Caller, Outbound, RetrySafe};
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
@@ -97,7 +97,7 @@ pub use handler::{HandlerError, HandlerService, Pattern, Request, Response, Rout
 pub use handshake::PROTOCOL_VERSION;
 pub use link::Target;
 pub use metrics::MAX_EVENT_LABELS;
-pub use node::{Node, NodeStats, WeakNode};
+pub use node::{Keys, Node, NodeStats, Peers, WeakNode};
 pub use observe::{Called, Handled, Outcome};
 pub use options::{Options, Value};
 pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};

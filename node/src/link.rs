@@ -229,13 +229,60 @@ pub(crate) fn check_size(size: usize, max: usize) -> crate::Result<()> {
     Ok(())
 }
 
-/// Who a message goes to.
+/// Who a call goes to: one node by id, one node matching a filter, or every node matching
+/// it.
+///
+/// | target | made with | `send` (one reply) | `tick` | `gather` |
+/// |---|---|---|---|---|
+/// | an id | `"node-1"`, a `String`, a [`NodeId`] | that node | that node | [`Error::InvalidTarget`](crate::Error::InvalidTarget) |
+/// | any match | [`Target::any`], or a [`Filter`] (`From`) | one match, picked by the [`Strategy`](crate::Strategy) | one match | every match |
+/// | all matches | [`Target::all`] | [`Error::InvalidTarget`](crate::Error::InvalidTarget) | every match | every match |
+///
+/// A filter target looks both ways (upstream and downstream peers) unless
+/// [`scope`](Target::scope) says otherwise. An id or a filter that finds no joined node here
+/// goes through a joined router, if any.
+///
+/// ```
+/// use node::{Filter, Scope, Target};
+///
+/// let shards = Filter::new().eq("role", "shard");
+/// let one: Target = shards.clone().into(); // any match, both directions
+/// let every = Target::all(shards).scope(Scope::Downstream);
+/// let by_id: Target = "shard-1".into();
+/// # let _ = (one, every, by_id);
+/// ```
 #[derive(Debug, Clone)]
 pub enum Target {
     /// The joined node with this id.
     Id(NodeId),
     /// One joined node matching the filter, in the scope, picked by the node's strategy.
     Any(Filter, Scope),
+    /// Every joined node matching the filter, in the scope (for ticks and gathers).
+    All(Filter, Scope),
+}
+
+impl Target {
+    /// One node matching `filter`, either direction (the same as `Target::from(filter)`).
+    pub fn any(filter: Filter) -> Target {
+        Target::Any(filter, Scope::Both)
+    }
+
+    /// Every node matching `filter`, either direction: a tick reaches each of them, a
+    /// request is [`Error::InvalidTarget`](crate::Error::InvalidTarget) (use
+    /// [`Call::gather`](crate::Call::gather) for one reply from each).
+    pub fn all(filter: Filter) -> Target {
+        Target::All(filter, Scope::Both)
+    }
+
+    /// Looks for matches only in `scope` (upstream: the nodes this node connected to;
+    /// downstream: the nodes connected to it). An id target is left as it is.
+    pub fn scope(self, scope: Scope) -> Target {
+        match self {
+            Target::Any(filter, _) => Target::Any(filter, scope),
+            Target::All(filter, _) => Target::All(filter, scope),
+            id @ Target::Id(_) => id,
+        }
+    }
 }
 
 impl std::fmt::Display for Target {
@@ -243,7 +290,22 @@ impl std::fmt::Display for Target {
         match self {
             Target::Id(id) => write!(f, "{id}"),
             Target::Any(_, scope) => write!(f, "any matching node ({scope:?})"),
+            Target::All(_, scope) => write!(f, "all matching nodes ({scope:?})"),
         }
+    }
+}
+
+/// Any node the filter matches, either direction.
+impl From<Filter> for Target {
+    fn from(filter: Filter) -> Target {
+        Target::any(filter)
+    }
+}
+
+/// Any node the filter matches, either direction (the filter is cloned).
+impl From<&Filter> for Target {
+    fn from(filter: &Filter) -> Target {
+        Target::any(filter.clone())
     }
 }
 

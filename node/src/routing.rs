@@ -63,7 +63,9 @@ impl Inner {
         let to = match target {
             Target::Id(id) => Destination::Id(id.clone()),
             // A predicate (Rust code) cannot travel: refused at once.
-            Target::Any(filter, scope) => Destination::Filter(filter.to_spec()?, *scope),
+            Target::Any(filter, scope) | Target::All(filter, scope) => {
+                Destination::Filter(filter.to_spec()?, *scope)
+            }
         };
         let forward = Forward {
             id: rand::random(),
@@ -465,7 +467,7 @@ pub(crate) fn forward_error(
         code::NOT_FOUND => Error::NodeNotFound {
             id: match target {
                 Target::Id(id) => id.to_string(),
-                Target::Any(..) => remote.message,
+                Target::Any(..) | Target::All(..) => remote.message,
             },
         },
         code::TIMEOUT | crate::context::DEADLINE_EXCEEDED => Error::Timeout {
