@@ -265,7 +265,7 @@ fn load(address: String, ms: u64, stop: Arc<AtomicBool>) -> (std::thread::JoinHa
                     tokio::spawn(async move {
                         while !stop.load(Ordering::Relaxed) {
                             let got: node::Result<u64> = caller
-                                .request_any(&workers, Scope::Both, "delay", &ms)
+                                .request(&workers, "delay", &ms)
                                 .await;
                             let key = match got {
                                 Ok(n) if n == ms => "ok".to_owned(),

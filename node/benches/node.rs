@@ -133,8 +133,8 @@ fn layers(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     runtime.block_on(drive(window, iters, || async {
                         client_node
-                            .request_raw("bench-server", "echo", payload.clone(), TIMEOUT)
-                            .await
+                            .call("bench-server", "echo").timeout(TIMEOUT).raw().send(payload.clone())
+                            .await.map(node::Reply::into_payload)
                             .unwrap();
                     }))
                 })
@@ -149,8 +149,8 @@ fn layers(c: &mut Criterion) {
                     group.bench_function(BenchmarkId::from_parameter(name), |b| {
                         b.iter_custom(|iters| {
                             runtime.block_on(drive(window, iters, || async {
-                                node.request_raw("bench-server", "echo", payload.clone(), TIMEOUT)
-                                    .await
+                                node.call("bench-server", "echo").timeout(TIMEOUT).raw().send(payload.clone())
+                                    .await.map(node::Reply::into_payload)
                                     .unwrap();
                             }))
                         })
@@ -168,8 +168,8 @@ fn layers(c: &mut Criterion) {
                     let target = ticks.load(Ordering::Relaxed) + iters;
                     for _ in 0..iters {
                         client_node
-                            .tick_raw("bench-server", "count", payload.clone())
-                            .await
+                            .call("bench-server", "count").raw().tick(payload.clone())
+                            .await.map(drop)
                             .unwrap();
                     }
                     // Counted when the receiver has handled them all.

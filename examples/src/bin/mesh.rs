@@ -193,7 +193,7 @@ async fn request_lane(
         let began = Instant::now();
         let outcome = match filter {
             Some(filter) => gw
-                .request_any::<_, Done>(filter, Scope::Down, "image:resize", &job)
+                .request::<_, Done>(node::Target::any(filter.clone()).scope(Scope::Down), "image:resize", &job)
                 .await
                 .map(|done| {
                     let elapsed = began.elapsed();
@@ -443,8 +443,8 @@ async fn main() -> Result {
                 let (node, counters, t, errs) = (&node, &counters, &t, &errs);
                 async move {
                     match node
-                        .tick_all(&t.layer_b, Scope::Down, "config:push", &version)
-                        .await
+                        .tick(node::Target::all(t.layer_b.clone()).scope(Scope::Down), "config:push", &version)
+                        .await.map(|sent| sent.nodes)
                     {
                         Ok(reached) => {
                             Counters::add(&counters.ticks_sent, reached as u64);
@@ -474,8 +474,8 @@ async fn main() -> Result {
             every(STATS_REPORT_EVERY, t.deadline, || async {
                 let handled = counters.handled.load(Ordering::Relaxed);
                 match node
-                    .tick_all(&t.layer_a, Scope::Up, "stats:report", &handled)
-                    .await
+                    .tick(node::Target::all(t.layer_a.clone()).scope(Scope::Up), "stats:report", &handled)
+                    .await.map(|sent| sent.nodes)
                 {
                     Ok(reached) => {
                         Counters::add(&counters.ticks_sent, reached as u64);
@@ -504,7 +504,7 @@ async fn main() -> Result {
                 Counters::add(&counters.requests_sent, 1);
                 let began = Instant::now();
                 match node
-                    .request_any::<_, String>(&t.layer_a, Scope::Up, "quota:check", &4096u64)
+                    .request::<_, String>(node::Target::any(t.layer_a.clone()).scope(Scope::Up), "quota:check", &4096u64)
                     .await
                 {
                     Ok(granted_by) => {

@@ -29,7 +29,7 @@ async fn who_takes_jobs(scheduler: &Node, filter: &Filter) -> Result<BTreeSet<St
     let mut takers = BTreeSet::new();
     for job in 0..10u32 {
         let taker: String = scheduler
-            .request_any(filter, Scope::Down, "job", &job)
+            .request(node::Target::any(filter.clone()).scope(Scope::Down), "job", &job)
             .await?;
         takers.insert(taker);
     }
@@ -70,7 +70,7 @@ async fn main() -> Result {
     let has_headroom = Filter::predicate(|opts| {
         load_per_core(opts).is_some_and(|per_core| per_core < MAX_LOAD_PER_CORE)
     });
-    let mut peers = scheduler.peers();
+    let mut peers = scheduler.peers().list();
     peers.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
     for peer in &peers {
         println!(

@@ -71,7 +71,7 @@ async fn main() -> Result {
         for _ in 0..CALLS {
             frame += 1;
             let reply: String = dispatcher
-                .request_any(filter, Scope::Down, "render", &frame)
+                .request(node::Target::any(filter.clone()).scope(Scope::Down), "render", &frame)
                 .await?;
             println!("  {reply}");
             answered_by.push(reply.split(' ').next().unwrap_or_default().to_owned());
@@ -85,7 +85,7 @@ async fn main() -> Result {
     let asia = Filter::new().eq("region", "ap-south");
     println!("\nfilter in Asia: {}", asia.to_json()?);
     match dispatcher
-        .request_any::<_, String>(&asia, Scope::Down, "render", &0u32)
+        .request::<_, String>(node::Target::any(asia.clone()).scope(Scope::Down), "render", &0u32)
         .await
     {
         Err(e @ Error::NoNodesMatchFilter) => {

@@ -45,7 +45,7 @@ fn pass_on(node: &Node) {
                 return Ok(hop.path);
             }
             println!("  {me}: from {}, passing it on", req.from());
-            this.request_any(&Filter::any(), hop.scope, "ring:pass", &hop)
+            this.request(node::Target::any(Filter::any()).scope(hop.scope), "ring:pass", &hop)
                 .await
                 .map_err(|e| HandlerError::new("FORWARD_FAILED", format!("{me}: {e}")))
         }
@@ -81,7 +81,7 @@ async fn main() -> Result {
             scope,
         };
         let path: Vec<String> = start
-            .request_any(&Filter::any(), scope, "ring:pass", &hop)
+            .request(node::Target::any(Filter::any()).scope(scope), "ring:pass", &hop)
             .await?;
         println!(
             "lap {lap}: path {} ({} hops in {:.1?})",

@@ -72,6 +72,7 @@ async fn main() -> Result {
     println!(
         "east-1 is joined to: {:?}",
         e1.peers()
+            .list()
             .iter()
             .map(|p| p.id.to_string())
             .collect::<Vec<_>>()
@@ -81,20 +82,20 @@ async fn main() -> Result {
     println!("east-1 -> west-2 by id: {by_id}");
     let west_side = Filter::new().eq("side", "west");
     let by_filter: String = e1
-        .request_any(&west_side, Scope::Both, "where", &())
+        .request(&west_side, "where", &())
         .await?;
     println!("east-1 -> any side=west: {by_filter}");
 
     let stores = Filter::new().eq("role", "store");
     let reached = e1
-        .tick_all(&stores, Scope::Both, "restock", "coffee")
-        .await?;
+        .tick(node::Target::all(stores.clone()), "restock", "coffee")
+        .await.map(|sent| sent.nodes)?;
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     println!("tick_all reached {reached} stores");
 
     let nobody = Filter::new().eq("role", "bank");
     match e1
-        .request_any::<_, String>(&nobody, Scope::Both, "where", &())
+        .request::<_, String>(&nobody, "where", &())
         .await
     {
         Err(e) => println!("no bank anywhere: {e} ({:?})", e.code()),
@@ -102,8 +103,8 @@ async fn main() -> Result {
     }
     println!(
         "east forwarded {}, west forwarded {}",
-        east.router_stats().forwarded,
-        west.router_stats().forwarded
+        east.stats().router.forwarded,
+        west.stats().router.forwarded
     );
     for node in [e1, e2, w1, w2, west, east] {
         node.close().await;

@@ -59,6 +59,7 @@ async fn main() -> Result {
     }
     let mut joined: Vec<String> = gw1
         .peers()
+        .list()
         .iter()
         .map(|p| format!("{} (layer {})", p.id, p.options["layer"]))
         .collect();
@@ -71,8 +72,8 @@ async fn main() -> Result {
         layer_b_filter.to_json()?
     );
     let reached = gw1
-        .tick_all(&layer_b_filter, Scope::Both, "config:reload", &7u32)
-        .await?;
+        .tick(node::Target::all(layer_b_filter.clone()), "config:reload", &7u32)
+        .await.map(|sent| sent.nodes)?;
     println!("gw-1: the tick went to {reached} nodes");
 
     let mut got = Vec::new();
