@@ -6,8 +6,8 @@
 //! ```text
 //! cargo run -p examples --bin request         # one typed request and its reply
 //! cargo run -p examples --bin tick            # ticks counted by a tick handler
-//! cargo run -p examples --bin request_any     # one worker among several, picked by a filter
-//! cargo run -p examples --bin tick_all        # a tick to every node of one layer
+//! cargo run -p examples --bin any             # one worker among several, picked by a filter
+//! cargo run -p examples --bin all             # a tick to every node of one layer
 //! cargo run -p examples --bin patterns        # regex event patterns, off_request
 //! cargo run -p examples --bin predicate       # a filter computed in Rust
 //! cargo run -p examples --bin handler_error   # handler errors and missing handlers

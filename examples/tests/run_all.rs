@@ -84,9 +84,9 @@ fn tick_handler_counts_every_tick() {
 }
 
 #[test]
-fn request_any_reaches_only_matching_workers() {
+fn any_reaches_only_matching_workers() {
     run(
-        env!("CARGO_BIN_EXE_request_any"),
+        env!("CARGO_BIN_EXE_any"),
         &[
             "answered by: render-1, render-2, render-4",
             "answered by: render-1, render-3",
@@ -96,9 +96,9 @@ fn request_any_reaches_only_matching_workers() {
 }
 
 #[test]
-fn tick_all_reaches_one_layer() {
+fn all_reaches_one_layer() {
     run(
-        env!("CARGO_BIN_EXE_tick_all"),
+        env!("CARGO_BIN_EXE_all"),
         &[
             "the tick went to 3 nodes",
             "every layer B node reported; layer A did not",
@@ -195,7 +195,7 @@ fn routers_carry_a_leaf_to_a_leaf_through_two_hops() {
         env!("CARGO_BIN_EXE_routers"),
         &[
             "east-1 -> west-2 by id: west-2 answering, from east-1 via [\"east\", \"west\"]",
-            "tick_all reached 3 stores",
+            "a tick to all stores, sent to 3 stores",
         ],
     );
 }

@@ -33,9 +33,9 @@ use crate::error::{Error, Result};
 use crate::fanout::Spread;
 use crate::handler::Request;
 use crate::link::Target;
-use crate::peer::NodeId;
 use crate::node::Node;
 use crate::observe::{Called, Outcome};
+use crate::peer::NodeId;
 use crate::trace;
 
 /// When a call started, if a hook or metrics watch the node: otherwise the clock is not

@@ -640,7 +640,12 @@ impl Keys<'_> {
     /// This node's CURVE public key (what connecting nodes give as the server key in
     /// [`ConnectOptions::server_key`]), if it has a key pair.
     pub fn public(&self) -> Option<Key> {
-        self.node.inner.config.curve.as_ref().map(|keys| keys.public)
+        self.node
+            .inner
+            .config
+            .curve
+            .as_ref()
+            .map(|keys| keys.public)
     }
 
     /// The bound CURVE server: where the allow-list lives.
@@ -662,9 +667,7 @@ impl Keys<'_> {
     pub async fn allow_only(&self, keys: impl IntoIterator<Item = Key>) -> Result<()> {
         let keys: Vec<Key> = keys.into_iter().collect();
         self.server()?.allow_keys(keys.iter().copied())?;
-        self.node
-            .drop_peers_keyed(|key| !keys.contains(key))
-            .await;
+        self.node.drop_peers_keyed(|key| !keys.contains(key)).await;
         Ok(())
     }
 

@@ -39,8 +39,8 @@ const GOODBYE_GRACE: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ConnectOptions {
-    /// The server's CURVE public key: connect encrypted and authenticated
-    /// ([`Node::connect_secure`](crate::Node::connect_secure)).
+    /// The server's CURVE public key: connect encrypted and authenticated (this node needs
+    /// a key pair of its own, [`NodeBuilder::curve`](crate::NodeBuilder::curve)).
     pub server_key: Option<Key>,
     /// How long this call waits for the connection and the handshake (default: the node's
     /// `handshake_timeout`).

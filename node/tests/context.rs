@@ -421,7 +421,8 @@ async fn a_handler_answers_with_metadata_directly_and_through_a_router() {
     let reply = caller
         .call("worker", "echo-meta")
         .meta("auth", "t0k3n")
-        .raw().send(bytes::Bytes::from_static(b"raw"))
+        .raw()
+        .send(bytes::Bytes::from_static(b"raw"))
         .await
         .unwrap();
     assert_eq!(reply.payload().as_ref(), b"raw");
@@ -439,7 +440,8 @@ async fn a_handler_answers_with_metadata_directly_and_through_a_router() {
             match caller
                 .call("far", "echo-meta")
                 .meta("k", "v")
-                .raw().send(bytes::Bytes::from_static(b"x"))
+                .raw()
+                .send(bytes::Bytes::from_static(b"x"))
                 .await
             {
                 Ok(reply) => return reply,

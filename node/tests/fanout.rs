@@ -109,7 +109,8 @@ async fn a_gather_returns_every_nodes_outcome_under_one_deadline() {
     let stream = caller
         .call(Target::Any(workers_filter(), Scope::Both), "who")
         .timeout(Duration::from_millis(400))
-        .raw().gather_stream(bytes::Bytes::from(protocol_nil()))
+        .raw()
+        .gather_stream(bytes::Bytes::from(protocol_nil()))
         .unwrap();
     let order: Vec<String> = stream.map(|(id, _)| id.to_string()).collect().await;
     assert_eq!(order.len(), 4);

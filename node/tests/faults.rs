@@ -315,8 +315,12 @@ async fn child(args: Vec<String>) {
             for i in 0..count {
                 let body = Bytes::from(format!("{i}"));
                 match node
-                    .call(to, "echo").timeout(Duration::from_secs(2)).raw().send(body.clone())
-                    .await.map(node::Reply::into_payload)
+                    .call(to, "echo")
+                    .timeout(Duration::from_secs(2))
+                    .raw()
+                    .send(body.clone())
+                    .await
+                    .map(node::Reply::into_payload)
                 {
                     Ok(reply) if reply == body => ok += 1,
                     Ok(_) => other += 1,
@@ -337,8 +341,12 @@ async fn child(args: Vec<String>) {
             while streak < 5 && tokio::time::Instant::now() < deadline {
                 let healthy = node.peers().get(to).is_some()
                     && node
-                        .call(to, "echo").timeout(Duration::from_secs(1)).raw().send(Bytes::from_static(b"s"))
-                        .await.map(node::Reply::into_payload)
+                        .call(to, "echo")
+                        .timeout(Duration::from_secs(1))
+                        .raw()
+                        .send(Bytes::from_static(b"s"))
+                        .await
+                        .map(node::Reply::into_payload)
                         .is_ok();
                 if healthy {
                     streak += 1;
@@ -435,8 +443,12 @@ async fn a_killed_server_fails_pending_requests_and_clients_rejoin_after_restart
                 i += 1;
                 sent.fetch_add(1, Ordering::Relaxed);
                 match client
-                    .call("victim", "echo").timeout(Duration::from_secs(3)).raw().send(nonce.clone())
-                    .await.map(node::Reply::into_payload)
+                    .call("victim", "echo")
+                    .timeout(Duration::from_secs(3))
+                    .raw()
+                    .send(nonce.clone())
+                    .await
+                    .map(node::Reply::into_payload)
                 {
                     Ok(reply) => {
                         assert_eq!(reply, nonce, "a reply answered another request");
@@ -533,7 +545,9 @@ async fn a_slow_handler_under_load_applies_backpressure_and_does_not_stall_other
         flood.push(tokio::spawn(async move {
             sent.fetch_add(1, Ordering::Relaxed);
             let result = flooder
-                .call("server", "slow").timeout(Duration::from_secs(1)).send::<_, ()>(&())
+                .call("server", "slow")
+                .timeout(Duration::from_secs(1))
+                .send::<_, ()>(&())
                 .await;
             ended.fetch_add(1, Ordering::Relaxed);
             result.err().map(|e| e.code())
@@ -543,7 +557,10 @@ async fn a_slow_handler_under_load_applies_backpressure_and_does_not_stall_other
     for _ in 0..20 {
         within(
             "polite request",
-            polite.call("server", "fast").timeout(Duration::from_secs(5)).send::<_, ()>(&()),
+            polite
+                .call("server", "fast")
+                .timeout(Duration::from_secs(5))
+                .send::<_, ()>(&()),
         )
         .await
         .unwrap();

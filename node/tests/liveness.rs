@@ -47,7 +47,9 @@ async fn both_sides_detect_a_silent_peer_and_rejoin_when_the_path_heals() {
     let waiting = b.clone();
     let pending = tokio::spawn(async move {
         waiting
-            .call("a", "never-answered").timeout(Duration::from_secs(60)).send::<_, String>(&())
+            .call("a", "never-answered")
+            .timeout(Duration::from_secs(60))
+            .send::<_, String>(&())
             .await
     });
     a.on_request("never-answered", |_req: Request| async move {
@@ -198,10 +200,7 @@ async fn a_draining_node_is_no_longer_picked_yet_finishes_its_work_and_requests_
     let picks: Vec<_> = (0..10)
         .map(|_| {
             let (b, api) = (b.clone(), api.clone());
-            tokio::spawn(async move {
-                b.request::<_, String>(&api, "work", &())
-                    .await
-            })
+            tokio::spawn(async move { b.request::<_, String>(&api, "work", &()).await })
         })
         .collect();
     for pick in picks {
@@ -368,7 +367,10 @@ async fn replies_keep_a_peer_alive_without_its_heartbeats() {
         assert_eq!(done, "done");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(c.peers().get("quiet").is_some(), "declared dead while answering");
+    assert!(
+        c.peers().get("quiet").is_some(),
+        "declared dead while answering"
+    );
     while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(10), events.recv()).await
     {
         assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
@@ -433,7 +435,10 @@ async fn a_downstream_peer_answering_our_requests_stays_alive_without_heartbeats
         assert_eq!(done, "done");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(srv.peers().get("quiet").is_some(), "declared dead while answering");
+    assert!(
+        srv.peers().get("quiet").is_some(),
+        "declared dead while answering"
+    );
     while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(10), events.recv()).await
     {
         assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
@@ -519,8 +524,11 @@ async fn stuck_peers_do_not_make_a_healthy_hub_look_dead() {
             tokio::spawn(async move {
                 loop {
                     let _ = flooder
-                        .call(format!("stuck-{i}"), "fill").raw().tick(Bytes::from(vec![0u8; 4096]))
-                        .await.map(drop);
+                        .call(format!("stuck-{i}"), "fill")
+                        .raw()
+                        .tick(Bytes::from(vec![0u8; 4096]))
+                        .await
+                        .map(drop);
                     // A send that fails at once must not keep others from running.
                     tokio::task::yield_now().await;
                 }
@@ -532,7 +540,10 @@ async fn stuck_peers_do_not_make_a_healthy_hub_look_dead() {
     polite.connect(&address(&hub)).await.unwrap();
     // Six times the polite client's dead-peer timeout (2.5 x 200 ms).
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(polite.peers().get("hub").is_some(), "the hub was declared dead");
+    assert!(
+        polite.peers().get("hub").is_some(),
+        "the hub was declared dead"
+    );
     while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(10), events.recv()).await
     {
         assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
@@ -577,8 +588,11 @@ async fn a_loop_of_ticks_lets_the_other_tasks_run() {
     });
     for i in 0..TICKS {
         sender
-            .call("receiver", "t").raw().tick(Bytes::from_static(b"x"))
-            .await.map(drop)
+            .call("receiver", "t")
+            .raw()
+            .tick(Bytes::from_static(b"x"))
+            .await
+            .map(drop)
             .unwrap();
         sent.store(i + 1, std::sync::atomic::Ordering::Relaxed);
     }

@@ -151,13 +151,12 @@ async fn unknown_ids_and_unmatched_filters_are_typed_errors() {
     assert_eq!(err.code(), ErrorCode::NodeNotFound);
 
     let none = Filter::new().eq("role", "does-not-exist");
-    let err = b
-        .request::<_, ()>(&none, "x", &())
-        .await
-        .unwrap_err();
+    let err = b.request::<_, ()>(&none, "x", &()).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::NoNodesMatchFilter);
     assert!(matches!(
-        b.tick(node::Target::all(none.clone()), "x", &()).await.map(|sent| sent.nodes),
+        b.tick(node::Target::all(none.clone()), "x", &())
+            .await
+            .map(|sent| sent.nodes),
         Err(Error::NoNodesMatchFilter)
     ));
     assert!(matches!(
@@ -213,7 +212,10 @@ async fn names_for(
 ) -> HashMap<String, usize> {
     let mut seen = HashMap::new();
     for _ in 0..calls {
-        let name: String = hub.request(node::Target::any(filter.clone()).scope(scope), "name", &()).await.unwrap();
+        let name: String = hub
+            .request(node::Target::any(filter.clone()).scope(scope), "name", &())
+            .await
+            .unwrap();
         *seen.entry(name).or_insert(0) += 1;
     }
     seen
@@ -312,7 +314,8 @@ async fn tick_all_reaches_every_match_once() {
     let eu = Filter::new().regex("region", "^eu-").unwrap();
     let reached = hub
         .tick(node::Target::all(eu.clone()), "announce", "hello")
-        .await.map(|sent| sent.nodes)
+        .await
+        .map(|sent| sent.nodes)
         .unwrap();
     assert_eq!(reached, 2);
     let mut got = vec![
@@ -478,8 +481,12 @@ async fn raw_payloads_pass_through_untouched() {
     let b = client("b").await;
     b.connect(&address(&a)).await.unwrap();
     let reply = b
-        .call("a", "raw").timeout(Duration::from_secs(2)).raw().send(Bytes::from_static(&[1, 2, 3, 0xff]))
-        .await.map(node::Reply::into_payload)
+        .call("a", "raw")
+        .timeout(Duration::from_secs(2))
+        .raw()
+        .send(Bytes::from_static(&[1, 2, 3, 0xff]))
+        .await
+        .map(node::Reply::into_payload)
         .unwrap();
     assert_eq!(&reply[..], &[0xff, 3, 2, 1]);
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use node::{Error, ErrorCode, Filter, HandlerError, Node, NodeEvent, Request, Scope};
+use node::{Error, ErrorCode, Filter, HandlerError, Node, NodeEvent, Request};
 use support::*;
 
 /// A leaf with options, connected to `to`, answering `whoami` with its id and the route the
@@ -79,11 +79,7 @@ async fn a_leaf_reaches_a_leaf_behind_another_router_by_filter_and_by_id() {
     assert!(mesh.l1a.peers().get("r1").unwrap().router);
 
     let side2 = Filter::new().eq("side", 2);
-    let (who, via): (String, Vec<String>) = mesh
-        .l1a
-        .request(&side2, "whoami", &())
-        .await
-        .unwrap();
+    let (who, via): (String, Vec<String>) = mesh.l1a.request(&side2, "whoami", &()).await.unwrap();
     assert!(who == "l2a" || who == "l2b", "{who}");
     assert_eq!(via, ["r1", "r2"]);
 
@@ -99,10 +95,7 @@ async fn a_leaf_reaches_a_leaf_behind_another_router_by_filter_and_by_id() {
 
     // Ticks, by id and by filter.
     mesh.l1a.tick("l2a", "note", &()).await.unwrap();
-    mesh.l1a
-        .tick(&side2, "note", &())
-        .await.map(drop)
-        .unwrap();
+    mesh.l1a.tick(&side2, "note", &()).await.map(drop).unwrap();
     within("two ticks on side 2", async {
         while mesh.ticks[2].load(Ordering::SeqCst) + mesh.ticks[3].load(Ordering::SeqCst) < 2 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -128,7 +121,8 @@ async fn tick_all_reaches_every_matching_leaf_on_both_sides_exactly_once() {
     let reached = mesh
         .l1a
         .tick(node::Target::all(workers.clone()), "note", &())
-        .await.map(|sent| sent.nodes)
+        .await
+        .map(|sent| sent.nodes)
         .unwrap();
     // l1b, l2a, l2b: not the sender itself.
     assert_eq!(reached, 3);
@@ -172,7 +166,8 @@ async fn nothing_matching_anywhere_is_a_typed_error_at_once() {
     let err = mesh
         .l1a
         .tick(node::Target::all(nobody.clone()), "note", &())
-        .await.map(|sent| sent.nodes)
+        .await
+        .map(|sent| sent.nodes)
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::NoNodesMatchFilter, "{err:?}");
     // Well before the default request timeout: the answer came from the routers.
@@ -195,7 +190,9 @@ async fn a_deadline_that_expires_at_the_second_hop_gives_the_caller_a_timeout_in
     let started = Instant::now();
     let err = mesh
         .l1a
-        .call("l2a", "slow").timeout(timeout).send::<_, ()>(&())
+        .call("l2a", "slow")
+        .timeout(timeout)
+        .send::<_, ()>(&())
         .await
         .unwrap_err();
     let took = started.elapsed();
@@ -235,8 +232,13 @@ async fn a_ring_of_routers_does_not_loop() {
     assert_eq!(who, "ring-c");
 
     let reached = a
-        .tick(node::Target::all(Filter::new().eq("role", "worker")), "note", &())
-        .await.map(|sent| sent.nodes)
+        .tick(
+            node::Target::all(Filter::new().eq("role", "worker")),
+            "note",
+            &(),
+        )
+        .await
+        .map(|sent| sent.nodes)
         .unwrap();
     assert_eq!(reached, 2);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -286,7 +288,9 @@ async fn a_router_restarted_mid_traffic_is_rejoined_and_forwarding_resumes() {
 
     r2.close().await;
     let err = caller
-        .call("far-leaf", "whoami").timeout(Duration::from_secs(2)).send::<_, (String, Vec<String>)>(&())
+        .call("far-leaf", "whoami")
+        .timeout(Duration::from_secs(2))
+        .send::<_, (String, Vec<String>)>(&())
         .await
         .unwrap_err();
     assert!(

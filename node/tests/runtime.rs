@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use node::{
     BusyPolicy, ConnectOptions, Error, ErrorCode, EventStream, Filter, HandlerError, LeaveReason,
-    Node, NodeBuilder, NodeEvent, Reconnect, ReconnectPolicy, Request, Scope,
+    Node, NodeBuilder, NodeEvent, Reconnect, ReconnectPolicy, Request,
 };
 use support::*;
 use tower::limit::ConcurrencyLimitLayer;
@@ -382,11 +382,7 @@ async fn a_handler_error_behind_two_routers_reaches_the_caller_unchanged_and_run
     let by_filter = Filter::new().eq("role", "leaf");
     for code in ROUTER_CODES {
         let by_id = within(code, origin.request::<_, ()>("leaf", "fail", code)).await;
-        let by_filter = within(
-            code,
-            origin.request::<_, ()>(&by_filter, "fail", code),
-        )
-        .await;
+        let by_filter = within(code, origin.request::<_, ()>(&by_filter, "fail", code)).await;
         for result in [by_id, by_filter] {
             match result {
                 Err(Error::Handler { code: got, message }) => {
@@ -683,7 +679,14 @@ async fn concurrent_connects_share_one_join_and_disconnect_says_goodbye() {
         .filter(|e| matches!(e, NodeEvent::PeerJoined { id, .. } if id.as_str() == "b"))
         .count();
     assert_eq!(joins, 1, "one connection, one join");
-    assert_eq!(a.peers().list().iter().filter(|p| p.id.as_str() == "b").count(), 1);
+    assert_eq!(
+        a.peers()
+            .list()
+            .iter()
+            .filter(|p| p.id.as_str() == "b")
+            .count(),
+        1
+    );
 
     b.disconnect(&endpoint).await.unwrap();
     // `Stopped` is the goodbye's reason; the wait is bounded far below the 75 s a
@@ -717,10 +720,13 @@ async fn connect_timeout_to_an_address_that_never_answers_is_a_handshake_timeout
     let short = Duration::from_millis(300);
     let bound = Duration::from_secs(3);
     for endpoint in [&silent, &nobody] {
-        let err = tokio::time::timeout(bound, c.connect_with(endpoint, node::ConnectOptions::new().timeout(short)))
-            .await
-            .unwrap_or_else(|_| panic!("connect_timeout to {endpoint} still waiting"))
-            .unwrap_err();
+        let err = tokio::time::timeout(
+            bound,
+            c.connect_with(endpoint, node::ConnectOptions::new().timeout(short)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("connect_timeout to {endpoint} still waiting"))
+        .unwrap_err();
         assert!(matches!(err, Error::HandshakeTimeout { .. }), "{err:?}");
         assert_eq!(err.code(), ErrorCode::HandshakeFailed);
         // A failed connect keeps nothing.

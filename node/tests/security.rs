@@ -75,7 +75,10 @@ async fn secured_nodes_exchange_requests_and_know_each_others_keys() {
     let (server, _) = secured_server("vault", &server_keys, None).await;
     let client = secured_client("teller", &client_keys).await;
     let peer = client
-        .connect_with(&address(&server), node::ConnectOptions::new().server_key(server_keys.public))
+        .connect_with(
+            &address(&server),
+            node::ConnectOptions::new().server_key(server_keys.public),
+        )
         .await
         .unwrap();
     assert_eq!(peer.id.as_str(), "vault");
@@ -115,13 +118,20 @@ async fn a_wrong_server_key_is_refused_at_once_and_the_server_keeps_serving() {
     let (server, handled) = secured_server("vault", &server_keys, None).await;
     let impostor_key = keys().public;
     let stranger = secured_client("stranger", &keys()).await;
-    let err = refused(stranger.connect_with(&address(&server), node::ConnectOptions::new().server_key(impostor_key))).await;
+    let err = refused(stranger.connect_with(
+        &address(&server),
+        node::ConnectOptions::new().server_key(impostor_key),
+    ))
+    .await;
     assert!(matches!(err, Error::Refused { .. }), "{err:?}");
     assert!(stranger.peers().is_empty());
 
     let friend = secured_client("friend", &keys()).await;
     friend
-        .connect_with(&address(&server), node::ConnectOptions::new().server_key(server_keys.public))
+        .connect_with(
+            &address(&server),
+            node::ConnectOptions::new().server_key(server_keys.public),
+        )
         .await
         .unwrap();
     let _: Option<String> = friend.request("vault", "whoami", &()).await.unwrap();
@@ -142,7 +152,11 @@ async fn an_unlisted_client_is_refused_and_the_server_says_so() {
     let mut events = server.events();
 
     let outsider = secured_client("outsider", &unlisted).await;
-    let err = refused(outsider.connect_with(&address(&server), node::ConnectOptions::new().server_key(server_keys.public))).await;
+    let err = refused(outsider.connect_with(
+        &address(&server),
+        node::ConnectOptions::new().server_key(server_keys.public),
+    ))
+    .await;
     assert!(
         matches!(
             err,
@@ -163,7 +177,10 @@ async fn an_unlisted_client_is_refused_and_the_server_says_so() {
 
     let insider = secured_client("insider", &listed).await;
     insider
-        .connect_with(&address(&server), node::ConnectOptions::new().server_key(server_keys.public))
+        .connect_with(
+            &address(&server),
+            node::ConnectOptions::new().server_key(server_keys.public),
+        )
         .await
         .unwrap();
     let _: Option<String> = insider.request("vault", "whoami", &()).await.unwrap();
@@ -190,7 +207,10 @@ async fn a_secure_connect_needs_a_key_pair() {
     let (server, _) = secured_server("vault", &keys(), None).await;
     let keyless = client("keyless").await;
     let err = keyless
-        .connect_with(&address(&server), node::ConnectOptions::new().server_key(server.keys().public().unwrap()))
+        .connect_with(
+            &address(&server),
+            node::ConnectOptions::new().server_key(server.keys().public().unwrap()),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NoKeys), "{err:?}");
@@ -217,7 +237,11 @@ async fn the_allow_list_changes_at_run_time() {
     let address = address(&server);
 
     // Not listed: refused.
-    refused(client.connect_with(&address, node::ConnectOptions::new().server_key(server_keys.public))).await;
+    refused(client.connect_with(
+        &address,
+        node::ConnectOptions::new().server_key(server_keys.public),
+    ))
+    .await;
 
     // Listed now: the same node connects and is served.
     server.keys().allow(client_keys.public).await.unwrap();
@@ -226,7 +250,10 @@ async fn the_allow_list_changes_at_run_time() {
         Some(vec![client_keys.public])
     );
     client
-        .connect_with(&address, node::ConnectOptions::new().server_key(server_keys.public))
+        .connect_with(
+            &address,
+            node::ConnectOptions::new().server_key(server_keys.public),
+        )
         .await
         .unwrap();
     let _: Option<String> = client.request("vault", "whoami", &()).await.unwrap();
@@ -268,7 +295,11 @@ async fn the_allow_list_changes_at_run_time() {
         }
     })
     .await;
-    refused(client.connect_with(&address, node::ConnectOptions::new().server_key(server_keys.public))).await;
+    refused(client.connect_with(
+        &address,
+        node::ConnectOptions::new().server_key(server_keys.public),
+    ))
+    .await;
     client.close().await;
     server.close().await;
 }
@@ -291,7 +322,10 @@ async fn marker_in_clear(secured: bool) -> bool {
     let client = secured_client("teller", &client_keys).await;
     if secured {
         client
-            .connect_with(&proxy.address, node::ConnectOptions::new().server_key(server_keys.public))
+            .connect_with(
+                &proxy.address,
+                node::ConnectOptions::new().server_key(server_keys.public),
+            )
             .await
             .unwrap();
     } else {
@@ -332,7 +366,10 @@ async fn an_id_is_bound_to_the_key_it_first_joined_with() {
     .await;
     let first = secured_client("teller", &first_keys).await;
     first
-        .connect_with(&address(&vault), node::ConnectOptions::new().server_key(vault_keys.public))
+        .connect_with(
+            &address(&vault),
+            node::ConnectOptions::new().server_key(vault_keys.public),
+        )
         .await
         .unwrap();
     first.close().await;
@@ -343,12 +380,19 @@ async fn an_id_is_bound_to_the_key_it_first_joined_with() {
     })
     .await;
     let impostor = secured_client("teller", &second_keys).await;
-    let err = refused(impostor.connect_with(&address(&vault), node::ConnectOptions::new().server_key(vault_keys.public))).await;
+    let err = refused(impostor.connect_with(
+        &address(&vault),
+        node::ConnectOptions::new().server_key(vault_keys.public),
+    ))
+    .await;
     assert!(matches!(err, Error::Refused { .. }), "{err:?}");
     // The first key still may: the id is its.
     let again = secured_client("teller", &first_keys).await;
     again
-        .connect_with(&address(&vault), node::ConnectOptions::new().server_key(vault_keys.public))
+        .connect_with(
+            &address(&vault),
+            node::ConnectOptions::new().server_key(vault_keys.public),
+        )
         .await
         .unwrap();
 }

@@ -42,7 +42,11 @@ async fn names(hub: &Node, filter: &Filter) -> Vec<String> {
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..40 {
         let name: String = hub
-            .request(node::Target::any(filter.clone()).scope(Scope::Down), "name", &())
+            .request(
+                node::Target::any(filter.clone()).scope(Scope::Down),
+                "name",
+                &(),
+            )
             .await
             .unwrap();
         seen.insert(name);
@@ -78,12 +82,15 @@ async fn nested_options_and_null_travel_in_the_handshake_and_filter_by_path() {
     assert_eq!(ids(hub.peers().matching(&zone1, Scope::Down)), ["a", "b"]);
     assert!(hub.peers().matching(&zone1, Scope::Up).is_empty());
     assert_eq!(
-        ids(hub.peers().matching(&Filter::new().gte("region.rack", 2), Scope::Both)),
+        ids(hub
+            .peers()
+            .matching(&Filter::new().gte("region.rack", 2), Scope::Both)),
         ["b", "c"]
     );
     // A null is no value: `$ne` fails on it as on a missing key.
     assert!(hub
-        .peers().matching(&Filter::new().ne("spare", 1), Scope::Both)
+        .peers()
+        .matching(&Filter::new().ne("spare", 1), Scope::Both)
         .is_empty());
     assert_eq!(names(&hub, &zone1).await, ["a", "b"]);
 
@@ -151,7 +158,8 @@ async fn peer_by_address_finds_upstream_peers_by_their_connect_address() {
     assert_eq!(found.direction, Direction::Upstream);
     assert_eq!(
         client
-            .peers().by_address(&address(&other))
+            .peers()
+            .by_address(&address(&other))
             .unwrap()
             .id
             .as_str(),

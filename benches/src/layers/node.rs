@@ -193,7 +193,9 @@ async fn connect(job: &Job) -> Result<(Node, NodeId)> {
         Some((endpoint, key)) => {
             let server_key = Key::from_z85(key)?;
             let client = builder.curve(KeyPair::generate()?).build().await?;
-            let peer = client.connect_with(endpoint, node::ConnectOptions::new().server_key(server_key)).await?;
+            let peer = client
+                .connect_with(endpoint, node::ConnectOptions::new().server_key(server_key))
+                .await?;
             (client, peer)
         }
         None => {
@@ -314,7 +316,12 @@ async fn send_ticks(
 ) -> Result<()> {
     while Instant::now() < deadline {
         for _ in 0..TICK_BATCH {
-            client.call(server, "tick").raw().tick(payload.clone()).await.map(drop)?;
+            client
+                .call(server, "tick")
+                .raw()
+                .tick(payload.clone())
+                .await
+                .map(drop)?;
         }
         // Let the node's own tasks run: a send that never waits never yields.
         tokio::task::yield_now().await;
@@ -325,7 +332,9 @@ async fn send_ticks(
 /// The server's tick count, and when its answer arrived.
 async fn tick_count(client: &Node, server: &NodeId) -> Result<(u64, Instant)> {
     let count: u64 = client
-        .call(server, "ticks").timeout(REQUEST_TIMEOUT).send(&())
+        .call(server, "ticks")
+        .timeout(REQUEST_TIMEOUT)
+        .send(&())
         .await?;
     Ok((count, Instant::now()))
 }

@@ -100,7 +100,10 @@ async fn main() -> Result {
             .tick(&())
             .await?;
         if sent.nodes != 2 {
-            return Err(unexpected(format!("a restock went to {} nodes", sent.nodes)));
+            return Err(unexpected(format!(
+                "a restock went to {} nodes",
+                sent.nodes
+            )));
         }
     }
     examples::within("every restock to arrive", async {

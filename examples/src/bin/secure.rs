@@ -42,7 +42,12 @@ async fn main() -> Result {
         .curve(teller_keys)
         .build()
         .await?;
-    teller.connect_with(&endpoint, node::ConnectOptions::new().server_key(vault_keys.public)).await?;
+    teller
+        .connect_with(
+            &endpoint,
+            node::ConnectOptions::new().server_key(vault_keys.public),
+        )
+        .await?;
     let balance: u64 = teller.request("vault", "balance", &()).await?;
     println!("teller: balance {balance} (over an encrypted connection)");
 
@@ -51,7 +56,13 @@ async fn main() -> Result {
         .curve(KeyPair::generate()?)
         .build()
         .await?;
-    match stranger.connect_with(&endpoint, node::ConnectOptions::new().server_key(vault_keys.public)).await {
+    match stranger
+        .connect_with(
+            &endpoint,
+            node::ConnectOptions::new().server_key(vault_keys.public),
+        )
+        .await
+    {
         Err(Error::Refused { reason, .. }) => println!("stranger: refused ({reason})"),
         other => return Err(format!("the stranger was not refused: {other:?}").into()),
     }
