@@ -51,10 +51,7 @@ pub(crate) async fn tick(args: TickArgs) -> Result<(), Error> {
     let aim = args.target.aim(args.all, &args.connect.connect)?;
     let data = parse_data(args.data.as_deref())?;
     let session = Session::connect(&args.connect).await?;
-    let to = match &aim {
-        Aim::All(conditions, scope) => Target::all(conditions.filter()).scope(*scope),
-        other => session.target(other),
-    };
+    let to = session.target(&aim);
     let sent = with_meta(session.node.call(to, &args.event), &args.meta)
         .tick(&data)
         .await
@@ -168,7 +165,7 @@ impl Session {
         Ok(Session { node, connected })
     }
 
-    /// The node API's target for an aim (`All` is sent with `tick_all` instead).
+    /// The node API's target for an aim.
     fn target(&self, aim: &Aim) -> Target {
         match aim {
             // `aim` allows `Connected` only with exactly one address, and `open` joined it.
@@ -177,9 +174,8 @@ impl Session {
                 None => Target::Id(NodeId::new("")),
             },
             Aim::Id(id) => Target::Id(NodeId::new(id)),
-            Aim::Any(conditions, scope) | Aim::All(conditions, scope) => {
-                Target::Any(conditions.filter(), *scope)
-            }
+            Aim::Any(conditions, scope) => Target::any(conditions.filter()).scope(*scope),
+            Aim::All(conditions, scope) => Target::all(conditions.filter()).scope(*scope),
         }
     }
 
