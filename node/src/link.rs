@@ -247,7 +247,7 @@ pub(crate) fn check_size(size: usize, max: usize) -> crate::Result<()> {
 ///
 /// let shards = Filter::new().eq("role", "shard");
 /// let one: Target = shards.clone().into(); // any match, both directions
-/// let every = Target::all(shards).scope(Scope::Downstream);
+/// let every = Target::all(shards).scope(Scope::Down);
 /// let by_id: Target = "shard-1".into();
 /// # let _ = (one, every, by_id);
 /// ```
