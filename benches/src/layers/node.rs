@@ -1,5 +1,5 @@
-//! The node layer: request/reply between two `Node`s (`request_raw` to an
-//! `on_request_service` echo answering `Response::raw`), and one-way ticks (`tick_raw`)
+//! The node layer: request/reply between two `Node`s (`call(..).raw().send(..)` to an
+//! `on_request_service` echo answering `Response::raw`), and one-way ticks (`call(..).raw().tick(..)`)
 //! counted by the receiver; and the CPU-bound rows (`node-cpu-N`), whose handler does
 //! [`cpu_job`] before answering.
 //!
