@@ -69,21 +69,19 @@ pub async fn wait_for<T>(
     what: &str,
     mut pick: impl FnMut(&NodeEvent) -> Option<T>,
 ) -> Result<T> {
-    within(what, async {
-        loop {
-            match events.recv().await {
-                // Missed events (`Lagged`) are not the one we wait for, or it will come
-                // again.
-                Some(event) => {
-                    if let Some(found) = pick(&event) {
-                        return Ok(found);
-                    }
-                }
-                None => return Err(format!("event stream closed while waiting: {what}").into()),
-            }
-        }
-    })
-    .await?
+    // Missed events (`Lagged`) are not the one we wait for, or it will come again.
+    let mut found = None;
+    events
+        .wait_for(
+            |event| {
+                found = pick(event);
+                found.is_some()
+            },
+            PATIENCE,
+        )
+        .await
+        .map_err(|e| format!("{what}: {e}"))?;
+    found.ok_or_else(|| format!("{what}: picked nothing").into())
 }
 
 /// Builds the error a program returns when something did not go as the example expects.
