@@ -31,9 +31,16 @@ use serde::{Deserialize, Serialize};
 /// A map (it dereferences to a `BTreeMap<String, Value>`: `get`, `insert`, `iter`,
 /// `opts["key"]`) that shows as a person would type it (`{role: worker, load: 3}`), the way
 /// [`Value`] shows.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Options(BTreeMap<String, Value>);
+
+/// As the map it wraps: `{"role": String("worker")}`.
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 impl Options {
     /// No options.
