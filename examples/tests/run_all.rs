@@ -241,3 +241,23 @@ fn gather_asks_all_the_first_two_and_one_per_group() {
         ],
     );
 }
+
+#[test]
+fn kv_routes_by_key_checks_tenants_and_survives_a_closed_shard() {
+    run(
+        env!("CARGO_BIN_EXE_kv"),
+        &[
+            "stored 12 keys: {\"shard-0\": 4, \"shard-1\": 4, \"shard-2\": 4}",
+            "get user:1 as acme   -> grace",
+            "get user:1 as globex -> none",
+            "get user:1 without a tenant -> refused: UNAUTHENTICATED",
+            "count = 12 {\"shard-0\": 4, \"shard-1\": 4, \"shard-2\": 4}",
+            "scan -> timed out after 500ms",
+            "3 shards stopped their scan at the deadline",
+            "compact sent to 3 shards; every shard compacted once",
+            "the gateway saw shard-1 leave",
+            "get user:0 -> refused: UNAVAILABLE",
+            "count = 8 from 2 shards {\"shard-0\": 4, \"shard-2\": 4}",
+        ],
+    );
+}

@@ -142,6 +142,46 @@ impl Request {
     }
 }
 
+/// Gives a handler shared state once: `with_state(db, |db, req| async move { .. })` is a
+/// handler for [`Node::on_request`](crate::Node::on_request) or
+/// [`Node::on_tick`](crate::Node::on_tick) that gets its own clone of `state` with each
+/// request, so the handler clones nothing by hand. Make the state cheap to clone (an `Arc`,
+/// a pool handle, a [`Node`](crate::Node)); every clone shares what it points to.
+///
+/// Why an adapter rather than state stored in the node and looked up on the request (an
+/// `Extension`-like `req.state::<T>()`): the state's type is checked when the handler is
+/// registered, not when a request arrives; handlers of one node can have different states;
+/// and a request whose handler takes no state carries none. Middleware gets state the same
+/// way: [`from_fn_with_state`](crate::middleware::from_fn_with_state).
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+/// use node::{with_state, HandlerError, Node, Request};
+///
+/// type Store = Arc<Mutex<HashMap<String, String>>>;
+///
+/// fn serve(node: &Node, store: Store) {
+///     node.on_request("get", with_state(store.clone(), |store: Store, req: Request| async move {
+///         let key: String = req.decode()?;
+///         Ok::<_, HandlerError>(store.lock().unwrap().get(&key).cloned())
+///     }));
+///     node.on_tick("clear", with_state(store, |store: Store, _req: Request| async move {
+///         store.lock().unwrap().clear();
+///     }));
+/// }
+/// ```
+pub fn with_state<S, F, Fut>(
+    state: S,
+    handler: F,
+) -> impl Fn(Request) -> Fut + Clone + Send + Sync + 'static
+where
+    S: Clone + Send + Sync + 'static,
+    F: Fn(S, Request) -> Fut + Clone + Send + Sync + 'static,
+{
+    move |request| handler(state.clone(), request)
+}
+
 /// The metadata key of a forwarded message's [`Route`] (the framework's).
 pub(crate) const ROUTE: &str = ":route";
 
@@ -396,6 +436,35 @@ mod tests {
         assert_eq!(to_remote(other).code, HandlerError::HANDLER_ERROR);
         let missing = to_remote(Box::new(NoHandler("gone".into())));
         assert!(missing.is_system(RemoteError::NO_HANDLER));
+    }
+
+    #[tokio::test]
+    async fn with_state_hands_every_call_a_clone_of_one_state() {
+        let state = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let handler = with_state(
+            Arc::clone(&state),
+            |state: Arc<std::sync::atomic::AtomicUsize>, _req: Request| async move {
+                state.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Arc::as_ptr(&state) as usize
+            },
+        );
+        let request = || {
+            let envelope = protocol::Envelope::new(
+                protocol::Kind::Request,
+                1,
+                "e",
+                Bytes::new(),
+                Bytes::new(),
+            );
+            let frames = envelope.encode();
+            let decoded = protocol::Envelope::decode(&frames, usize::MAX).unwrap();
+            let incoming = Incoming::from_envelope(protocol::PeerId::default(), decoded);
+            Request::new(NodeId::from("peer"), incoming, Meta::new(), None)
+        };
+        let (a, b) = (handler(request()).await, handler.clone()(request()).await);
+        assert_eq!(a, b, "the same instance");
+        assert_eq!(a, Arc::as_ptr(&state) as usize);
+        assert_eq!(state.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 
     #[test]

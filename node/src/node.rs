@@ -415,7 +415,8 @@ impl Node {
 
     /// Handles requests whose event matches `pattern` (a name, or a [`regex::Regex`]) with
     /// an async function. Its `Ok` value is sent back encoded as MessagePack; its
-    /// [`HandlerError`] as an error reply with the code and message.
+    /// [`HandlerError`] as an error reply with the code and message. Shared state (a store,
+    /// a pool, this node) is given once with [`with_state`](crate::with_state).
     pub fn on_request<P, F, Fut, R>(&self, pattern: P, handler: F)
     where
         P: Into<Pattern>,
@@ -466,7 +467,8 @@ impl Node {
     /// [`Request::is_tick`](crate::Request::is_tick)) goes through this one instance, so a
     /// `ConcurrencyLimitLayer::new(1)` lets one message at a time into the node, whatever
     /// its event. The layer is applied once, now; handlers and layers registered later
-    /// never rebuild it (its state is never reset). Layers added first run first.
+    /// never rebuild it (its state is never reset). Layers added first run first. An async
+    /// function is a layer too: [`middleware::from_fn`](crate::middleware::from_fn).
     pub fn layer<L>(&self, layer: L)
     where
         L: Layer<HandlerService> + Send + Sync + 'static,
