@@ -11,11 +11,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use protocol::RemoteError;
 use tokio::time::Instant;
 
+use crate::codes::system::{NOT_JOINED, SHUTTING_DOWN};
 use crate::events::{LeaveReason, NodeEvent};
-use crate::handshake::{DRAINING, NOT_JOINED};
+use crate::handshake::DRAINING;
 use crate::inner::Inner;
 use crate::peer::{Direction, NodeId, Stop};
 use crate::upstream::Upstream;
@@ -71,7 +71,7 @@ pub(crate) fn pick_again(error: &protocol::Error, by_filter: bool, attempt: usiz
         // Stopping, or not (yet) counting us as joined: refused before any handler.
         protocol::Error::Remote(refusal) => {
             refusal.system
-                && (refusal.code == RemoteError::SHUTTING_DOWN || refusal.code == NOT_JOINED)
+                && (refusal.code == SHUTTING_DOWN || refusal.code == NOT_JOINED)
         }
         other => crate::forward::undelivered(other),
     };
@@ -202,11 +202,12 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protocol::RemoteError;
 
     #[test]
     fn only_a_filter_pick_that_ran_nothing_is_picked_again() {
         let remote = protocol::Error::Remote;
-        let stopping = remote(RemoteError::system_error(RemoteError::SHUTTING_DOWN, "x"));
+        let stopping = remote(RemoteError::system_error(SHUTTING_DOWN, "x"));
         assert!(pick_again(&stopping, true, 0));
         assert!(pick_again(&stopping, true, MAX_PICKS - 1));
         assert!(!pick_again(&stopping, true, MAX_PICKS), "bounded");
@@ -219,7 +220,7 @@ mod tests {
             !pick_again(&protocol::Error::ConnectionLost, true, 0),
             "sent, and the peer left: it may have run"
         );
-        let handlers_own = remote(RemoteError::new(RemoteError::SHUTTING_DOWN, "its code"));
+        let handlers_own = remote(RemoteError::new(SHUTTING_DOWN, "its code"));
         assert!(
             !pick_again(&handlers_own, true, 0),
             "a handler's error may have run"

@@ -31,12 +31,13 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use parking_lot::Mutex;
-use protocol::{Answer, Incoming, Meta, RemoteError, Responder};
+use protocol::{Answer, Incoming, Limit, Meta, RemoteError, Responder};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::config::{BusyPolicy, Config};
-use crate::context::{self, Context, Expiry, DEADLINE_EXCEEDED};
+use crate::codes::system::{BUSY, CANCELLED, DEADLINE_EXCEEDED, PANICKED, PAYLOAD_TOO_LARGE, SHUTTING_DOWN};
+use crate::context::{self, Context, Expiry};
 use crate::dispatch::Received;
 use crate::fair::{self, Bounds, Full, Lanes, Slot};
 use crate::inner::Inner;
@@ -45,13 +46,6 @@ use crate::observe::{Outcome, Watch};
 use crate::peer::{NodeId, PeerWork, Stop};
 use crate::trace;
 use protocol::Runners;
-
-/// The error code of a request refused because the node's handlers are at their limit.
-pub(crate) const BUSY: &str = "BUSY";
-
-/// The error code of a request whose handler was stopped because the node's close grace
-/// ran out.
-pub(crate) const CANCELLED: &str = "CANCELLED";
 
 /// A peer's work as the key of its lane: the same peer is the same allocation.
 #[derive(Clone)]
@@ -274,6 +268,18 @@ impl Runtime {
         self.lanes.lock().lanes()
     }
 
+    /// The refusal of a request whose share `full` was: its bound as data.
+    fn busy(&self, full: Full) -> RemoteError {
+        let (max, per_peer) = match full {
+            Full::Node => (self.max, false),
+            Full::Peer => (self.per_peer, true),
+        };
+        RemoteError::system_error(BUSY, full.message()).with_limit(Limit::Handlers {
+            max: max as u64,
+            per_peer,
+        })
+    }
+
     /// Handler tasks running or queued now.
     pub(crate) fn active(&self) -> usize {
         self.active.load(Ordering::Acquire)
@@ -437,9 +443,13 @@ pub(crate) fn fitting(
                 "answer over the requester's limit refused"
             );
             Err(RemoteError::system_error(
-                RemoteError::PAYLOAD_TOO_LARGE,
-                format!("{} {limit}", answer.payload.len()),
-            ))
+                PAYLOAD_TOO_LARGE,
+                "the answer is over the requester's limit",
+            )
+            .with_limit(Limit::Payload {
+                size: answer.payload.len() as u64,
+                max: limit as u64,
+            }))
         }
         answer => answer,
     }
@@ -560,7 +570,7 @@ async fn run_request(
         // The close grace ran out before it had a slot: nothing ran, it may go elsewhere.
         Waited::Stopped(Stop::Grace) => {
             responder.answer(Err(RemoteError::system_error(
-                RemoteError::SHUTTING_DOWN,
+                SHUTTING_DOWN,
                 "the node closed before the request had a handler slot",
             )));
             return Outcome::Cancelled;
@@ -592,7 +602,7 @@ async fn run_request(
         result = handled => {
             let result = result.unwrap_or_else(|_| {
                 tracing::error!(node = %inner.id, "request handler panicked");
-                Err(RemoteError::handler("the handler panicked"))
+                Err(RemoteError::system_error(PANICKED, "the handler panicked"))
             });
             inner.runtime.answered.fetch_add(1, Ordering::Relaxed);
             let outcome = match &result {
@@ -639,7 +649,7 @@ pub(crate) fn spawn_request(
         Admitted::Queued(waiter) => Hold::Waiting(waiter),
         Admitted::Refused(full) => {
             inner.runtime.refused.fetch_add(1, Ordering::Relaxed);
-            responder.answer(Err(RemoteError::system_error(BUSY, full.message())));
+            responder.answer(Err(inner.runtime.busy(full)));
             return;
         }
     };

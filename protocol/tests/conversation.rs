@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use protocol::{
-    encode_value, request_fn, tick_fn, Client, Connection, Error, ErrorCode, RemoteError, Server,
+    encode_value, request_fn, tick_fn, Client, Connection, Error, ErrorCode, Limit, RemoteError, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -469,7 +469,13 @@ async fn a_request_over_the_payload_limit_is_answered_with_a_typed_error() {
                 remote.is_system(RemoteError::PAYLOAD_TOO_LARGE),
                 "{remote:?}"
             );
-            assert_eq!(remote.message, "1025 1024");
+            assert_eq!(
+                remote.limit,
+                Some(Limit::Payload {
+                    size: 1025,
+                    max: 1024
+                })
+            );
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
