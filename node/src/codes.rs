@@ -188,6 +188,24 @@ impl PartialEq<&str> for Code {
     }
 }
 
+impl PartialEq<Code> for String {
+    fn eq(&self, other: &Code) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<Code> for &Code {
+    fn eq(&self, other: &Code) -> bool {
+        **self == *other
+    }
+}
+
+impl PartialEq<Code> for &str {
+    fn eq(&self, other: &Code) -> bool {
+        *self == other.as_str()
+    }
+}
+
 /// The framework's codes: sent only as system errors
 /// ([`protocol::RemoteError::system_error`]); each has a typed
 /// [`Error`](crate::Error) variant on the caller's side.

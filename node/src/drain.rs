@@ -17,7 +17,7 @@ use crate::codes::system::{NOT_JOINED, SHUTTING_DOWN};
 use crate::events::{LeaveReason, NodeEvent};
 use crate::handshake::DRAINING;
 use crate::inner::Inner;
-use crate::peer::{Direction, NodeId, Stop};
+use crate::peer::{Direction, NodeId};
 use crate::upstream::Upstream;
 
 /// Where a node is in its life. Stored as a number in `Inner`; only ever moves forward.
@@ -117,9 +117,8 @@ impl Inner {
         }
         let cancelled = self.runtime.active();
         tracing::warn!(node = %self.id, cancelled, "close: grace period over with handlers still running; stopping them");
-        for entry in self.state.lock().registry.all() {
-            entry.work.stop_for(Stop::Grace);
-        }
+        // Every peer's work is a child of the node's token.
+        self.runtime.stop_all();
         // Their callers are told (`CANCELLED`) as they stop: before the sockets close.
         self.runtime.drain_until(Instant::now() + STOP_WAIT).await;
         Closed { cancelled }

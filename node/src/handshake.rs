@@ -325,7 +325,7 @@ pub(crate) fn handshake_downstream(
                 key,
                 last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
                 dead_after: inner.dead_after(&hello),
-                work: Arc::new(PeerWork::new(limit)),
+                work: Arc::new(PeerWork::new(limit, inner.runtime.stopping())),
                 draining: false,
             };
             state.join_downstream(entry, route)

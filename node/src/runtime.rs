@@ -34,6 +34,7 @@ use parking_lot::Mutex;
 use protocol::{Answer, Incoming, Limit, Meta, RemoteError, Responder};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{BusyPolicy, Config};
 use crate::codes::system::{BUSY, CANCELLED, DEADLINE_EXCEEDED, PANICKED, PAYLOAD_TOO_LARGE, SHUTTING_DOWN};
@@ -128,6 +129,9 @@ pub(crate) struct Runtime {
     pub(crate) cancelled: AtomicU64,
     /// Requests not run, or stopped, because their deadline passed.
     pub(crate) expired: AtomicU64,
+    /// Cancelled when the close grace runs out: every peer's work token is its child
+    /// (`PeerWork::new`), so all handlers stop at once, for [`Stop::Grace`].
+    stopping: CancellationToken,
 }
 
 impl Runtime {
@@ -153,6 +157,7 @@ impl Runtime {
             ticks_dropped: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             expired: AtomicU64::new(0),
+            stopping: CancellationToken::new(),
             pool: Runners::new(),
         }
     }
@@ -278,6 +283,17 @@ impl Runtime {
             max: max as u64,
             per_peer,
         })
+    }
+
+    /// The node's token, parent of every peer's work token.
+    pub(crate) fn stopping(&self) -> &CancellationToken {
+        &self.stopping
+    }
+
+    /// The close grace ran out: every handler stops, and its caller is told
+    /// (`CANCELLED`).
+    pub(crate) fn stop_all(&self) {
+        self.stopping.cancel();
     }
 
     /// Handler tasks running or queued now.
@@ -566,7 +582,9 @@ async fn run_request(
     let passed = match work.slot_before(deadline, Some(received.arrived)).await {
         Waited::AtOnce => deadline.is_some_and(|deadline| deadline <= received.arrived),
         Waited::Slot => deadline.is_some_and(|deadline| deadline <= Instant::now()),
-        Waited::Stopped(Stop::Left) => return Outcome::Cancelled,
+        // Nothing ran and the answer would go nowhere: counted (`NodeStats`) and seen by
+        // hooks and metrics as `Outcome::Cancelled`.
+        Waited::Stopped(Stop::Left | Stop::Replaced) => return Outcome::Cancelled,
         // The close grace ran out before it had a slot: nothing ran, it may go elsewhere.
         Waited::Stopped(Stop::Grace) => {
             responder.answer(Err(RemoteError::system_error(
