@@ -61,8 +61,14 @@ impl Inner {
         first: First,
     ) -> bool {
         let event = incoming.event().to_owned();
+        let sender = from.clone();
         if let Err(error) = first.run(Request::new_tick(from, incoming, meta)).await {
             tracing::debug!(node = %self.id, %event, cause = %error, "tick refused by its middleware");
+            self.runtime.ticks_refused.fetch_add(1, Ordering::Relaxed);
+            self.report(
+                ErrorSource::TickRefused,
+                format!("tick {event:?} from {sender} refused: {error}"),
+            );
             return false;
         }
         true

@@ -125,6 +125,8 @@ pub(crate) struct Runtime {
     pool: Arc<Runners<Job>>,
     /// Ticks dropped at the limit.
     pub(crate) ticks_dropped: AtomicU64,
+    /// Ticks a middleware refused.
+    pub(crate) ticks_refused: AtomicU64,
     /// Jobs stopped because their peer left.
     pub(crate) cancelled: AtomicU64,
     /// Requests not run, or stopped, because their deadline passed.
@@ -155,6 +157,7 @@ impl Runtime {
             answered: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             ticks_dropped: AtomicU64::new(0),
+            ticks_refused: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             stopping: CancellationToken::new(),
