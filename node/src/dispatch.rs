@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use transport::Key;
 
-use crate::codes::system::{BAD_METADATA, NO_HANDLER, NOT_JOINED, SHUTTING_DOWN};
+use crate::codes::system::{BAD_METADATA, NOT_JOINED, NO_HANDLER, SHUTTING_DOWN};
 use crate::context::deadline_of;
 use crate::events::ErrorSource;
 use crate::forward::FORWARD;
@@ -216,10 +216,7 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
     server.on_any_request(Some(Arc::new(
         move |incoming: Incoming, responder: Responder| {
             let Some(inner) = weak.upgrade() else {
-                responder.answer(Err(RemoteError::system_error(
-                    SHUTTING_DOWN,
-                    "node closed",
-                )));
+                responder.answer(Err(RemoteError::system_error(SHUTTING_DOWN, "node closed")));
                 return;
             };
             if incoming.event() == HANDSHAKE {

@@ -70,8 +70,7 @@ pub(crate) fn pick_again(error: &protocol::Error, by_filter: bool, attempt: usiz
     let nothing_ran = match error {
         // Stopping, or not (yet) counting us as joined: refused before any handler.
         protocol::Error::Remote(refusal) => {
-            refusal.system
-                && (refusal.code == SHUTTING_DOWN || refusal.code == NOT_JOINED)
+            refusal.system && (refusal.code == SHUTTING_DOWN || refusal.code == NOT_JOINED)
         }
         other => crate::forward::undelivered(other),
     };

@@ -497,7 +497,12 @@ mod tests {
         let late = Error::from_remote(RemoteError::system_error("DEADLINE_EXCEEDED", ""));
         assert!(late.is_timeout(), "{late:?}");
         // The same codes from a handler are the handler's.
-        for code in ["BUSY", "SHUTTING_DOWN", "PAYLOAD_TOO_LARGE", "HANDLER_PANICKED"] {
+        for code in [
+            "BUSY",
+            "SHUTTING_DOWN",
+            "PAYLOAD_TOO_LARGE",
+            "HANDLER_PANICKED",
+        ] {
             let own = Error::from_remote(RemoteError::new(code, "mine"));
             assert!(
                 matches!(&own, Error::Handler { code: c, .. } if c == code),

@@ -25,10 +25,10 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::call::{Outgoing, Reply};
-use crate::error::{Error, Result};
-use crate::filter::Filter;
 use crate::codes::route as code;
 use crate::codes::system::BAD_FORWARD;
+use crate::error::{Error, Result};
+use crate::filter::Filter;
 use crate::forward::{Action, Destination, Forward, FORWARD};
 use crate::inner::{millis, Inner};
 use crate::link::{Link, Target};

@@ -300,7 +300,10 @@ impl From<crate::Error> for HandlerError {
     fn from(error: crate::Error) -> HandlerError {
         match error {
             crate::Error::Handler { code, message } => HandlerError { code, message },
-            other => HandlerError::new(Code::Other(other.code().as_str().to_owned()), other.to_string()),
+            other => HandlerError::new(
+                Code::Other(other.code().as_str().to_owned()),
+                other.to_string(),
+            ),
         }
     }
 }
@@ -311,10 +314,7 @@ pub(crate) fn to_remote(error: BoxError) -> RemoteError {
         return RemoteError::new(e.code.as_str(), e.message.clone());
     }
     if let Some(NoHandler(event)) = error.downcast_ref::<NoHandler>() {
-        return RemoteError::system_error(
-            NO_HANDLER,
-            format!("no handler for {event:?}"),
-        );
+        return RemoteError::system_error(NO_HANDLER, format!("no handler for {event:?}"));
     }
     if error.is::<tower::timeout::error::Elapsed>() {
         return RemoteError::new(Code::DeadlineExceeded.as_str(), "the handler took too long");

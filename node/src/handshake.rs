@@ -42,7 +42,6 @@ pub(crate) const DRAINING: &str = "_system:draining";
 /// restarted): the peer should handshake again.
 pub(crate) const REJOIN: &str = "_system:rejoin";
 
-
 /// What each side tells the other in the handshake.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Hello {

@@ -17,12 +17,12 @@ use protocol::{decode_value, encode_value, Answer, Incoming, Meta, MetaValue, Re
 use tokio::time::Instant;
 
 use crate::call::Outgoing;
+use crate::codes::route as code;
+use crate::codes::system::{BAD_FORWARD, DEADLINE_EXCEEDED, NO_HANDLER};
 use crate::dispatch::Received;
 use crate::drain::pick_again;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::codes::route as code;
-use crate::codes::system::{BAD_FORWARD, DEADLINE_EXCEEDED, NO_HANDLER};
 use crate::forward::{
     hop_budget, retry_elsewhere, undelivered, Action, Admission, Destination, Forward, Seen,
     FORWARD,

@@ -36,8 +36,10 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::codes::system::{
+    BUSY, CANCELLED, DEADLINE_EXCEEDED, PANICKED, PAYLOAD_TOO_LARGE, SHUTTING_DOWN,
+};
 use crate::config::{BusyPolicy, Config};
-use crate::codes::system::{BUSY, CANCELLED, DEADLINE_EXCEEDED, PANICKED, PAYLOAD_TOO_LARGE, SHUTTING_DOWN};
 use crate::context::{self, Context, Expiry};
 use crate::dispatch::Received;
 use crate::fair::{self, Bounds, Full, Lanes, Slot};

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use protocol::{
-    encode_value, request_fn, tick_fn, Client, Connection, Error, ErrorCode, Limit, RemoteError, Server,
+    encode_value, request_fn, tick_fn, Client, Connection, Error, ErrorCode, Limit, RemoteError,
+    Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
