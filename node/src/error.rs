@@ -103,6 +103,18 @@ impl ErrorCode {
     }
 }
 
+/// The bound on a node's handlers that refused a request ([`Error::Busy`]), as the
+/// refusing node sent it ([`Limit::Handlers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandlerBound {
+    /// The most handlers it runs at once: node-wide, or for one caller.
+    pub max: u32,
+    /// Whether it was the caller's own share
+    /// ([`Config::max_handlers_per_peer`](crate::Config::max_handlers_per_peer)) rather
+    /// than the node-wide bound.
+    pub per_peer: bool,
+}
+
 /// Everything that can go wrong in the node layer.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -234,9 +246,9 @@ pub enum Error {
     Busy {
         /// What the remote said.
         message: String,
-        /// The bound that was reached, when the remote says it ([`Limit::Handlers`]; a node
-        /// of an older version does not).
-        limit: Option<Limit>,
+        /// The bound that was reached, when the remote says it (a node of an older
+        /// version does not).
+        bound: Option<HandlerBound>,
     },
     /// The payload is larger than its receiver accepts (the limit its handshake gave, or
     /// ours for a message through routers): refused before anything was sent.
@@ -405,12 +417,19 @@ impl Error {
     /// [`Error::Handler`]; the framework's codes have typed variants.
     pub(crate) fn from_remote(remote: protocol::RemoteError) -> Error {
         if remote.system {
-            match (remote.code.as_str(), remote.limit) {
+            match (remote.code.as_str(), remote.limit.as_deref().copied()) {
                 (BUSY, limit) => {
+                    let bound = match limit {
+                        Some(Limit::Handlers { max, per_peer }) => Some(HandlerBound {
+                            max: u32::try_from(max).unwrap_or(u32::MAX),
+                            per_peer,
+                        }),
+                        _ => None,
+                    };
                     return Error::Busy {
                         message: remote.message,
-                        limit,
-                    }
+                        bound,
+                    };
                 }
                 (SHUTTING_DOWN, _) => return Error::ShuttingDown,
                 (CANCELLED, _) => return Error::Cancelled,

@@ -91,7 +91,7 @@ pub use caller::{CallFuture, Caller, Outbound, RetrySafe};
 pub use codes::Code;
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
 pub use drain::Closed;
-pub use error::{Error, ErrorCode, Result};
+pub use error::{Error, ErrorCode, HandlerBound, Result};
 pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent};
 pub use filter::Filter;
 pub use forward::{RouterStats, DEFAULT_HOP_LIMIT};

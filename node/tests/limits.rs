@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use node::{Error, ErrorCode, Filter, Limit, NodeEvent, Request, Response, Scope};
+use node::{Error, ErrorCode, Filter, HandlerBound, NodeEvent, Request, Response, Scope};
 use support::*;
 
 #[tokio::test]
@@ -191,12 +191,12 @@ async fn one_peer_is_held_to_its_share_of_the_handlers() {
     for request in flood {
         match within("a greedy request", request).await.unwrap() {
             Ok(_) => answered += 1,
-            Err(Error::Busy { message, limit }) => {
+            Err(Error::Busy { message, bound }) => {
                 assert!(message.contains("this peer's share"), "{message}");
                 // The bound reached travels as data: this peer's share of 5.
                 assert_eq!(
-                    limit,
-                    Some(Limit::Handlers {
+                    bound,
+                    Some(HandlerBound {
                         max: 5,
                         per_peer: true
                     })

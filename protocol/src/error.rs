@@ -111,9 +111,10 @@ pub struct RemoteError {
     pub system: bool,
     /// For a refusal over a limit: the numbers, as data (never written into the message
     /// and read back). Absent on the wire when `None`, and ignored by a receiver that does
-    /// not know it, so the reply stays readable by older nodes.
+    /// not know it, so the reply stays readable by older nodes. Boxed: it is rare, and
+    /// every `Result` carrying an error would otherwise grow by its size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<Limit>,
+    pub limit: Option<Box<Limit>>,
 }
 
 /// The numbers of a limit a message went over, carried in a [`RemoteError`].
@@ -179,7 +180,7 @@ impl RemoteError {
 
     /// The same error carrying the numbers of the limit it reports.
     pub fn with_limit(mut self, limit: Limit) -> RemoteError {
-        self.limit = Some(limit);
+        self.limit = Some(Box::new(limit));
         self
     }
 

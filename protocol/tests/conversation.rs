@@ -471,8 +471,8 @@ async fn a_request_over_the_payload_limit_is_answered_with_a_typed_error() {
                 "{remote:?}"
             );
             assert_eq!(
-                remote.limit,
-                Some(Limit::Payload {
+                remote.limit.as_deref(),
+                Some(&Limit::Payload {
                     size: 1025,
                     max: 1024
                 })
