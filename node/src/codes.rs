@@ -33,10 +33,10 @@ pub enum Code {
     /// error that is not a [`HandlerError`](crate::HandlerError) becomes.
     Unknown,
     /// The request is malformed or its arguments are wrong (`INVALID_ARGUMENT`; a payload
-    /// that does not decode). `BAD_REQUEST` is read as this too.
+    /// that does not decode; this framework sent `BAD_REQUEST` before).
     InvalidArgument,
     /// The handler ran out of time: its own timeout, such as `tower::timeout`
-    /// (`DEADLINE_EXCEEDED`; `TIMEOUT` is read as this too).
+    /// (`DEADLINE_EXCEEDED`; this framework sent `TIMEOUT` before).
     DeadlineExceeded,
     /// What was asked for does not exist (`NOT_FOUND`).
     NotFound,
@@ -93,9 +93,10 @@ impl Code {
     fn well_known(code: &str) -> Option<Code> {
         Some(match code {
             "HANDLER_ERROR" => Code::Unknown,
-            // The older names of the two codes the framework gave handler errors.
-            "INVALID_ARGUMENT" | "BAD_REQUEST" => Code::InvalidArgument,
-            "DEADLINE_EXCEEDED" | "TIMEOUT" => Code::DeadlineExceeded,
+            // One string each: a handler's own code (`"TIMEOUT"`) reaches its caller as
+            // the same string.
+            "INVALID_ARGUMENT" => Code::InvalidArgument,
+            "DEADLINE_EXCEEDED" => Code::DeadlineExceeded,
             "NOT_FOUND" => Code::NotFound,
             "ALREADY_EXISTS" => Code::AlreadyExists,
             "PERMISSION_DENIED" => Code::PermissionDenied,
@@ -294,7 +295,7 @@ mod tests {
         for code in known {
             assert_eq!(Code::from(code.as_str()), code);
         }
-        assert_eq!(Code::from("BAD_REQUEST"), Code::InvalidArgument);
+        assert_eq!(Code::from("TIMEOUT"), Code::Other("TIMEOUT".into()));
         assert_eq!(Code::from("E_MINE"), Code::Other("E_MINE".into()));
         assert_eq!(String::from(Code::Other("E_MINE".into())), "E_MINE");
     }

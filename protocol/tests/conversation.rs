@@ -201,7 +201,7 @@ async fn a_panicking_handler_becomes_an_error_reply_and_the_server_keeps_serving
         .request("boom", Bytes::new(), SECOND)
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Remote(ref r) if r.code == RemoteError::HANDLER_FAILED));
+    assert!(matches!(err, Error::Remote(ref r) if r.is_system(RemoteError::PANICKED)));
     let reply = client
         .request("echo", Bytes::from_static(b"still here"), SECOND)
         .await
