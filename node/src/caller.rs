@@ -171,6 +171,7 @@ impl Service<Outbound> for Caller {
             return CallFuture(Box::pin(async {
                 Err(Error::Busy {
                     message: "Caller::call without poll_ready".into(),
+                    bound: None,
                 })
             }));
         }

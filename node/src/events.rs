@@ -46,6 +46,10 @@ pub enum ErrorSource {
     Peer,
     /// Sending a heartbeat or a system message failed.
     Send,
+    /// A middleware refused a tick: the tick's sender is not told (a tick has no answer);
+    /// counted in [`NodeStats::ticks_refused`](crate::NodeStats::ticks_refused). The message
+    /// names the event, the sender and the middleware's error.
+    TickRefused,
 }
 
 /// Something that happened to a node.

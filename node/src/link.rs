@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use protocol::{Client, Envelope, PeerId, Server};
-use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::events::LeaveReason;
 use crate::filter::Filter;
@@ -28,44 +28,74 @@ pub(crate) enum Signal {
 /// supervisor, which decides what to do.
 #[derive(Debug, Default)]
 pub(crate) struct Left {
-    reason: Mutex<Option<LeaveReason>>,
-    rejoin: std::sync::atomic::AtomicBool,
-    notify: Notify,
+    state: Mutex<Reported>,
+}
+
+/// What was reported since the supervisor last looked, and the token that wakes it.
+#[derive(Debug, Default)]
+struct Reported {
+    /// The peer left, and why.
+    reason: Option<LeaveReason>,
+    /// The peer asked for a new handshake.
+    rejoin: bool,
+    /// Cancelled when either is set; a fresh one once the supervisor took what was set
+    /// (a token cannot be reset), so that its next wait is for the next report.
+    told: CancellationToken,
 }
 
 impl Left {
     /// The peer left for `reason`.
     pub(crate) fn set(&self, reason: LeaveReason) {
-        *self.reason.lock() = Some(reason);
-        self.notify.notify_one();
+        let mut state = self.state.lock();
+        state.reason = Some(reason);
+        state.told.cancel();
     }
 
     /// The peer asked for a new handshake.
     pub(crate) fn ask_rejoin(&self) {
-        self.rejoin
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.notify.notify_one();
+        let mut state = self.state.lock();
+        state.rejoin = true;
+        state.told.cancel();
     }
 
     /// Waits for the next signal (taken: the next wait is for the next one). A loss wins
     /// over a rejoin request.
     pub(crate) async fn wait(&self) -> Signal {
         loop {
-            if let Some(reason) = self.reason.lock().take() {
-                return Signal::Left(reason);
-            }
-            if self.rejoin.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                return Signal::Rejoin;
-            }
-            self.notify.notified().await;
+            let told = {
+                let mut state = self.state.lock();
+                let signal = if let Some(reason) = state.reason.take() {
+                    Some(Signal::Left(reason))
+                } else if std::mem::take(&mut state.rejoin) {
+                    Some(Signal::Rejoin)
+                } else {
+                    None
+                };
+                if let Some(signal) = signal {
+                    state.renew();
+                    return signal;
+                }
+                state.told.clone()
+            };
+            told.cancelled().await;
         }
     }
 
     /// Forgets what was reported before a new join.
     pub(crate) fn clear(&self) {
-        self.reason.lock().take();
-        self.rejoin
-            .store(false, std::sync::atomic::Ordering::Release);
+        let mut state = self.state.lock();
+        state.reason = None;
+        state.rejoin = false;
+        state.renew();
+    }
+}
+
+impl Reported {
+    /// A fresh token if the old one was used and nothing is left to tell.
+    fn renew(&mut self) {
+        if self.told.is_cancelled() && self.reason.is_none() && !self.rejoin {
+            self.told = CancellationToken::new();
+        }
     }
 }
 

@@ -55,6 +55,10 @@ pub struct NodeStats {
     pub busy_refused: u64,
     /// Ticks dropped because the handlers were at their limit.
     pub ticks_dropped: u64,
+    /// Ticks a middleware refused (each also a rate-limited
+    /// [`NodeEvent::Error`](crate::NodeEvent::Error) from
+    /// [`ErrorSource::TickRefused`](crate::ErrorSource::TickRefused)).
+    pub ticks_refused: u64,
     /// Handler tasks running or waiting for a slot now.
     pub handlers_active: usize,
     /// Of those, the ones waiting for a slot.

@@ -9,13 +9,12 @@ use protocol::Answer;
 use serde::Serialize;
 
 use crate::call::{FromReply, Outgoing, Sent};
-use crate::context::DEADLINE_EXCEEDED;
+use crate::codes::system::{DEADLINE_EXCEEDED, NOT_JOINED};
 use crate::drain::pick_again;
 use crate::error::{Error, Result};
 use crate::events::LeaveReason;
 use crate::filter::Filter;
 use crate::forward::Action;
-use crate::handshake::NOT_JOINED;
 use crate::link::{Link, Target};
 use crate::node::Node;
 use crate::peer::{NodeId, Reach, Scope};

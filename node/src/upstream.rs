@@ -503,7 +503,7 @@ async fn join(
         key: server_key,
         last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
         dead_after: inner.dead_after(&hello),
-        work: Arc::new(PeerWork::new(limit)),
+        work: Arc::new(PeerWork::new(limit, inner.runtime.stopping())),
     };
     let joined = {
         let mut state = inner.state.lock();

@@ -300,8 +300,17 @@ async fn metadata_limits_and_bad_keys_are_typed_errors() {
         .meta("c", "3")
         .send(&())
         .await;
+    // The receiver's limits come back as numbers, not text.
     assert!(
-        matches!(refused, Err(Error::MetadataRefused { .. })),
+        matches!(
+            refused,
+            Err(Error::Metadata(node::MetaError::TooLarge {
+                entries: 3,
+                max_entries: 2,
+                max_bytes: 1024,
+                ..
+            }))
+        ),
         "{refused:?}"
     );
     assert_eq!(worker.stats().metadata_refused, 1);

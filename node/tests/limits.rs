@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use node::{Error, ErrorCode, Filter, NodeEvent, Request, Response};
+use node::{Error, ErrorCode, Filter, HandlerBound, NodeEvent, Request, Response, Scope};
 use support::*;
 
 #[tokio::test]
@@ -217,8 +217,16 @@ async fn one_peer_is_held_to_its_share_of_the_handlers() {
     for request in flood {
         match within("a greedy request", request).await.unwrap() {
             Ok(_) => answered += 1,
-            Err(Error::Busy { message }) => {
+            Err(Error::Busy { message, bound }) => {
                 assert!(message.contains("this peer's share"), "{message}");
+                // The bound reached travels as data: this peer's share of 5.
+                assert_eq!(
+                    bound,
+                    Some(HandlerBound {
+                        max: 5,
+                        per_peer: true
+                    })
+                );
                 busy += 1;
             }
             Err(e) => panic!("unexpected {e:?}"),

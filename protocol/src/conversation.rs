@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use transport::{Key, PeerId};
 
 use crate::envelope::{check_event, encode_value, request_id, Encoded, Envelope, Kind};
-use crate::error::{DecodeError, Error, RemoteError, Result};
+use crate::error::{DecodeError, Error, Limit, RemoteError, Result};
 use crate::handler::{
     Abort, Answer, Answering, Handlers, Incoming, RequestHandler, Responder, TickHandler,
 };
@@ -494,8 +494,12 @@ impl<L: Link> Conversation<L> {
                 if let (DecodeError::TooLarge { size, max }, Some(id)) = (&e, request_id(frames)) {
                     let refusal = RemoteError::system_error(
                         RemoteError::PAYLOAD_TOO_LARGE,
-                        format!("{size} {max}"),
-                    );
+                        format!("a payload of {size} bytes is over the limit of {max}"),
+                    )
+                    .with_limit(Limit::Payload {
+                        size: *size as u64,
+                        max: *max as u64,
+                    });
                     self.answer(&peer, id, Err(refusal));
                 }
                 self.reject(&peer, Error::InvalidEnvelope(e));

@@ -297,7 +297,10 @@ where
                 Err(_) => {
                     tracing::error!(id = responder.id(), "request handler panicked");
                     responder.to.panicked();
-                    responder.answer(Err(RemoteError::handler("the handler panicked")));
+                    responder.answer(Err(RemoteError::system_error(
+                        RemoteError::PANICKED,
+                        "the handler panicked",
+                    )));
                 }
             },
             () = responder.aborted() => {}
