@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -323,30 +322,11 @@ where
     }
 }
 
-/// FNV-1a over an event name: a lookup per message, and names are short, where SipHash's
-/// set-up dominates (about 60 instructions for a 4-byte name, callgrind). Only the names of
-/// registered handlers are ever inserted, so names from the network cannot flood the map
-/// with collisions (what SipHash's keying protects against).
-#[derive(Clone, Copy)]
-pub(crate) struct NameHasher(u64);
-
-impl Default for NameHasher {
-    fn default() -> Self {
-        NameHasher(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for NameHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-}
+/// The handlers' maps hash event names with foldhash (a lookup per message, and names are
+/// short, where SipHash's set-up dominates: about 60 instructions for a 4-byte name,
+/// callgrind). Only the names of registered handlers are ever inserted, so names from the
+/// network cannot flood a map with collisions; foldhash's per-map seed is kept all the same.
+type NameMap<V> = HashMap<Box<[u8]>, V, foldhash::fast::RandomState>;
 
 /// Handlers by exact event name, with an optional catch-all for each kind (the node layer
 /// installs its own dispatcher as the catch-all).
@@ -354,8 +334,8 @@ impl Hasher for NameHasher {
 pub(crate) struct Handlers {
     // Keyed by the name's bytes: a received event name is looked up as it came, without
     // checking its UTF-8 a second time (decoding checked it).
-    requests: HashMap<Box<[u8]>, RequestHandler, BuildHasherDefault<NameHasher>>,
-    ticks: HashMap<Box<[u8]>, TickHandler, BuildHasherDefault<NameHasher>>,
+    requests: NameMap<RequestHandler>,
+    ticks: NameMap<TickHandler>,
     any_request: Option<RequestHandler>,
     any_tick: Option<TickHandler>,
 }
