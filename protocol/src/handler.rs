@@ -8,6 +8,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
 use transport::{Key, PeerId};
 
 use crate::envelope::{decode_value, Envelope};
@@ -142,36 +143,7 @@ pub(crate) trait Answering: Send + Sync {
     /// Counts a handler that panicked.
     fn panicked(&self);
     /// The conversation's abort signal.
-    fn abort(&self) -> &Abort;
-}
-
-/// Set once when a conversation is aborted (closed without waiting for answers), with a
-/// wake-up for the work that waits on it.
-#[derive(Default)]
-pub(crate) struct Abort {
-    flag: std::sync::atomic::AtomicBool,
-    notify: tokio::sync::Notify,
-}
-
-impl Abort {
-    /// Sets the flag and wakes every waiter.
-    pub(crate) fn set(&self) {
-        self.flag.store(true, std::sync::atomic::Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    /// Whether it is set.
-    pub(crate) fn is_set(&self) -> bool {
-        self.flag.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Resolves once it is set.
-    pub(crate) async fn wait(&self) {
-        let notified = self.notify.notified();
-        if !self.is_set() {
-            notified.await;
-        }
-    }
+    fn abort(&self) -> &CancellationToken;
 }
 
 impl Responder {
@@ -204,12 +176,12 @@ impl Responder {
     /// Whether the socket is being aborted (closed without waiting for answers): work still
     /// running may stop, its answer would go nowhere.
     pub fn is_aborting(&self) -> bool {
-        self.to.abort().is_set()
+        self.to.abort().is_cancelled()
     }
 
     /// Resolves when the socket is aborted (see [`is_aborting`](Self::is_aborting)).
     pub async fn aborted(&self) {
-        self.to.abort().wait().await
+        self.to.abort().cancelled().await
     }
 }
 
