@@ -142,7 +142,9 @@ impl Runtime {
             BusyPolicy::Wait { max_queued } => max_queued,
             BusyPolicy::Refuse => 0,
         };
-        let max = config.max_concurrent_handlers.clamp(1, Semaphore::MAX_PERMITS);
+        let max = config
+            .max_concurrent_handlers
+            .clamp(1, Semaphore::MAX_PERMITS);
         Runtime {
             slots: Arc::new(Semaphore::new(max)),
             per_peer: config.max_handlers_per_peer.max(1),
@@ -276,9 +278,16 @@ impl Runtime {
 
     /// A queued job stops waiting (its peer left, its deadline passed, or it is dropped);
     /// the slots it holds even so (it was served meanwhile: they are its to give back).
-    fn leave_line(&self, peer: &Arc<PeerWork>, waiter: &mut Waiter) -> Option<OwnedSemaphorePermit> {
+    fn leave_line(
+        &self,
+        peer: &Arc<PeerWork>,
+        waiter: &mut Waiter,
+    ) -> Option<OwnedSemaphorePermit> {
         let mut lanes = self.lanes.lock();
-        if lanes.remove(&ByPeer(Arc::clone(peer)), waiter.ticket).is_some() {
+        if lanes
+            .remove(&ByPeer(Arc::clone(peer)), waiter.ticket)
+            .is_some()
+        {
             self.queued.fetch_sub(1, Ordering::SeqCst);
             peer.queued.fetch_sub(1, Ordering::SeqCst);
             None

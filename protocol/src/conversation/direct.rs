@@ -52,9 +52,7 @@ impl<L: Link> Delivery for OnConnection<L> {
         at: Instant,
     ) -> Delivered {
         let conversation = &self.conversation;
-        conversation
-            .heard
-            .store(nanos_at(at), Ordering::Relaxed);
+        conversation.heard.store(nanos_at(at), Ordering::Relaxed);
         conversation.refresh_handlers(&mut self.handlers, &mut self.seen);
         conversation.on_message(
             &self.handlers,

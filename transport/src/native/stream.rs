@@ -182,10 +182,7 @@ fn private_dir() -> io::Result<PathBuf> {
     for _ in 0..16 {
         let salt = rand::random::<u32>();
         let made = MADE.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!(
-            "zeronode-{}-{made}-{salt:08x}",
-            std::process::id()
-        ));
+        let dir = base.join(format!("zeronode-{}-{made}-{salt:08x}", std::process::id()));
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             created => return created.map(|()| dir),
