@@ -9,9 +9,8 @@
 //! long time delays nothing but itself: other peers' requests, heartbeats, handshakes and
 //! replies keep flowing on the drivers.
 //!
-//! The bounds: at most `max_concurrent_handlers` run at once node-wide (the permits of a
-//! `tokio::sync::Semaphore`, each held by the job it was taken for, so it goes back however
-//! the job ends), and at most `max_handlers_per_peer` for one peer (its count of slots).
+//! The bounds: at most `max_concurrent_handlers` run at once node-wide, and at most
+//! `max_handlers_per_peer` for one peer (counters of taken slots, both taken for a job).
 //! Above them, [`BusyPolicy::Wait`] queues a message in its peer's lane (`fair.rs`: one FIFO
 //! lane per peer, the lanes served in turn as slots are given back) up to `max_queued`
 //! messages node-wide and `max_queued_per_peer` of one peer, then refuses;
@@ -21,21 +20,19 @@
 //! share was full; a refused tick is dropped and counted. Either way what the node holds
 //! is bounded by the four numbers, and one peer holds at most its share of it.
 //!
-//! The common case takes no lock of ours: a message of a peer with nothing waiting takes a
-//! permit (`try_acquire_owned`) and its peer's slot. Only a message that finds no slot, or
-//! whose peer has work waiting, takes the lanes' lock; a slot given back takes it only
-//! while work waits. Nobody waits on the semaphore itself: waiting work is in the lanes,
-//! so a freed permit goes to the next peer in turn, not to whoever asked first.
+//! The common case takes no lock: a message of a peer with nothing waiting takes its two
+//! slots with compare-and-swaps. Only a message that finds no slot, or whose peer has work
+//! waiting, takes the lanes' lock; a slot given back takes it only while work waits.
 
 use std::hash::{Hash, Hasher};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures::FutureExt;
 use parking_lot::Mutex;
 use protocol::{Answer, Incoming, Meta, RemoteError, Responder};
-use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::config::{BusyPolicy, Config};
@@ -77,22 +74,21 @@ impl Hash for ByPeer {
 /// A queued job's place in its peer's lane: its ticket, and where its turn is told.
 pub(crate) struct Waiter {
     ticket: u64,
-    /// Sent when the job is served: the node's permit, its peer's slot taken for it.
-    served: oneshot::Receiver<OwnedSemaphorePermit>,
+    /// Sent when the job is served, its slots taken for it.
+    served: oneshot::Receiver<()>,
 }
 
 /// What became of one more message.
 pub(crate) enum Admitted {
-    /// It holds its slots (the node's permit, and its peer's slot): it runs now.
-    Run(OwnedSemaphorePermit),
+    /// It holds its slots: it runs now.
+    Run,
     /// It waits in its peer's lane.
     Queued(Waiter),
     /// Refused: this share was full.
     Refused(Full),
 }
 
-/// Takes one of `count`'s places below `bound`, if there is one (a peer's slots: its count
-/// lives in its `PeerWork`, beside its jobs' other state).
+/// Takes one of `count`'s places below `bound`, if there is one.
 fn take_below(count: &AtomicUsize, bound: usize) -> bool {
     let mut now = count.load(Ordering::SeqCst);
     loop {
@@ -108,14 +104,18 @@ fn take_below(count: &AtomicUsize, bound: usize) -> bool {
 
 /// The node's handler execution: limits and counters.
 pub(crate) struct Runtime {
-    /// Handler slots node-wide: `max` permits, each held by a job (`Hold::Slot`).
-    slots: Arc<Semaphore>,
+    /// Handler slots taken node-wide. A counter taken with a compare-and-swap and given
+    /// back with a subtraction, rather than tokio's `Semaphore`, whose release takes its
+    /// waiters' lock every time (`add_permits_locked` in a perf profile of an echo server);
+    /// the lanes' lock is taken only while work waits.
+    taken: AtomicUsize,
+    max: usize,
     /// The most slots one peer may hold (its count is `PeerWork::running`).
     per_peer: usize,
     /// The places in line, node-wide and per peer.
     bounds: Bounds,
     /// The waiting work, a lane per peer.
-    lanes: Mutex<Lanes<ByPeer, oneshot::Sender<OwnedSemaphorePermit>>>,
+    lanes: Mutex<Lanes<ByPeer, oneshot::Sender<()>>>,
     /// Messages waiting now (the lanes' length, kept beside them to be read without the
     /// lock: a slot given back looks at it to know whether anyone waits).
     queued: AtomicUsize,
@@ -142,11 +142,9 @@ impl Runtime {
             BusyPolicy::Wait { max_queued } => max_queued,
             BusyPolicy::Refuse => 0,
         };
-        let max = config
-            .max_concurrent_handlers
-            .clamp(1, Semaphore::MAX_PERMITS);
         Runtime {
-            slots: Arc::new(Semaphore::new(max)),
+            taken: AtomicUsize::new(0),
+            max: config.max_concurrent_handlers.max(1),
             per_peer: config.max_handlers_per_peer.max(1),
             bounds: Bounds {
                 queued,
@@ -165,36 +163,33 @@ impl Runtime {
         }
     }
 
-    /// Takes a slot for a job of `peer`: one of its own share, then a permit of the
-    /// node's; whose was full otherwise.
+    /// Takes a slot for a job of `peer`: one of its own share, then one of the node's;
+    /// whose was full otherwise.
     ///
-    /// A job that queues counts itself, then looks at the slots once more; a slot given
-    /// back is released, then the queued are looked at (`give_back`). Each side writes one
-    /// and reads the other with a `SeqCst` fence between, so one of them sees the other and
-    /// no job waits beside a free slot.
-    fn try_take(&self, peer: &PeerWork) -> Result<OwnedSemaphorePermit, Full> {
+    /// Every count here and in [`give_back`](Self::give_back) is sequentially consistent
+    /// with the count of the queued: a job that queues counts itself, then looks at the
+    /// slots once more; a slot given back is counted, then the queued are looked at. Each
+    /// side writes one and reads the other, so one of them sees the other and no job waits
+    /// beside a free slot.
+    fn try_take(&self, peer: &PeerWork) -> Result<(), Full> {
         if !take_below(&peer.running, self.per_peer) {
             return Err(Full::Peer);
         }
-        match Arc::clone(&self.slots).try_acquire_owned() {
-            Ok(permit) => Ok(permit),
-            Err(_) => {
-                // Given back at once: whoever saw the peer at its bound meanwhile holds the
-                // lanes' lock or will take it (see `admit_waiting`).
-                peer.running.fetch_sub(1, Ordering::SeqCst);
-                Err(Full::Node)
-            }
+        if !take_below(&self.taken, self.max) {
+            // Given back at once: whoever saw the peer at its bound meanwhile holds the
+            // lanes' lock or will take it (see `admit_waiting`).
+            peer.running.fetch_sub(1, Ordering::SeqCst);
+            return Err(Full::Node);
         }
+        Ok(())
     }
 
     /// One more message of `peer`: it runs at once when its peer has nothing waiting and
     /// there is a slot (no lock taken), else as [`fair::slot`] decides under the lanes'
     /// lock (counted as queued when it must wait).
     pub(crate) fn admit_for(&self, peer: &Arc<PeerWork>) -> Admitted {
-        if peer.queued.load(Ordering::SeqCst) == 0 {
-            if let Ok(permit) = self.try_take(peer) {
-                return Admitted::Run(permit);
-            }
+        if peer.queued.load(Ordering::SeqCst) == 0 && self.try_take(peer).is_ok() {
+            return Admitted::Run;
         }
         self.admit_waiting(peer)
     }
@@ -215,19 +210,16 @@ impl Runtime {
             Err(Full::Peer)
         };
         match fair::slot(taken, lanes.len(), mine, &self.bounds) {
-            Slot::Run(permit) => Admitted::Run(permit),
+            Slot::Run(()) => Admitted::Run,
             Slot::Refuse(full) => Admitted::Refused(full),
             Slot::Queue => {
                 self.queued.fetch_add(1, Ordering::SeqCst);
                 peer.queued.fetch_add(1, Ordering::SeqCst);
                 // One more look after counting itself (see `try_take`).
-                fence(Ordering::SeqCst);
-                if mine == 0 {
-                    if let Ok(permit) = self.try_take(peer) {
-                        self.queued.fetch_sub(1, Ordering::SeqCst);
-                        peer.queued.fetch_sub(1, Ordering::SeqCst);
-                        return Admitted::Run(permit);
-                    }
+                if mine == 0 && self.try_take(peer).is_ok() {
+                    self.queued.fetch_sub(1, Ordering::SeqCst);
+                    peer.queued.fetch_sub(1, Ordering::SeqCst);
+                    return Admitted::Run;
                 }
                 let (tell, served) = oneshot::channel();
                 let ticket = lanes.push(key, tell);
@@ -236,13 +228,10 @@ impl Runtime {
         }
     }
 
-    /// Gives a slot of `peer` back (its permit with it), and serves the lanes if work
-    /// waits.
-    fn give_back(&self, peer: &PeerWork, permit: OwnedSemaphorePermit) {
+    /// Gives a slot of `peer` back, and serves the lanes if work waits.
+    fn give_back(&self, peer: &PeerWork) {
         peer.running.fetch_sub(1, Ordering::SeqCst);
-        drop(permit);
-        // Released, then the queued looked at (see `try_take`).
-        fence(Ordering::SeqCst);
+        self.taken.fetch_sub(1, Ordering::SeqCst);
         if self.queued.load(Ordering::SeqCst) > 0 {
             self.serve(&mut self.lanes.lock());
         }
@@ -250,50 +239,32 @@ impl Runtime {
 
     /// Hands free slots to waiting work, a lane at a time in turn, passing over the
     /// peers that hold their share (at most `max / per_peer` of them can).
-    fn serve(&self, lanes: &mut Lanes<ByPeer, oneshot::Sender<OwnedSemaphorePermit>>) {
-        while self.slots.available_permits() > 0 {
-            let mut permit = None;
-            let Some((peer, tell)) = lanes.pop(|peer| match self.try_take(&peer.0) {
-                Ok(taken) => {
-                    permit = Some(taken);
-                    true
-                }
-                Err(_) => false,
-            }) else {
-                return;
-            };
-            let Some(permit) = permit else {
+    fn serve(&self, lanes: &mut Lanes<ByPeer, oneshot::Sender<()>>) {
+        while self.taken.load(Ordering::SeqCst) < self.max {
+            let Some((peer, tell)) = lanes.pop(|peer| self.try_take(&peer.0).is_ok()) else {
                 return;
             };
             self.queued.fetch_sub(1, Ordering::SeqCst);
             peer.0.queued.fetch_sub(1, Ordering::SeqCst);
-            if tell.send(permit).is_err() {
+            if tell.send(()).is_err() {
                 // Unreachable in practice: a job takes itself out of its lane under this
-                // lock before it goes. Its peer's slot back (the permit went with the
-                // message, dropped).
+                // lock before it goes. Its slots back all the same.
                 peer.0.running.fetch_sub(1, Ordering::SeqCst);
+                self.taken.fetch_sub(1, Ordering::SeqCst);
             }
         }
     }
 
     /// A queued job stops waiting (its peer left, its deadline passed, or it is dropped);
-    /// the slots it holds even so (it was served meanwhile: they are its to give back).
-    fn leave_line(
-        &self,
-        peer: &Arc<PeerWork>,
-        waiter: &mut Waiter,
-    ) -> Option<OwnedSemaphorePermit> {
+    /// whether it holds slots even so (it was served meanwhile: they are its to give back).
+    fn leave_line(&self, peer: &Arc<PeerWork>, ticket: u64) -> bool {
         let mut lanes = self.lanes.lock();
-        if lanes
-            .remove(&ByPeer(Arc::clone(peer)), waiter.ticket)
-            .is_some()
-        {
+        if lanes.remove(&ByPeer(Arc::clone(peer)), ticket).is_some() {
             self.queued.fetch_sub(1, Ordering::SeqCst);
             peer.queued.fetch_sub(1, Ordering::SeqCst);
-            None
+            false
         } else {
-            // Served under this lock, so the permit is in the channel.
-            waiter.served.try_recv().ok()
+            true
         }
     }
 
@@ -348,8 +319,8 @@ pub(crate) struct Work {
 
 /// What a job holds of the limits.
 enum Hold {
-    /// Its slots: the node's permit, and its peer's slot.
-    Slot(OwnedSemaphorePermit),
+    /// Its slots.
+    Slot,
     /// Its place in its peer's lane.
     Waiting(Waiter),
     /// Nothing (it left the line without a slot).
@@ -376,7 +347,6 @@ impl Work {
             return Waited::AtOnce;
         };
         let peer = Arc::clone(&self.peer);
-        let mut got = None;
         let waited = tokio::select! {
             biased;
             // First: a job whose peer left, or whose node's grace ran out, does not start
@@ -386,18 +356,15 @@ impl Work {
                 Waited::Stopped(why)
             }
             served = &mut waiter.served => match served {
-                Ok(permit) => {
-                    got = Some(permit);
-                    Waited::Slot
-                }
+                Ok(()) => Waited::Slot,
                 // Its sender is dropped only by taking the job out of its lane, which the
                 // job does itself: left as if its peer had gone.
                 Err(_) => Waited::Stopped(Stop::Left),
             },
             () = Expiry::new(deadline) => Waited::Expired,
         };
-        if let Some(permit) = got {
-            self.hold = Hold::Slot(permit);
+        if waited == Waited::Slot {
+            self.hold = Hold::Slot;
             if let (Some(metrics), Some(arrived)) = (&self.inner.observers.metrics, arrived) {
                 metrics.queue_wait(arrived.elapsed());
             }
@@ -410,11 +377,9 @@ impl Work {
     /// Leaves its peer's lane if it waits there: its slots, if it was served meanwhile,
     /// are kept until the job's end gives them back.
     fn leave_line(&mut self) {
-        if let Hold::Waiting(waiter) = &mut self.hold {
-            self.hold = match self.inner.runtime.leave_line(&self.peer, waiter) {
-                Some(permit) => Hold::Slot(permit),
-                None => Hold::Nothing,
-            };
+        if let Hold::Waiting(waiter) = &self.hold {
+            let served = self.inner.runtime.leave_line(&self.peer, waiter.ticket);
+            self.hold = if served { Hold::Slot } else { Hold::Nothing };
         }
     }
 }
@@ -424,8 +389,8 @@ impl Drop for Work {
         // Dropped while waiting (the runtime is shutting down): out of the line first.
         self.leave_line();
         let runtime = &self.inner.runtime;
-        if let Hold::Slot(permit) = std::mem::replace(&mut self.hold, Hold::Nothing) {
-            runtime.give_back(&self.peer, permit);
+        if let Hold::Slot = self.hold {
+            runtime.give_back(&self.peer);
         }
         if runtime.active.fetch_sub(1, Ordering::AcqRel) == 1 {
             runtime.idle.notify_waiters();
@@ -670,7 +635,7 @@ pub(crate) fn spawn_request(
     responder: Responder,
 ) {
     let hold = match inner.runtime.admit_for(&peer) {
-        Admitted::Run(permit) => Hold::Slot(permit),
+        Admitted::Run => Hold::Slot,
         Admitted::Queued(waiter) => Hold::Waiting(waiter),
         Admitted::Refused(full) => {
             inner.runtime.refused.fetch_add(1, Ordering::Relaxed);
@@ -698,7 +663,7 @@ pub(crate) fn spawn_tick(
     first: First,
 ) {
     let hold = match inner.runtime.admit_for(&peer) {
-        Admitted::Run(permit) => Hold::Slot(permit),
+        Admitted::Run => Hold::Slot,
         Admitted::Queued(waiter) => Hold::Waiting(waiter),
         Admitted::Refused(full) => {
             inner.runtime.ticks_dropped.fetch_add(1, Ordering::Relaxed);

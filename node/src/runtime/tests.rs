@@ -30,23 +30,12 @@ fn runtime(max: usize, per_peer: usize, when_busy: BusyPolicy, queued_per_peer: 
     })
 }
 
-/// What a test keeps of the messages it admitted: the permits of those that run, the
-/// places in line of those that wait.
-#[derive(Default)]
-struct Kept {
-    running: Vec<OwnedSemaphorePermit>,
-    waiters: Vec<Waiter>,
-}
-
-/// What became of a message, in a word (its permit or its waiter kept).
-fn admit(runtime: &Runtime, peer: &Arc<PeerWork>, kept: &mut Kept) -> &'static str {
+/// What became of a message, in a word (the waiter kept when it queued).
+fn admit(runtime: &Runtime, peer: &Arc<PeerWork>, waiters: &mut Vec<Waiter>) -> &'static str {
     match runtime.admit_for(peer) {
-        Admitted::Run(permit) => {
-            kept.running.push(permit);
-            "run"
-        }
+        Admitted::Run => "run",
         Admitted::Queued(waiter) => {
-            kept.waiters.push(waiter);
+            waiters.push(waiter);
             "queued"
         }
         Admitted::Refused(Full::Node) => "node full",
@@ -58,7 +47,7 @@ fn admit(runtime: &Runtime, peer: &Arc<PeerWork>, kept: &mut Kept) -> &'static s
 fn the_counts_stay_in_step_with_the_decisions() {
     let waiting = runtime(1, 8, WAIT, 8);
     let peer = Arc::new(PeerWork::default());
-    let mut waiters = Kept::default();
+    let mut waiters = Vec::new();
     let said: Vec<_> = (0..4)
         .map(|_| admit(&waiting, &peer, &mut waiters))
         .collect();
@@ -66,15 +55,15 @@ fn the_counts_stay_in_step_with_the_decisions() {
     assert_eq!(waiting.queued(), 2, "a refusal leaves the queue as it was");
     assert_eq!(peer.queued.load(Ordering::SeqCst), 2);
     // The slot given back goes to the first in line.
-    waiting.give_back(&peer, waiters.running.pop().expect("one ran"));
-    assert!(waiters.waiters[0].served.try_recv().is_ok());
-    assert!(waiters.waiters[1].served.try_recv().is_err());
+    waiting.give_back(&peer);
+    assert!(waiters[0].served.try_recv().is_ok());
+    assert!(waiters[1].served.try_recv().is_err());
     assert_eq!((waiting.queued(), waiting.lanes()), (1, 1));
 
     let refusing = runtime(1, 8, BusyPolicy::Refuse, 8);
     assert_eq!(admit(&refusing, &peer, &mut waiters), "run");
     assert_eq!(admit(&refusing, &peer, &mut waiters), "node full");
-    refusing.give_back(&peer, waiters.running.pop().expect("one ran"));
+    refusing.give_back(&peer);
     assert_eq!(
         admit(&refusing, &peer, &mut waiters),
         "run",
@@ -90,7 +79,7 @@ fn the_counts_stay_in_step_with_the_decisions() {
 fn a_flooding_peer_is_held_to_its_share_and_the_others_run() {
     let node = runtime(4, 2, BusyPolicy::Wait { max_queued: 16 }, 3);
     let flooder = Arc::new(PeerWork::default());
-    let mut waiters = Kept::default();
+    let mut waiters = Vec::new();
     let said: Vec<_> = (0..10)
         .map(|_| admit(&node, &flooder, &mut waiters))
         .collect();
@@ -114,42 +103,36 @@ fn a_flooding_peer_is_held_to_its_share_and_the_others_run() {
     let quick = Arc::new(PeerWork::default());
     for _ in 0..1000 {
         assert_eq!(admit(&node, &quick, &mut waiters), "run");
-        node.give_back(&quick, waiters.running.pop().expect("it ran"));
+        node.give_back(&quick);
     }
-    assert_eq!((node.queued(), waiters.waiters.len()), (3, 3));
+    assert_eq!((node.queued(), waiters.len()), (3, 3));
     // The flooder's waiting work is still there, and is not served by others' slots.
-    assert!(waiters
-        .waiters
-        .iter_mut()
-        .all(|w| w.served.try_recv().is_err()));
+    assert!(waiters.iter_mut().all(|w| w.served.try_recv().is_err()));
 }
 
 #[test]
 fn waiting_work_is_served_a_peer_at_a_time_in_turn() {
     let node = runtime(2, 2, BusyPolicy::Wait { max_queued: 16 }, 8);
     let (flooder, quick) = (Arc::new(PeerWork::default()), Arc::new(PeerWork::default()));
-    let (mut flood, mut quicks) = (Kept::default(), Kept::default());
+    let (mut flood, mut quicks) = (Vec::new(), Vec::new());
     for _ in 0..7 {
         admit(&node, &flooder, &mut flood);
     }
-    assert_eq!(flood.waiters.len(), 5, "two run, five wait");
+    assert_eq!(flood.len(), 5, "two run, five wait");
     for _ in 0..2 {
         assert_eq!(admit(&node, &quick, &mut quicks), "queued");
     }
     // Each slot given back (the oldest held first) goes to the next lane in turn: the
     // quick peer waits one turn, not five.
-    let mut holders: std::collections::VecDeque<_> = std::mem::take(&mut flood.running)
-        .into_iter()
-        .map(|permit| (&flooder, permit))
-        .collect();
+    let mut holders = std::collections::VecDeque::from([&flooder, &flooder]);
     let mut order = String::new();
-    while let Some((holder, permit)) = holders.pop_front() {
-        node.give_back(holder, permit);
-        for (name, peer, kept) in [('f', &flooder, &mut flood), ('q', &quick, &mut quicks)] {
-            for waiter in kept.waiters.iter_mut() {
-                if let Ok(permit) = waiter.served.try_recv() {
+    while let Some(holder) = holders.pop_front() {
+        node.give_back(holder);
+        for (name, peer, waiters) in [('f', &flooder, &mut flood), ('q', &quick, &mut quicks)] {
+            for waiter in waiters.iter_mut() {
+                if waiter.served.try_recv().is_ok() {
                     order.push(name);
-                    holders.push_back((peer, permit));
+                    holders.push_back(peer);
                 }
             }
         }
@@ -162,26 +145,23 @@ fn waiting_work_is_served_a_peer_at_a_time_in_turn() {
 fn waiting_work_whose_peer_leaves_goes_and_leaves_nothing_behind() {
     let node = runtime(1, 1, BusyPolicy::Wait { max_queued: 16 }, 8);
     let (holder, leaver) = (Arc::new(PeerWork::default()), Arc::new(PeerWork::default()));
-    let mut waiters = Kept::default();
+    let mut waiters = Vec::new();
     assert_eq!(admit(&node, &holder, &mut waiters), "run");
     for _ in 0..3 {
         assert_eq!(admit(&node, &leaver, &mut waiters), "queued");
     }
     assert_eq!((node.queued(), node.lanes()), (3, 1));
     // The leaver's jobs leave the line (as `Work` does when its peer is gone).
-    for waiter in &mut waiters.waiters {
-        assert!(
-            node.leave_line(&leaver, waiter).is_none(),
-            "none was served"
-        );
+    for waiter in &waiters {
+        assert!(!node.leave_line(&leaver, waiter.ticket), "none was served");
     }
     assert_eq!((node.queued(), node.lanes()), (0, 0));
     assert_eq!(leaver.queued.load(Ordering::SeqCst), 0);
     // A job served a moment before it left keeps its slots, to give them back.
-    let mut late = Kept::default();
+    let mut late = Vec::new();
     assert_eq!(admit(&node, &leaver, &mut late), "queued");
-    node.give_back(&holder, waiters.running.pop().expect("it ran"));
-    let permit = node.leave_line(&leaver, &mut late.waiters[0]);
-    node.give_back(&leaver, permit.expect("served already"));
-    assert_eq!(node.slots.available_permits(), 1, "every permit back");
+    node.give_back(&holder);
+    assert!(node.leave_line(&leaver, late[0].ticket), "served already");
+    node.give_back(&leaver);
+    assert_eq!(node.taken.load(Ordering::SeqCst), 0);
 }
