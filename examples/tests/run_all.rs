@@ -135,7 +135,7 @@ fn handler_errors_reach_the_caller() {
         env!("CARGO_BIN_EXE_handler_error"),
         &[
             "Error::Handler code=INSUFFICIENT_FUNDS",
-            "BAD_REQUEST",
+            "INVALID_ARGUMENT",
             "Error::NoHandler",
         ],
     );
@@ -146,7 +146,7 @@ fn middleware_times_out_and_refuses_without_token() {
     run(
         env!("CARGO_BIN_EXE_middleware"),
         &[
-            "refused: TIMEOUT",
+            "refused: DEADLINE_EXCEEDED",
             "admin:purge token=s3cret     -> allowed",
             "admin:purge token=none       -> refused: UNAUTHORIZED",
         ],

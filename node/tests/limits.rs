@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use node::{Error, ErrorCode, Filter, HandlerBound, NodeEvent, Request, Response, Scope};
+use node::{Error, ErrorCode, Filter, HandlerBound, NodeEvent, Request, Response};
 use support::*;
 
 #[tokio::test]

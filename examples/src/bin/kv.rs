@@ -3,7 +3,7 @@
 //! - Each shard advertises `{role: shard, shard: N}` and keeps its part of the data, per
 //!   tenant, in a map given to its handlers once (`with_state`).
 //! - The gateway routes each key to one shard by a hash of the key, through a filter
-//!   (`Target::Any(Filter::new().eq("shard", N), Scope::Up)`); a count asks every shard at
+//!   (`Target::any(Filter::new().eq("shard", N)).scope(Scope::Up)`); a count asks every shard at
 //!   once and adds up the answers (scatter-gather, `gather`); `compact` sends a tick to every
 //!   shard.
 //! - Every node checks the `tenant` metadata in one `from_fn` middleware: a request without
@@ -154,14 +154,13 @@ async fn shard(n: usize) -> Result<(Node, Arc<Store>)> {
 /// The gateway's handlers: each passes the request on to the shard(s) it concerns, with the
 /// tenant, and answers with what they said.
 fn serve_gateway(gateway: &Node) {
-    let shards = || Target::Any(Filter::new().eq("role", "shard"), Scope::Up);
-    let shard = |key: &str| Target::Any(Filter::new().eq("shard", shard_of(key)), Scope::Up);
+    let shards = || Target::all(Filter::new().eq("role", "shard")).scope(Scope::Up);
+    let shard = |key: &str| Target::any(Filter::new().eq("shard", shard_of(key))).scope(Scope::Up);
     // A key whose shard is gone: say so, typed, rather than "no node matches".
     let unavailable = |key: &str, error: Error| match error {
-        Error::NoNodesMatchFilter => HandlerError::new(
-            "UNAVAILABLE",
-            format!("shard {} of {key:?} is down", shard_of(key)),
-        ),
+        Error::NoNodesMatchFilter => {
+            HandlerError::unavailable(format!("shard {} of {key:?} is down", shard_of(key)))
+        }
         other => HandlerError::from(other),
     };
 
@@ -235,9 +234,9 @@ fn serve_gateway(gateway: &Node) {
             let sent = gw
                 .call(shards(), "kv:compact")
                 .meta("tenant", &tenant)
-                .tick_all(&())
+                .tick(&())
                 .await?;
-            Ok::<_, HandlerError>(sent)
+            Ok::<_, HandlerError>(sent.nodes)
         }),
     );
 }
