@@ -23,12 +23,6 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
-/// The system error code of a request whose deadline passed before or while it ran.
-pub(crate) const DEADLINE_EXCEEDED: &str = "DEADLINE_EXCEEDED";
-/// The system error code of a request whose metadata was refused (over the limits, or
-/// malformed).
-pub(crate) const BAD_METADATA: &str = "BAD_METADATA";
-
 /// What calls made while handling a request inherit from it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Context {

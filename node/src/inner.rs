@@ -70,7 +70,7 @@ impl State {
             } = &**old.link()
             {
                 if old_route != &route {
-                    old.work.cancel();
+                    old.work.stop_for(crate::peer::Stop::Replaced);
                     old.link().fail_pending();
                 }
                 self.routes.remove(old_route);
@@ -128,7 +128,7 @@ pub(crate) struct Inner {
     bound_keys: Mutex<HashMap<NodeId, transport::Key>>,
     /// How many error events each [`ErrorSource`] may make (ratelimit.rs): hostile peers
     /// can cause them at the rate they send.
-    reports: [Arc<Mutex<RateLimit>>; 3],
+    reports: [Arc<Mutex<RateLimit>>; 4],
 }
 
 /// Error events of one source let through per interval, before they are counted.
@@ -198,6 +198,7 @@ impl Inner {
             requests_handled: self.runtime.answered.load(Ordering::Relaxed),
             busy_refused: self.runtime.refused.load(Ordering::Relaxed),
             ticks_dropped: self.runtime.ticks_dropped.load(Ordering::Relaxed),
+            ticks_refused: self.runtime.ticks_refused.load(Ordering::Relaxed),
             handlers_active: self.runtime.active(),
             handlers_queued: self.runtime.queued(),
             handlers_cancelled: self.runtime.cancelled.load(Ordering::Relaxed),
@@ -270,6 +271,7 @@ impl Inner {
             ErrorSource::Handshake => 0,
             ErrorSource::Peer => 1,
             ErrorSource::Send => 2,
+            ErrorSource::TickRefused => 3,
         }];
         let (verdict, first_held, due) = {
             let mut limit = limit.lock();

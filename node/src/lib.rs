@@ -2,17 +2,47 @@
 //!
 //! A [`Node`] is one participant of a brokerless mesh: it has an id and options (metadata
 //! other nodes filter on), binds at most one address (serving the nodes that connect to it),
-//! and connects to any number of nodes. Once two nodes are joined, either can send to the
-//! other:
+//! and connects to any number of nodes. Once two nodes are joined, either can call the
+//! other. Every call is one of three, to one of three kinds of [`Target`]:
 //!
-//! - [`Node::request`] (reply or typed error) and [`Node::tick`] (fire and forget), to an
-//!   id, or to one node matching a [`Filter`] ([`Node::request_any`], [`Node::tick_any`]),
-//!   or to all of them ([`Node::tick_all`]), upstream, downstream or both ([`Scope`]);
+//! | to | request (one reply) | tick (no reply) | gather (a reply from each) |
+//! |---|---|---|---|
+//! | an id | `node.request("db-1", "get", &key).await?` | `node.tick("db-1", "hit", &key).await?` | (an id is one node: use request) |
+//! | any match | `node.request(&shards, "get", &key).await?` | `node.tick(&shards, "hit", &key).await?` | `node.call(&shards, "count").gather(&()).await?` |
+//! | all matches | (one reply: use gather) | `node.tick(Target::all(shards), "flush", &()).await?` | `node.call(Target::all(shards), "count").gather(&()).await?` |
+//!
+//! Here `shards` is a [`Filter`] (`Filter::new().eq("role", "shard")`); a filter is any
+//! match, in both directions ([`Target::scope`] narrows it to upstream or downstream
+//! peers). `request` and `tick` are shorthands for [`Node::call`], the one builder, which
+//! also sets metadata, a timeout or deadline, the parent request, groups, and raw payloads
+//! ([`Call::raw`]):
+//!
+//! ```no_run
+//! # async fn example(node: node::Node) -> node::Result<()> {
+//! use std::time::Duration;
+//!
+//! let count: u64 = node
+//!     .call("db-1", "count")
+//!     .meta("tenant", "acme")
+//!     .timeout(Duration::from_millis(500))
+//!     .send(&())
+//!     .await?;
+//! # let _ = count; Ok(()) }
+//! ```
+//!
+//! A tick to all matches answers with [`Sent`]: how many nodes it was sent to (not how
+//! many handled it). A reply's metadata comes with [`Reply`]. For tower middleware on the
+//! calling side (retry, timeout, concurrency limits), [`Node::caller`] is the same call as a
+//! tower `Service`.
+//!
+//! The rest of a node:
+//!
 //! - handlers by event name or regex ([`Node::on_request`], [`Node::on_tick`]), behind tower
 //!   middleware ([`Node::layer`]);
 //! - a handshake that exchanges ids, options and versions and binds each peer's identity to
 //!   its connection; heartbeats both ways; reconnection and re-handshake after restarts and
-//!   network cuts; an events stream ([`Node::events`]); graceful close;
+//!   network cuts; an events stream ([`Node::events`]); graceful close; the joined peers
+//!   ([`Node::peers`]), CURVE keys ([`Node::keys`]), counters ([`Node::stats`]);
 //! - router nodes ([`NodeBuilder::router`]): a message that finds no joined match (or an id
 //!   that is not joined) goes through a joined router, which applies the same target to its
 //!   own peers and other routers, with the caller's deadline, a hop limit and loop
@@ -22,7 +52,10 @@
 //! crates do).
 //!
 //! ## Layout
-//! - `node.rs`: the [`Node`] handle and its API; `send.rs`: sending requests and ticks;
+//! - `node.rs`: the [`Node`] handle and its API, the [`Peers`] and [`Keys`] views;
+//!   `call.rs`: the [`Call`] builder and [`Reply`]; `send.rs`: sending requests and ticks
+//!   (picking, retrying a pick, routers); `caller.rs`: [`Caller`], calls as a tower
+//!   `Service`, and `call_timeout.rs` its timeout layer;
 //! - `inner.rs`: the state the handle and the node's tasks share (registry and routes under
 //!   one lock), peers leaving;
 //! - `drain.rs`: graceful close: draining (peers told, work finished within the grace),
@@ -39,9 +72,10 @@
 //!   pure decisions about it (admission, next hop, retry elsewhere or not);
 //! - `handler.rs`: requests, responses, handler errors; `middleware.rs`: the handler table
 //!   and the tower layers in front of it;
-//! - `peer.rs`: the peer registry and the `*_any` strategies (pure, tested with simulated
+//! - `peer.rs`: the peer registry and the strategies of a pick (pure, tested with simulated
 //!   time); `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
-//! - `link.rs`, `config.rs`, `events.rs`, `error.rs`.
+//! - `link.rs`: how a peer is reached, and [`Target`]; `config.rs`, `events.rs`,
+//!   `error.rs`.
 
 #![forbid(unsafe_code)]
 // Library code has no `unwrap` or `expect` (an audit found none outside tests; indexing,
@@ -52,6 +86,7 @@ mod breaker;
 mod call;
 mod call_timeout;
 mod caller;
+mod codes;
 mod config;
 mod context;
 mod dispatch;
@@ -68,7 +103,7 @@ mod heartbeat;
 mod inner;
 mod link;
 mod metrics;
-mod middleware;
+pub mod middleware;
 mod node;
 mod observe;
 pub mod options;
@@ -84,24 +119,25 @@ mod upstream;
 mod watch;
 
 pub use breaker::{Breaker, BreakerFuture, CircuitBreaker, CircuitBreakerLayer, CircuitOpen};
-pub use call::{Call, Reply};
+pub use call::{Call, FromReply, Raw, Reply, Sent, Typed};
 pub use call_timeout::{CallTimeout, CallTimeoutLayer};
 pub use caller::{CallFuture, Caller, Outbound, RetrySafe};
+pub use codes::Code;
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
 pub use drain::Closed;
-pub use error::{Error, ErrorCode, Result};
-pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent};
+pub use error::{Error, ErrorCode, HandlerBound, Result};
+pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent, WaitError};
 pub use filter::Filter;
 pub use forward::{RouterStats, DEFAULT_HOP_LIMIT};
-pub use handler::{HandlerError, HandlerService, Pattern, Request, Response, Route};
+pub use handler::{with_state, HandlerError, HandlerService, Pattern, Request, Response, Route};
 pub use handshake::PROTOCOL_VERSION;
 pub use link::Target;
 pub use metrics::MAX_EVENT_LABELS;
-pub use node::{Node, NodeStats, WeakNode};
+pub use node::{Keys, Node, NodeStats, Peers, WeakNode};
 pub use observe::{Called, Handled, Outcome};
 pub use options::{Options, Value};
 pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
-pub use protocol::{Meta, MetaError, MetaLimits, MetaValue};
+pub use protocol::{Limit, Meta, MetaError, MetaLimits, MetaValue};
 pub use tower::BoxError;
 pub use trace::{TraceParent, TRACEPARENT};
 pub use transport::{Engine, HandshakeFailure, Key, KeyPair, SecretKey};

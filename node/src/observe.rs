@@ -265,6 +265,7 @@ pub(crate) async fn sample_metrics(inner: std::sync::Weak<crate::inner::Inner>) 
             unjoined: stats.unjoined_messages,
             invalid_envelopes: stats.invalid_envelopes,
             ticks_dropped: stats.ticks_dropped,
+            ticks_refused: stats.ticks_refused,
             cancelled: stats.handlers_cancelled,
             expired: stats.handlers_expired,
             timeouts: stats.timeouts,

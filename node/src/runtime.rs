@@ -31,12 +31,16 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use parking_lot::Mutex;
-use protocol::{Answer, Incoming, Meta, RemoteError, Responder};
+use protocol::{Answer, Incoming, Limit, Meta, RemoteError, Responder};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
+use crate::codes::system::{
+    BUSY, CANCELLED, DEADLINE_EXCEEDED, PANICKED, PAYLOAD_TOO_LARGE, SHUTTING_DOWN,
+};
 use crate::config::{BusyPolicy, Config};
-use crate::context::{self, Context, Expiry, DEADLINE_EXCEEDED};
+use crate::context::{self, Context, Expiry};
 use crate::dispatch::Received;
 use crate::fair::{self, Bounds, Full, Lanes, Slot};
 use crate::inner::Inner;
@@ -45,13 +49,6 @@ use crate::observe::{Outcome, Watch};
 use crate::peer::{NodeId, PeerWork, Stop};
 use crate::trace;
 use protocol::Runners;
-
-/// The error code of a request refused because the node's handlers are at their limit.
-pub(crate) const BUSY: &str = "BUSY";
-
-/// The error code of a request whose handler was stopped because the node's close grace
-/// ran out.
-pub(crate) const CANCELLED: &str = "CANCELLED";
 
 /// A peer's work as the key of its lane: the same peer is the same allocation.
 #[derive(Clone)]
@@ -130,10 +127,15 @@ pub(crate) struct Runtime {
     pool: Arc<Runners<Job>>,
     /// Ticks dropped at the limit.
     pub(crate) ticks_dropped: AtomicU64,
+    /// Ticks a middleware refused.
+    pub(crate) ticks_refused: AtomicU64,
     /// Jobs stopped because their peer left.
     pub(crate) cancelled: AtomicU64,
     /// Requests not run, or stopped, because their deadline passed.
     pub(crate) expired: AtomicU64,
+    /// Cancelled when the close grace runs out: every peer's work token is its child
+    /// (`PeerWork::new`), so all handlers stop at once, for [`Stop::Grace`].
+    stopping: CancellationToken,
 }
 
 impl Runtime {
@@ -157,8 +159,10 @@ impl Runtime {
             answered: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             ticks_dropped: AtomicU64::new(0),
+            ticks_refused: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             expired: AtomicU64::new(0),
+            stopping: CancellationToken::new(),
             pool: Runners::new(),
         }
     }
@@ -272,6 +276,29 @@ impl Runtime {
     #[cfg(test)]
     fn lanes(&self) -> usize {
         self.lanes.lock().lanes()
+    }
+
+    /// The refusal of a request whose share `full` was: its bound as data.
+    fn busy(&self, full: Full) -> RemoteError {
+        let (max, per_peer) = match full {
+            Full::Node => (self.max, false),
+            Full::Peer => (self.per_peer, true),
+        };
+        RemoteError::system_error(BUSY, full.message()).with_limit(Limit::Handlers {
+            max: max as u64,
+            per_peer,
+        })
+    }
+
+    /// The node's token, parent of every peer's work token.
+    pub(crate) fn stopping(&self) -> &CancellationToken {
+        &self.stopping
+    }
+
+    /// The close grace ran out: every handler stops, and its caller is told
+    /// (`CANCELLED`).
+    pub(crate) fn stop_all(&self) {
+        self.stopping.cancel();
     }
 
     /// Handler tasks running or queued now.
@@ -437,9 +464,13 @@ pub(crate) fn fitting(
                 "answer over the requester's limit refused"
             );
             Err(RemoteError::system_error(
-                RemoteError::PAYLOAD_TOO_LARGE,
-                format!("{} {limit}", answer.payload.len()),
-            ))
+                PAYLOAD_TOO_LARGE,
+                "the answer is over the requester's limit",
+            )
+            .with_limit(Limit::Payload {
+                size: answer.payload.len() as u64,
+                max: limit as u64,
+            }))
         }
         answer => answer,
     }
@@ -556,11 +587,13 @@ async fn run_request(
     let passed = match work.slot_before(deadline, Some(received.arrived)).await {
         Waited::AtOnce => deadline.is_some_and(|deadline| deadline <= received.arrived),
         Waited::Slot => deadline.is_some_and(|deadline| deadline <= Instant::now()),
-        Waited::Stopped(Stop::Left) => return Outcome::Cancelled,
+        // Nothing ran and the answer would go nowhere: counted (`NodeStats`) and seen by
+        // hooks and metrics as `Outcome::Cancelled`.
+        Waited::Stopped(Stop::Left | Stop::Replaced) => return Outcome::Cancelled,
         // The close grace ran out before it had a slot: nothing ran, it may go elsewhere.
         Waited::Stopped(Stop::Grace) => {
             responder.answer(Err(RemoteError::system_error(
-                RemoteError::SHUTTING_DOWN,
+                SHUTTING_DOWN,
                 "the node closed before the request had a handler slot",
             )));
             return Outcome::Cancelled;
@@ -592,7 +625,7 @@ async fn run_request(
         result = handled => {
             let result = result.unwrap_or_else(|_| {
                 tracing::error!(node = %inner.id, "request handler panicked");
-                Err(RemoteError::handler("the handler panicked"))
+                Err(RemoteError::system_error(PANICKED, "the handler panicked"))
             });
             inner.runtime.answered.fetch_add(1, Ordering::Relaxed);
             let outcome = match &result {
@@ -639,7 +672,7 @@ pub(crate) fn spawn_request(
         Admitted::Queued(waiter) => Hold::Waiting(waiter),
         Admitted::Refused(full) => {
             inner.runtime.refused.fetch_add(1, Ordering::Relaxed);
-            responder.answer(Err(RemoteError::system_error(BUSY, full.message())));
+            responder.answer(Err(inner.runtime.busy(full)));
             return;
         }
     };
