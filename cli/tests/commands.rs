@@ -385,7 +385,7 @@ fn remote_errors_show_their_code_and_message() {
     let run = zeronode(&["request", "--connect", &srv.address, "delay", r#""soon""#]);
     let line = run.failed();
     assert!(
-        line.contains("BAD_REQUEST") && line.contains("milliseconds"),
+        line.contains("INVALID_ARGUMENT") && line.contains("milliseconds"),
         "{line}"
     );
 }
