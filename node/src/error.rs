@@ -341,14 +341,14 @@ impl Error {
     pub(crate) fn from_remote(remote: protocol::RemoteError) -> Error {
         if remote.system {
             match remote.code.as_str() {
-                crate::runtime::BUSY => {
+                crate::codes::BUSY => {
                     return Error::Busy {
                         message: remote.message,
                     }
                 }
                 protocol::RemoteError::SHUTTING_DOWN => return Error::ShuttingDown,
-                crate::runtime::CANCELLED => return Error::Cancelled,
-                crate::context::BAD_METADATA => {
+                crate::codes::CANCELLED => return Error::Cancelled,
+                crate::codes::BAD_METADATA => {
                     return Error::MetadataRefused {
                         message: remote.message,
                     }

@@ -10,20 +10,12 @@
 //!   admit(S's hello, ...) else give up; register S (upstream)
 //! ```
 
-use std::sync::Arc;
-
-use parking_lot::Mutex;
-use protocol::{encode_value, Answer, Client, Incoming, RemoteError, Server};
+use protocol::RemoteError;
 use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
 use transport::Key;
 
-use crate::error::{Error, Result};
-use crate::events::{ErrorSource, NodeEvent};
-use crate::inner::Inner;
-use crate::link::Link;
 use crate::options::Options;
-use crate::peer::{Direction, Entry, NodeId, PeerWork, Reach};
+use crate::peer::{NodeId, Ticket};
 
 /// The node protocol version exchanged in the handshake.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -45,7 +37,7 @@ pub(crate) const VERSION_MISMATCH: &str = "VERSION_MISMATCH";
 pub(crate) const NOT_JOINED: &str = "NOT_JOINED";
 /// The handshake of a connection whose CURVE key is not (or no longer) on the allow-list.
 pub(crate) const NOT_AUTHORIZED: &str = "NOT_AUTHORIZED";
-const BAD_HANDSHAKE: &str = "BAD_HANDSHAKE";
+pub(crate) const BAD_HANDSHAKE: &str = "BAD_HANDSHAKE";
 /// A connection that joined one id claims another.
 pub(crate) const ALREADY_JOINED: &str = "ALREADY_JOINED";
 
@@ -75,56 +67,6 @@ pub(crate) struct Hello {
     /// holder's ticket, which nobody but the holder ever saw.
     #[serde(default)]
     pub(crate) token: Ticket,
-}
-
-/// A join's ticket (see [`Hello::token`]): a secret, so it is compared in constant time,
-/// wiped from memory when dropped, and never printed.
-#[derive(Clone, Default, Serialize, Deserialize)]
-#[serde(transparent)]
-pub(crate) struct Ticket(String);
-
-impl Ticket {
-    /// A new random ticket (128 bits, in hex).
-    pub(crate) fn random() -> Ticket {
-        Ticket(format!("{:032x}", rand::random::<u128>()))
-    }
-
-    /// No ticket (a first join).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Whether `other` is this ticket, in time that does not depend on where they differ
-    /// (a timing probe learns nothing of the ticket byte by byte).
-    pub(crate) fn matches(&self, other: &Ticket) -> bool {
-        bool::from(subtle::ConstantTimeEq::ct_eq(
-            self.0.as_bytes(),
-            other.0.as_bytes(),
-        ))
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        zeroize::Zeroize::zeroize(&mut self.0);
-    }
-}
-
-impl std::fmt::Debug for Ticket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.is_empty() {
-            "Ticket(none)"
-        } else {
-            "Ticket(<hidden>)"
-        })
-    }
-}
-
-#[cfg(test)]
-impl From<&str> for Ticket {
-    fn from(text: &str) -> Ticket {
-        Ticket(text.to_owned())
-    }
 }
 
 impl Hello {
@@ -250,196 +192,6 @@ pub(crate) fn admit(hello: &Hello, admission: Admission<'_>) -> std::result::Res
         None => Ok(()),
         Some(ticket) if !hello.token.is_empty() && hello.token.matches(ticket) => Ok(()),
         Some(_) => Err(Refusal::DuplicateId),
-    }
-}
-
-impl Inner {
-    /// Our hello, with no ticket.
-    pub(crate) fn hello(&self) -> Hello {
-        Hello {
-            id: self.id.clone(),
-            instance: self.instance.clone(),
-            version: PROTOCOL_VERSION,
-            options: self.options.read().clone(),
-            router: self.config.router,
-            heartbeat_ms: crate::inner::millis(self.config.heartbeat_interval),
-            max_payload: self.config.max_payload as u64,
-            token: Ticket::default(),
-        }
-    }
-}
-
-/// The server side: admits (or refuses) the hello of a connection and registers its node
-/// as a downstream peer. Runs on the socket's driver (no waiting).
-pub(crate) fn handshake_downstream(
-    inner: &Arc<Inner>,
-    server: &Server,
-    incoming: &Incoming,
-) -> std::result::Result<Answer, RemoteError> {
-    let hello: Hello = incoming
-        .decode()
-        .map_err(|e| RemoteError::system_error(BAD_HANDSHAKE, e.to_string()))?;
-    let key = incoming.peer_key().copied();
-    // The connection passed the allow-list when it was made; the key may have been revoked
-    // since (a revoked peer that tries to rejoin on its old connection).
-    let allowed = key.map(|key| {
-        let still = match server.allowed_keys() {
-            Ok(Some(allowed)) => allowed.contains(&key),
-            _ => true,
-        };
-        (key, still)
-    });
-    let route = incoming.from.clone();
-    // The ticket this join gets: random, sent only on this connection.
-    let ticket = Ticket::random();
-    let joined = {
-        let mut state = inner.state.lock();
-        let held = [Direction::Downstream, Direction::Upstream]
-            .into_iter()
-            .find_map(|d| state.registry.get(&hello.id, d));
-        let holder = held.map(|e| Holder {
-            instance: &e.instance,
-            ticket: e.token.as_ref(),
-            same_connection: matches!(&**e.link(), Link::Down { route: r, .. } if r == &route),
-        });
-        let bound = key.is_none_or(|key| inner.key_may_claim(&hello.id, &key));
-        let decision = admit(
-            &hello,
-            Admission {
-                ours: &inner.id,
-                holder,
-                connection_joined: state.routes.get(&route),
-                key: allowed.map(|(key, still)| (key, still && bound)),
-            },
-        );
-        decision.and_then(|()| {
-            let limit = hello.limit(inner.config.max_payload);
-            let entry = Entry {
-                reach: Reach::new(
-                    hello.id.clone(),
-                    Direction::Downstream,
-                    Arc::new(Link::Down {
-                        server: server.clone(),
-                        route: route.clone(),
-                        limit,
-                    }),
-                ),
-                options: hello.options.clone(),
-                instance: hello.instance.clone(),
-                token: Some(ticket.clone()),
-                router: hello.router,
-                key,
-                last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
-                dead_after: inner.dead_after(&hello),
-                work: Arc::new(PeerWork::new(limit)),
-                draining: false,
-            };
-            state.join_downstream(entry, route)
-        })
-    };
-    if let (Ok(_), Some(key)) = (&joined, key) {
-        inner.bind_key(&hello.id, key);
-    }
-    match joined {
-        Ok(is_new) => {
-            if is_new {
-                tracing::debug!(node = %inner.id, peer = %hello.id, "downstream peer joined");
-                inner.emit(NodeEvent::PeerJoined {
-                    id: hello.id.clone(),
-                    direction: Direction::Downstream,
-                    options: hello.options.clone(),
-                });
-            }
-            let reply = Hello {
-                token: ticket,
-                ..inner.hello()
-            };
-            encode_value(&reply)
-                .map(Answer::from)
-                .map_err(|e| RemoteError::handler(e.to_string()))
-        }
-        Err(refusal) => {
-            inner.report(
-                ErrorSource::Handshake,
-                format!("refused {}: {refusal}", hello.id),
-            );
-            Err(refusal.to_remote(&hello))
-        }
-    }
-}
-
-/// The client side: sends our hello (with the ticket this server gave us when we joined
-/// it before, if we did), checks the server's. Returns the server's hello, whose `token`
-/// is the ticket of this join.
-pub(crate) async fn handshake_upstream(
-    inner: &Inner,
-    client: &Client,
-    ticket: Option<&Ticket>,
-) -> Result<Hello> {
-    let ours = Hello {
-        token: ticket.cloned().unwrap_or_default(),
-        ..inner.hello()
-    };
-    let payload = encode_value(&ours)?;
-    let reply = match client
-        .system_request(HANDSHAKE, &[], payload, inner.config.handshake_timeout)
-        .await
-    {
-        Ok(reply) => reply,
-        Err(protocol::Error::Remote(remote)) if remote.system => {
-            return Err(match remote.code.as_str() {
-                DUPLICATE_ID | ALREADY_JOINED => Error::DuplicateId {
-                    id: inner.id.to_string(),
-                },
-                NOT_AUTHORIZED => Error::Refused {
-                    endpoint: client.endpoint().to_owned(),
-                    reason: transport::HandshakeFailure::Auth,
-                },
-                VERSION_MISMATCH => Error::VersionMismatch {
-                    ours: PROTOCOL_VERSION,
-                    theirs: remote.message.parse().unwrap_or(0),
-                },
-                _ => Error::HandshakeRefused {
-                    reason: remote.to_string(),
-                },
-            })
-        }
-        Err(protocol::Error::Remote(remote)) => {
-            return Err(Error::HandshakeRefused {
-                reason: remote.to_string(),
-            })
-        }
-        Err(protocol::Error::Timeout { .. }) => {
-            return Err(Error::HandshakeTimeout {
-                endpoint: client.endpoint().to_owned(),
-            })
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let hello: Hello = reply
-        .decode_payload()
-        .map_err(|e| Error::HandshakeRefused {
-            reason: format!("invalid handshake reply: {e}"),
-        })?;
-    // The registry's holder is checked when the entry joins (under its lock).
-    let checked = admit(
-        &hello,
-        Admission {
-            ours: &inner.id,
-            holder: None,
-            connection_joined: None,
-            key: None,
-        },
-    );
-    match checked {
-        Ok(()) => Ok(hello),
-        Err(Refusal::VersionMismatch { theirs }) => Err(Error::VersionMismatch {
-            ours: PROTOCOL_VERSION,
-            theirs,
-        }),
-        Err(_) => Err(Error::DuplicateId {
-            id: hello.id.to_string(),
-        }),
     }
 }
 

@@ -16,7 +16,6 @@ use transport::{Curve, Key};
 
 use crate::config::{Config, NodeBuilder};
 use crate::dispatch::install_downstream;
-use crate::drain::Closed;
 use crate::error::{Error, Result};
 use crate::events::{ErrorSource, EventStream, LeaveReason};
 use crate::filter::Filter;
@@ -28,6 +27,7 @@ use crate::inner::Inner;
 use crate::link::Link;
 use crate::options::Options;
 use crate::peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
+use crate::phase::Closed;
 use crate::upstream::ConnectOptions;
 
 /// What a node has been through, for operators and tests.
@@ -157,7 +157,7 @@ struct Alive {
 impl Drop for Alive {
     fn drop(&mut self) {
         let inner = Arc::clone(&self.inner);
-        if inner.is_stopping() {
+        if inner.life.is_stopping() {
             return;
         }
         // Closing waits (for handlers, for goodbyes to be sent): in a task of its own. With
@@ -177,6 +177,14 @@ impl std::fmt::Debug for Node {
     }
 }
 
+impl NodeBuilder {
+    /// Builds the node (binding its address if one was given). Must run inside a tokio
+    /// runtime.
+    pub async fn build(self) -> Result<Node> {
+        Node::from_builder(self).await
+    }
+}
+
 impl Node {
     /// A builder.
     pub fn builder() -> NodeBuilder {
@@ -193,7 +201,7 @@ impl Node {
         let heartbeat = tokio::spawn(heartbeat_loop(Arc::downgrade(&inner)));
         *inner.heartbeat.lock() = Some(heartbeat);
         if inner.observers.metrics.is_some() {
-            tokio::spawn(crate::observe::sample_metrics(Arc::downgrade(&inner)));
+            tokio::spawn(crate::stats::sample_metrics(Arc::downgrade(&inner)));
         }
         let node = Node {
             alive: Arc::new(Alive {
@@ -306,7 +314,7 @@ impl Node {
     /// address at a time.
     pub async fn bind(&self, address: &str) -> Result<String> {
         let inner = &self.inner;
-        if inner.is_stopping() {
+        if inner.life.is_stopping() {
             return Err(Error::Closed);
         }
         if inner.server.lock().is_some() {
@@ -420,7 +428,7 @@ impl Node {
 
     /// Whether `close` has started (the node drains, or is past that).
     pub fn is_closing(&self) -> bool {
-        self.inner.is_stopping()
+        self.inner.life.is_stopping()
     }
 
     /// Changes this node's options; joined peers receive them (their filters see the new
@@ -428,7 +436,8 @@ impl Node {
     pub async fn set_options(&self, options: Options) -> Result<()> {
         *self.inner.options.write() = options.clone();
         let payload = encode_value(&options)?;
-        for link in self.inner.links(None) {
+        let links = self.inner.state.lock().links(None);
+        for link in links {
             if let Err(e) = link.system_tick(OPTIONS, payload.clone()).await {
                 self.inner
                     .report(ErrorSource::Send, format!("sending options failed: {e}"));

@@ -9,8 +9,8 @@ use protocol::Answer;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::call::Outgoing;
-use crate::context::DEADLINE_EXCEEDED;
+use crate::codes::DEADLINE_EXCEEDED;
+use crate::context::Outgoing;
 use crate::drain::pick_again;
 use crate::error::{Error, Result};
 use crate::events::LeaveReason;
@@ -106,7 +106,7 @@ impl Node {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<Answer> {
-        if self.inner.is_closing() {
+        if self.inner.life.is_closing() {
             return Err(Error::Closed);
         }
         let timeout = outgoing.timeout;
@@ -204,7 +204,7 @@ impl Node {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<()> {
-        if self.inner.is_closing() {
+        if self.inner.life.is_closing() {
             return Err(Error::Closed);
         }
         match self.resolve(target) {
@@ -264,7 +264,7 @@ impl Node {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<usize> {
-        if self.inner.is_closing() {
+        if self.inner.life.is_closing() {
             return Err(Error::Closed);
         }
         let links: Vec<Arc<Link>> = self
