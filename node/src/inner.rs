@@ -15,7 +15,7 @@
 //!   `upstream.rs`), the heartbeat task (`heartbeat.rs`);
 //! - the node's life, [`Life`] (`phase.rs`, moved by `drain.rs`);
 //! - observability: the events channel, the hooks and metrics ([`Observers`]), the
-//!   rate-limited error reports, and the counters of refused messages (read by
+//!   rate-limited error reports ([`Reports`], `ratelimit.rs`), and the counters of refused messages (read by
 //!   `stats.rs`).
 //!
 //! Who runs what: on the native engine each connection's driver (in `transport`) receives
@@ -42,7 +42,7 @@ use crate::options::Options;
 use crate::peer::{Direction, NodeId};
 use crate::peers::{BoundKeys, State};
 use crate::phase::Life;
-use crate::ratelimit::{RateLimit, Suppressed, Verdict};
+use crate::ratelimit::Reports;
 use crate::runtime::{Host, Received, Runtime};
 
 /// A node's parts (the state its handles and tasks share).
@@ -75,25 +75,13 @@ pub(crate) struct Inner {
     pub(crate) events: EventChannel,
     /// Per-request hooks and metrics.
     pub(crate) observers: Observers,
-    /// How many error events each [`ErrorSource`] may make (ratelimit.rs): hostile peers
-    /// can cause them at the rate they send.
-    reports: [Arc<Mutex<RateLimit>>; 3],
+    /// How many error events each [`ErrorSource`] may make: hostile peers can cause them
+    /// at the rate they send.
+    reports: Reports,
     /// Messages refused because their connection had not joined.
     pub(crate) unjoined: AtomicU64,
     /// Messages refused for their metadata (over the limits, or malformed).
     pub(crate) metadata_refused: AtomicU64,
-}
-
-/// Error events of one source let through per interval, before they are counted.
-const REPORTS_BURST: u32 = 20;
-const REPORTS_INTERVAL: Duration = Duration::from_secs(10);
-
-/// The event that tells how many errors of `source` were not reported one by one.
-fn summary_event(source: ErrorSource, told: Suppressed) -> NodeEvent {
-    NodeEvent::Error {
-        source,
-        message: format!("{source:?} errors: {told}"),
-    }
 }
 
 impl Inner {
@@ -116,9 +104,7 @@ impl Inner {
             life: Life::default(),
             events: EventChannel::default(),
             observers,
-            reports: std::array::from_fn(|_| {
-                Arc::new(Mutex::new(RateLimit::new(REPORTS_BURST, REPORTS_INTERVAL)))
-            }),
+            reports: Reports::default(),
             unjoined: AtomicU64::new(0),
             metadata_refused: AtomicU64::new(0),
         }
@@ -138,50 +124,10 @@ impl Inner {
         self.events.send(event);
     }
 
-    /// Reports an error as a [`NodeEvent::Error`], rate-limited per source: past the burst,
-    /// errors are counted, and one event tells the count when the interval is over.
+    /// Reports an error as a [`NodeEvent::Error`], rate-limited per source (see
+    /// [`Reports`]).
     pub(crate) fn report(&self, source: ErrorSource, message: String) {
-        let limit = &self.reports[match source {
-            ErrorSource::Handshake => 0,
-            ErrorSource::Peer => 1,
-            ErrorSource::Send => 2,
-        }];
-        let (verdict, first_held, due) = {
-            let mut limit = limit.lock();
-            let verdict = limit.check(tokio::time::Instant::now());
-            (verdict, limit.held() == 1, limit.due())
-        };
-        match verdict {
-            Verdict::Report(told) => {
-                if let Some(told) = told {
-                    self.emit_summary(source, told);
-                }
-                tracing::debug!(node = %self.id, ?source, %message, "error event");
-                self.emit(NodeEvent::Error { source, message });
-            }
-            // The first one held back: tell the count at the interval's end, even if no
-            // error follows to carry it.
-            Verdict::Suppress if first_held => {
-                let (Some(due), Ok(runtime)) = (due, tokio::runtime::Handle::try_current()) else {
-                    return;
-                };
-                let (limit, events, id) = (Arc::clone(limit), self.events.clone(), self.id.clone());
-                runtime.spawn(async move {
-                    tokio::time::sleep_until(due).await;
-                    let told = limit.lock().summary(tokio::time::Instant::now());
-                    if let Some(told) = told {
-                        tracing::debug!(node = %id, ?source, "error events {told}");
-                        events.send(summary_event(source, told));
-                    }
-                });
-            }
-            Verdict::Suppress => {}
-        }
-    }
-
-    fn emit_summary(&self, source: ErrorSource, told: Suppressed) {
-        tracing::debug!(node = %self.id, ?source, "error events {told}");
-        self.emit(summary_event(source, told));
+        self.reports.report(&self.id, &self.events, source, message);
     }
 
     /// A peer left: forget it, fail what waits on it, tell its supervisor, say so.
