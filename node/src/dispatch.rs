@@ -1,9 +1,9 @@
 //! What a node does with each message its sockets receive: the dispatchers the protocol
 //! calls. They run on a driver (for a native server socket each connection's own, so two
 //! peers' messages may be dispatched at once on two threads; else the socket's) and never
-//! wait: a system message
-//! (handshake, heartbeat, options, goodbye) is handled there; a user request or tick is
-//! checked (joined? a handler? closing?) and handed to a handler task (`runtime.rs`).
+//! wait: a system message (handshake, heartbeat, options, goodbye) is handled there; a
+//! user request or tick is checked (joined? a handler? closing?), its deadline computed
+//! and its handler found, once, and handed to the handler runtime (`runtime.rs`).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -118,9 +118,10 @@ impl Inner {
             ),
         );
     }
+
     /// A system tick from a joined peer (heartbeat, options, bye, rejoin). Runs on the
     /// socket's driver: nothing here waits.
-    pub(crate) fn system_tick(&self, from: &NodeId, direction: Direction, incoming: &Incoming) {
+    fn system_tick(&self, from: &NodeId, direction: Direction, incoming: &Incoming) {
         match incoming.event() {
             HEARTBEAT => {}
             OPTIONS => match incoming.decode::<Options>() {
