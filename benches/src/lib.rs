@@ -8,9 +8,9 @@
 //! | `raw` | `zmq` ROUTER echo, blocking | `zmq` DEALER, blocking: the limit |
 //! | `transport` | `transport::Router` echo | `transport::Dealer` |
 //! | `protocol` | `protocol::Server`, echo handler | `protocol::Client::request` |
-//! | `node` | `Node`, `on_request_service` raw echo | `Node::request_raw` |
-//! | `node-tick` | `Node`, `on_tick` counter | `Node::tick_raw`, one way |
-//! | `node-curve` | the `node` row's server with a CURVE key pair | `connect_secure`, then as `node` |
+//! | `node` | `Node`, `on_request_service` raw echo | `call(..).raw().send(..)` |
+//! | `node-tick` | `Node`, `on_tick` counter | `call(..).raw().tick(..)`, one way |
+//! | `node-curve` | the `node` row's server with a CURVE key pair | `connect_with` a server key, then as `node` |
 //! | `node-cpu-1`, `node-cpu-2` | `Node`, a ~200 µs CPU-bound handler, 1 or 2 worker threads | as `node` |
 //! | `node-ctx` | the `node` row's server with metrics on, spans recorded | `Node::call` with two metadata entries, metrics on, spans recorded |
 //! | `node-caller` | the `node` row's server | `Node::caller()` under retry, `CallTimeoutLayer` and concurrency-limit layers (`ZERONODE_CALLER_TIMEOUT=tower`: tower's timeout) |

@@ -625,7 +625,14 @@ async fn tick_all_until(
 ) -> Result<(u64, u64)> {
     let (mut calls, mut sent) = (0u64, 0u64);
     while Instant::now() < deadline {
-        sent += hub.tick_all(filter, Scope::Down, "tick", blob).await? as u64;
+        sent += hub
+            .tick(
+                node::Target::all(filter.clone()).scope(Scope::Down),
+                "tick",
+                blob,
+            )
+            .await
+            .map(|sent| sent.nodes)? as u64;
         calls += 1;
         // Let the node's own tasks run: a send that never waits never yields.
         tokio::task::yield_now().await;
@@ -639,7 +646,9 @@ async fn tick_count(hub: &Node, ids: &[NodeId]) -> Result<(u64, Instant)> {
     let total = futures::stream::iter(ids)
         .map(|id| async move {
             let count: u64 = hub
-                .request_timeout(id, "ticks", &(), REQUEST_TIMEOUT)
+                .call(id, "ticks")
+                .timeout(REQUEST_TIMEOUT)
+                .send(&())
                 .await?;
             Ok::<u64, Error>(count)
         })
@@ -679,8 +688,12 @@ impl Phase<'_> {
             async move {
                 let reply = self
                     .hub
-                    .request_raw(target, "echo", self.payload.clone(), REQUEST_TIMEOUT)
-                    .await?;
+                    .call(target, "echo")
+                    .timeout(REQUEST_TIMEOUT)
+                    .raw()
+                    .send(self.payload.clone())
+                    .await
+                    .map(node::Reply::into_payload)?;
                 if reply.len() == size {
                     Ok(())
                 } else {

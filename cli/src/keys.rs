@@ -69,7 +69,10 @@ impl Security {
     /// Connects, secured when a server key was given.
     pub(crate) async fn connect(&self, node: &Node, address: &str) -> node::Result<PeerInfo> {
         match self.server_key {
-            Some(key) => node.connect_secure(address, key).await,
+            Some(key) => {
+                node.connect_with(address, node::ConnectOptions::new().server_key(key))
+                    .await
+            }
             None => node.connect(address).await,
         }
     }

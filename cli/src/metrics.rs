@@ -1,13 +1,18 @@
 //! `zeronode node --metrics ADDR`: the node's metrics in Prometheus text format over HTTP
-//! (`GET /metrics`), rendered by `metrics-exporter-prometheus`. The listener is a few lines
-//! of our own rather than the exporter's (which would bring an HTTP stack for one route).
+//! (`GET /metrics`), rendered by `metrics-exporter-prometheus` and served by hyper. Not the
+//! exporter's own listener: it binds the address itself and does not say which port it
+//! got, and `--metrics 127.0.0.1:0` prints the port it listens on.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use crate::error::Error;
 
@@ -16,8 +21,8 @@ const BUCKETS: &[f64] = &[
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0,
 ];
-/// The most a request's head may take, and how long it may take to come.
-const MAX_HEAD: usize = 8 * 1024;
+/// How long a connection may take to send a request's head (hyper's header read timeout):
+/// a client that connects and says nothing does not hold a task for ever.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Installs the Prometheus recorder (before the node is built: see `node::NodeBuilder::metrics`)
@@ -61,7 +66,18 @@ async fn accept(listener: TcpListener, handle: PrometheusHandle) {
             Ok((stream, _)) => {
                 let handle = handle.clone();
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(READ_TIMEOUT, answer(stream, &handle)).await;
+                    let service = hyper::service::service_fn(move |request| {
+                        std::future::ready(Ok::<_, Infallible>(answer(&request, &handle)))
+                    });
+                    let served = hyper::server::conn::http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(READ_TIMEOUT)
+                        .keep_alive(false)
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                    if let Err(e) = served {
+                        tracing::debug!(error = %e, "metrics listener: connection ended");
+                    }
                 });
             }
             Err(e) => {
@@ -72,45 +88,28 @@ async fn accept(listener: TcpListener, handle: PrometheusHandle) {
     }
 }
 
-/// Reads one request head and answers it: the metrics for `GET /metrics`, 404 otherwise.
-async fn answer(mut stream: TcpStream, handle: &PrometheusHandle) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 || head.len() + n > MAX_HEAD {
-            return Ok(());
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-    let (status, body) = match route(line) {
-        Route::Metrics => ("200 OK", handle.render()),
-        Route::NotFound => ("404 Not Found", "not found: try GET /metrics\n".to_owned()),
+/// The metrics for `GET /metrics` (any query), 404 otherwise.
+fn answer(request: &Request<Incoming>, handle: &PrometheusHandle) -> Response<Full<Bytes>> {
+    let (status, body) = if route(request.method(), request.uri().path()) {
+        (StatusCode::OK, handle.render())
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            "not found: try GET /metrics\n".to_owned(),
+        )
     };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
     );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    response
 }
 
-#[derive(Debug, PartialEq, Eq)]
-enum Route {
-    Metrics,
-    NotFound,
-}
-
-/// What a request line asks for.
-fn route(line: &[u8]) -> Route {
-    let mut parts = line.split(|&b| b == b' ');
-    match (parts.next(), parts.next()) {
-        (Some(b"GET"), Some(path)) if path == b"/metrics" || path.starts_with(b"/metrics?") => {
-            Route::Metrics
-        }
-        _ => Route::NotFound,
-    }
+/// Whether a request asks for the metrics.
+fn route(method: &Method, path: &str) -> bool {
+    method == Method::GET && path == "/metrics"
 }
 
 #[cfg(test)]
@@ -119,10 +118,42 @@ mod tests {
 
     #[test]
     fn only_get_metrics_is_served() {
-        assert_eq!(route(b"GET /metrics HTTP/1.1"), Route::Metrics);
-        assert_eq!(route(b"GET /metrics?x=1 HTTP/1.0"), Route::Metrics);
-        assert_eq!(route(b"POST /metrics HTTP/1.1"), Route::NotFound);
-        assert_eq!(route(b"GET / HTTP/1.1"), Route::NotFound);
-        assert_eq!(route(b""), Route::NotFound);
+        assert!(route(&Method::GET, "/metrics"));
+        assert!(!route(&Method::POST, "/metrics"));
+        assert!(!route(&Method::GET, "/"));
+        assert!(!route(&Method::GET, "/metrics/x"));
+    }
+
+    /// The whole listener over loopback: the metrics for `GET /metrics?x=1`, 404 elsewhere.
+    #[tokio::test]
+    async fn serves_metrics_over_http_and_refuses_other_paths() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let address = listener.local_addr().expect("its address");
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || metrics::counter!("ab_total").increment(2));
+        tokio::spawn(accept(listener, handle));
+        let get = |path: &'static str| async move {
+            let mut stream = tokio::net::TcpStream::connect(address)
+                .await
+                .expect("connects");
+            let head = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n\r\n");
+            stream.write_all(head.as_bytes()).await.expect("sent");
+            let mut response = String::new();
+            stream.read_to_string(&mut response).await.expect("read");
+            response
+        };
+        // Generous: a loaded machine may be slow, a hang must still fail the test.
+        let within = Duration::from_secs(20);
+        let metrics = tokio::time::timeout(within, get("/metrics?x=1"))
+            .await
+            .expect("answered");
+        assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
+        assert!(metrics.contains("ab_total 2"), "{metrics}");
+        let other = tokio::time::timeout(within, get("/"))
+            .await
+            .expect("answered");
+        assert!(other.starts_with("HTTP/1.1 404"), "{other}");
     }
 }

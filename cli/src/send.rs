@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use node::{Node, NodeId, PeerInfo, Scope, Target};
+use node::{Node, NodeId, PeerInfo, Reply, Scope, Target};
 
 use crate::args::{parse_data, Aim, ConnectArgs, PeersArgs, RequestArgs, TickArgs};
 use crate::error::Error;
@@ -22,7 +22,7 @@ pub(crate) async fn request(args: RequestArgs) -> Result<(), Error> {
     let target = session.target(&aim);
     let call = session.node.call(target, &args.event).timeout(timeout);
     let reply = with_meta(call, &args.meta)
-        .send_reply(&data)
+        .send::<_, Reply>(&data)
         .await
         .and_then(|reply| Ok((reply.decode::<serde_json::Value>()?, reply)))
         .map_err(|source| session.send_error(&aim, source));
@@ -51,22 +51,12 @@ pub(crate) async fn tick(args: TickArgs) -> Result<(), Error> {
     let aim = args.target.aim(args.all, &args.connect.connect)?;
     let data = parse_data(args.data.as_deref())?;
     let session = Session::connect(&args.connect).await?;
-    let sent = match &aim {
-        Aim::All(conditions, scope) => {
-            let to = Target::Any(conditions.filter(), *scope);
-            with_meta(session.node.call(to, &args.event), &args.meta)
-                .tick_all(&data)
-                .await
-        }
-        other => with_meta(
-            session.node.call(session.target(other), &args.event),
-            &args.meta,
-        )
+    let to = session.target(&aim);
+    let sent = with_meta(session.node.call(to, &args.event), &args.meta)
         .tick(&data)
         .await
-        .map(|()| 1),
-    }
-    .map_err(|source| session.send_error(&aim, source));
+        .map(|sent| sent.nodes)
+        .map_err(|source| session.send_error(&aim, source));
     // A graceful close flushes the tick before the connection goes.
     session.close().await;
     let sent = sent?;
@@ -93,12 +83,9 @@ pub(crate) async fn peers(args: PeersArgs) -> Result<(), Error> {
     let aim = Aim::Connected;
     let reply = session
         .node
-        .request_timeout::<_, Vec<PeerRow>>(
-            session.target(&aim),
-            peers::EVENT,
-            &(),
-            Duration::from_millis(args.timeout),
-        )
+        .call(session.target(&aim), peers::EVENT)
+        .timeout(Duration::from_millis(args.timeout))
+        .send::<_, Vec<PeerRow>>(&())
         .await;
     let me = session.node.id().to_string();
     let reply = reply.map_err(|source| match source.code() {
@@ -178,7 +165,7 @@ impl Session {
         Ok(Session { node, connected })
     }
 
-    /// The node API's target for an aim (`All` is sent with `tick_all` instead).
+    /// The node API's target for an aim.
     fn target(&self, aim: &Aim) -> Target {
         match aim {
             // `aim` allows `Connected` only with exactly one address, and `open` joined it.
@@ -187,9 +174,8 @@ impl Session {
                 None => Target::Id(NodeId::new("")),
             },
             Aim::Id(id) => Target::Id(NodeId::new(id)),
-            Aim::Any(conditions, scope) | Aim::All(conditions, scope) => {
-                Target::Any(conditions.filter(), *scope)
-            }
+            Aim::Any(conditions, scope) => Target::any(conditions.filter()).scope(*scope),
+            Aim::All(conditions, scope) => Target::all(conditions.filter()).scope(*scope),
         }
     }
 
@@ -217,7 +203,7 @@ impl Session {
 
     /// The joined peers with their options, for error messages.
     fn known(&self) -> String {
-        let peers = self.node.peers();
+        let peers = self.node.peers().list();
         if peers.is_empty() {
             return "no node is connected".into();
         }

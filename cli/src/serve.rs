@@ -109,7 +109,7 @@ async fn serve(
             source,
         })?;
         say(format_args!("listening on {real}"));
-        if let Some(key) = node.public_key() {
+        if let Some(key) = node.keys().public() {
             say(format_args!("public key {key}"));
         }
     }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use node::{Filter, Node, Scope};
+use node::{Filter, Node};
 use support::{NodeProcess, BIN};
 
 const ENGINES: [&str; 2] = ["native", "libzmq"];
@@ -264,9 +264,8 @@ fn load(address: String, ms: u64, stop: Arc<AtomicBool>) -> (std::thread::JoinHa
                     );
                     tokio::spawn(async move {
                         while !stop.load(Ordering::Relaxed) {
-                            let got: node::Result<u64> = caller
-                                .request_any(&workers, Scope::Both, "delay", &ms)
-                                .await;
+                            let got: node::Result<u64> =
+                                caller.request(&workers, "delay", &ms).await;
                             let key = match got {
                                 Ok(n) if n == ms => "ok".to_owned(),
                                 Ok(n) => format!("wrong reply {n}"),

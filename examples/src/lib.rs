@@ -6,17 +6,18 @@
 //! ```text
 //! cargo run -p examples --bin request         # one typed request and its reply
 //! cargo run -p examples --bin tick            # ticks counted by a tick handler
-//! cargo run -p examples --bin request_any     # one worker among several, picked by a filter
-//! cargo run -p examples --bin tick_all        # a tick to every node of one layer
+//! cargo run -p examples --bin any             # one worker among several, picked by a filter
+//! cargo run -p examples --bin all             # a tick to every node of one layer
 //! cargo run -p examples --bin patterns        # regex event patterns, off_request
 //! cargo run -p examples --bin predicate       # a filter computed in Rust
 //! cargo run -p examples --bin handler_error   # handler errors and missing handlers
-//! cargo run -p examples --bin middleware      # tower timeout and auth layers
+//! cargo run -p examples --bin middleware      # a tower timeout, an auth check with from_fn
 //! cargo run -p examples --bin ring            # a message forwarded round a ring of nodes
 //! cargo run -p examples --bin reconnect       # a client rejoins a restarted server
 //! cargo run -p examples --bin secure          # CURVE, an allow-list, authorization by key
 //! cargo run -p examples --bin caller          # outgoing calls under retry, timeout, limits, a breaker
 //! cargo run -p examples --bin gather          # scatter-gather, the first N, balanced groups
+//! cargo run -p examples --bin kv              # a sharded key-value service behind a gateway
 //! cargo run --release -p examples --bin mesh  # a small service mesh at work
 //! ```
 //!
@@ -68,21 +69,19 @@ pub async fn wait_for<T>(
     what: &str,
     mut pick: impl FnMut(&NodeEvent) -> Option<T>,
 ) -> Result<T> {
-    within(what, async {
-        loop {
-            match events.recv().await {
-                // Missed events (`Lagged`) are not the one we wait for, or it will come
-                // again.
-                Some(event) => {
-                    if let Some(found) = pick(&event) {
-                        return Ok(found);
-                    }
-                }
-                None => return Err(format!("event stream closed while waiting: {what}").into()),
-            }
-        }
-    })
-    .await?
+    // Missed events (`Lagged`) are not the one we wait for, or it will come again.
+    let mut found = None;
+    events
+        .wait_for(
+            |event| {
+                found = pick(event);
+                found.is_some()
+            },
+            PATIENCE,
+        )
+        .await
+        .map_err(|e| format!("{what}: {e}"))?;
+    found.ok_or_else(|| format!("{what}: picked nothing").into())
 }
 
 /// Builds the error a program returns when something did not go as the example expects.

@@ -84,9 +84,9 @@ fn tick_handler_counts_every_tick() {
 }
 
 #[test]
-fn request_any_reaches_only_matching_workers() {
+fn any_reaches_only_matching_workers() {
     run(
-        env!("CARGO_BIN_EXE_request_any"),
+        env!("CARGO_BIN_EXE_any"),
         &[
             "answered by: render-1, render-2, render-4",
             "answered by: render-1, render-3",
@@ -96,9 +96,9 @@ fn request_any_reaches_only_matching_workers() {
 }
 
 #[test]
-fn tick_all_reaches_one_layer() {
+fn all_reaches_one_layer() {
     run(
-        env!("CARGO_BIN_EXE_tick_all"),
+        env!("CARGO_BIN_EXE_all"),
         &[
             "the tick went to 3 nodes",
             "every layer B node reported; layer A did not",
@@ -135,7 +135,7 @@ fn handler_errors_reach_the_caller() {
         env!("CARGO_BIN_EXE_handler_error"),
         &[
             "Error::Handler code=INSUFFICIENT_FUNDS",
-            "BAD_REQUEST",
+            "INVALID_ARGUMENT",
             "Error::NoHandler",
         ],
     );
@@ -146,7 +146,7 @@ fn middleware_times_out_and_refuses_without_token() {
     run(
         env!("CARGO_BIN_EXE_middleware"),
         &[
-            "refused: TIMEOUT",
+            "refused: DEADLINE_EXCEEDED",
             "admin:purge token=s3cret     -> allowed",
             "admin:purge token=none       -> refused: UNAUTHORIZED",
         ],
@@ -195,7 +195,7 @@ fn routers_carry_a_leaf_to_a_leaf_through_two_hops() {
         env!("CARGO_BIN_EXE_routers"),
         &[
             "east-1 -> west-2 by id: west-2 answering, from east-1 via [\"east\", \"west\"]",
-            "tick_all reached 3 stores",
+            "a tick to all stores, sent to 3 stores",
         ],
     );
 }
@@ -238,6 +238,26 @@ fn gather_asks_all_the_first_two_and_one_per_group() {
             "asked 2 nodes, one per group",
             "north: 600 restocks, spread [200, 200, 200]",
             "south: 600 restocks, spread [200, 200, 200]",
+        ],
+    );
+}
+
+#[test]
+fn kv_routes_by_key_checks_tenants_and_survives_a_closed_shard() {
+    run(
+        env!("CARGO_BIN_EXE_kv"),
+        &[
+            "stored 12 keys: {\"shard-0\": 4, \"shard-1\": 4, \"shard-2\": 4}",
+            "get user:1 as acme   -> grace",
+            "get user:1 as globex -> none",
+            "get user:1 without a tenant -> refused: UNAUTHENTICATED",
+            "count = 12 {\"shard-0\": 4, \"shard-1\": 4, \"shard-2\": 4}",
+            "scan -> timed out after 500ms",
+            "3 shards stopped their scan at the deadline",
+            "compact sent to 3 shards; every shard compacted once",
+            "the gateway saw shard-1 leave",
+            "get user:0 -> refused: UNAVAILABLE",
+            "count = 8 from 2 shards {\"shard-0\": 4, \"shard-2\": 4}",
         ],
     );
 }

@@ -133,8 +133,12 @@ fn layers(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     runtime.block_on(drive(window, iters, || async {
                         client_node
-                            .request_raw("bench-server", "echo", payload.clone(), TIMEOUT)
+                            .call("bench-server", "echo")
+                            .timeout(TIMEOUT)
+                            .raw()
+                            .send(payload.clone())
                             .await
+                            .map(node::Reply::into_payload)
                             .unwrap();
                     }))
                 })
@@ -149,8 +153,12 @@ fn layers(c: &mut Criterion) {
                     group.bench_function(BenchmarkId::from_parameter(name), |b| {
                         b.iter_custom(|iters| {
                             runtime.block_on(drive(window, iters, || async {
-                                node.request_raw("bench-server", "echo", payload.clone(), TIMEOUT)
+                                node.call("bench-server", "echo")
+                                    .timeout(TIMEOUT)
+                                    .raw()
+                                    .send(payload.clone())
                                     .await
+                                    .map(node::Reply::into_payload)
                                     .unwrap();
                             }))
                         })
@@ -168,8 +176,11 @@ fn layers(c: &mut Criterion) {
                     let target = ticks.load(Ordering::Relaxed) + iters;
                     for _ in 0..iters {
                         client_node
-                            .tick_raw("bench-server", "count", payload.clone())
+                            .call("bench-server", "count")
+                            .raw()
+                            .tick(payload.clone())
                             .await
+                            .map(drop)
                             .unwrap();
                     }
                     // Counted when the receiver has handled them all.

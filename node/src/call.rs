@@ -1,4 +1,4 @@
-//! A call being made: the request builder behind every send.
+//! A call being made: the one request builder behind every send.
 //!
 //! ```no_run
 //! # async fn example(node: node::Node) -> node::Result<()> {
@@ -13,15 +13,17 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`Node::request`] and the other shorthands are calls with no metadata and the default
+//! [`Node::request`] and [`Node::tick`] are calls with no metadata and the default
 //! timeout. Every call made while a request handler runs inherits that request's deadline
 //! (the smaller of the two wins) unless it is [`detached`](Call::detached): see
 //! ARCHITECTURE.md, "Request context".
 
+use std::future::Future;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use bytes::Bytes;
-use protocol::{decode_value, encode_value, Meta, MetaError};
+use protocol::{decode_value, encode_value, Answer, Meta, MetaError, MetaLimits};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::time::Instant;
@@ -33,6 +35,7 @@ use crate::handler::Request;
 use crate::link::Target;
 use crate::node::Node;
 use crate::observe::{Called, Outcome};
+use crate::peer::NodeId;
 use crate::trace;
 
 /// When a call started, if a hook or metrics watch the node: otherwise the clock is not
@@ -68,7 +71,24 @@ impl Prepared<'_> {
     }
 }
 
-/// A reply: its payload and the metadata its handler set.
+/// A reply: its payload and the metadata its handler set
+/// ([`Response::with_meta`](crate::Response::with_meta)).
+///
+/// The one place that says how to read a reply's metadata: ask for a `Reply` instead of a
+/// decoded value. A typed call gives one when `Reply` is the type asked for (its payload
+/// still MessagePack, [`decode`](Reply::decode) it); a [`raw`](Call::raw) call always gives
+/// one. The same holds for each entry of a gather.
+///
+/// ```no_run
+/// # async fn example(node: node::Node) -> node::Result<()> {
+/// use node::Reply;
+///
+/// let reply: Reply = node.call("billing-1", "invoice:total").send(&"order-17").await?;
+/// let total: u64 = reply.decode()?;
+/// let served_by = reply.meta().get_str("served-by");
+/// # let _ = (total, served_by);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Reply {
     payload: Bytes,
@@ -109,6 +129,61 @@ impl Reply {
     }
 }
 
+/// What a typed call's reply can be decoded into: any type serde can deserialize (the
+/// payload, decoded from MessagePack), or [`Reply`] (payload and metadata, undecoded).
+/// Implemented for those; not meant to be implemented elsewhere.
+pub trait FromReply: Sized {
+    /// The value of a reply as it came off the wire (its metadata checked against `limits`
+    /// only when it is kept).
+    #[doc(hidden)]
+    fn from_answer(answer: Answer, limits: &MetaLimits) -> Result<Self>;
+
+    /// The value of a reply already parsed (the entries of a gather).
+    #[doc(hidden)]
+    fn from_reply(reply: Reply) -> Result<Self>;
+}
+
+impl<R: DeserializeOwned> FromReply for R {
+    fn from_answer(answer: Answer, _limits: &MetaLimits) -> Result<R> {
+        Ok(decode_value(&answer.payload)?)
+    }
+
+    fn from_reply(reply: Reply) -> Result<R> {
+        reply.decode()
+    }
+}
+
+impl FromReply for Reply {
+    fn from_answer(answer: Answer, limits: &MetaLimits) -> Result<Reply> {
+        Reply::from_answer(answer, limits)
+    }
+
+    fn from_reply(reply: Reply) -> Result<Reply> {
+        Ok(reply)
+    }
+}
+
+/// What a tick did: the number of nodes it was handed to the connection for. Sent, not
+/// reached or handled: a tick has no answer, so a node that drops it (full, closing,
+/// refused by its middleware) is counted all the same. One for a tick to an id or to any
+/// match; for [`Target::all`], each match here, plus what the routers report sending on
+/// their side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// How many nodes the tick was sent to.
+    pub nodes: usize,
+}
+
+/// A [`Call`]'s mode: payloads are values encoded as MessagePack, replies are decoded (the
+/// default).
+#[derive(Debug, Clone, Copy)]
+pub struct Typed;
+
+/// A [`Call`]'s mode after [`Call::raw`]: payloads are [`Bytes`] passed through untouched,
+/// replies are whole [`Reply`]s.
+#[derive(Debug, Clone, Copy)]
+pub struct Raw;
+
 /// Which deadline a call inherits.
 #[derive(Debug, Clone, Copy)]
 enum Inherit {
@@ -120,11 +195,23 @@ enum Inherit {
     Nothing,
 }
 
-/// A request or tick being built: target, event, metadata, timeout; sent by
-/// [`send`](Self::send) (and its raw and tick forms). Made by [`Node::call`].
+/// A call being built: target, event, metadata, timeout; then sent as a request
+/// ([`send`](Call::send)), a scatter-gather ([`gather`](Call::gather)) or a tick
+/// ([`tick`](Call::tick)). Made by [`Node::call`].
+///
+/// | target | `send` | `tick` | `gather` |
+/// |---|---|---|---|
+/// | an id | its reply | that node | [`Error::InvalidTarget`] |
+/// | [`Target::any`] / a [`Filter`](crate::Filter) | one match's reply | one match | every match's outcome |
+/// | [`Target::all`] | [`Error::InvalidTarget`] | every match | every match's outcome |
+///
+/// Payloads are values encoded as MessagePack, and replies are decoded into the type asked
+/// for (or kept whole: a [`Reply`], the way to read a reply's metadata). After
+/// [`raw`](Call::raw) the same three calls take [`Bytes`], passed through untouched, and
+/// give whole [`Reply`]s.
 #[must_use = "a call does nothing until it is sent"]
 #[derive(Debug)]
-pub struct Call<'a> {
+pub struct Call<'a, Mode = Typed> {
     node: &'a Node,
     to: Target,
     event: &'a str,
@@ -134,15 +221,18 @@ pub struct Call<'a> {
     timeout: Option<Duration>,
     deadline: Option<Instant>,
     inherit: Inherit,
-    /// For `tick_all` and `gather`: one member of each group (by this option key).
+    /// For ticks to all and gathers: one member of each group (by this option key).
     groups: Option<String>,
     /// For `gather`: stop at this many replies.
     min_replies: Option<usize>,
+    mode: PhantomData<Mode>,
 }
 
 impl Node {
-    /// Starts a call to `to` (an id, or any node matching a filter) for `event`: set
-    /// metadata and a timeout, then [`send`](Call::send) it (or send it as a tick).
+    /// Starts a call to `to` for `event`: an id, a [`Filter`](crate::Filter) (any match) or
+    /// a [`Target`] ([`Target::all`] for every match). Set metadata, a timeout or a
+    /// deadline, then [`send`](Call::send), [`gather`](Call::gather) or
+    /// [`tick`](Call::tick) it.
     pub fn call<'a>(&'a self, to: impl Into<Target>, event: &'a str) -> Call<'a> {
         Call {
             node: self,
@@ -155,30 +245,12 @@ impl Node {
             inherit: Inherit::Current,
             groups: None,
             min_replies: None,
+            mode: PhantomData,
         }
-    }
-
-    /// Sends a request to every node matching `filter` in `scope` (here and through the
-    /// routers), under one deadline; each one's outcome, in the order they came. See
-    /// [`Call::gather`].
-    pub async fn request_all<T, R>(
-        &self,
-        filter: &crate::Filter,
-        scope: crate::Scope,
-        event: &str,
-        data: &T,
-    ) -> Result<Vec<(crate::NodeId, Result<R>)>>
-    where
-        T: Serialize + ?Sized,
-        R: DeserializeOwned,
-    {
-        self.call(Target::Any(filter.clone(), scope), event)
-            .gather(data)
-            .await
     }
 }
 
-impl<'a> Call<'a> {
+impl<'a, Mode> Call<'a, Mode> {
     /// Adds the text metadata entry `key` = `value` (replacing an earlier one). A key that
     /// is empty, longer than 255 bytes, or starts with `:` (the framework's) fails the call
     /// with [`Error::Metadata`] when it is sent.
@@ -224,43 +296,71 @@ impl<'a> Call<'a> {
         self
     }
 
-    /// For [`tick_all`](Self::tick_all) and the gathers: one member of each group instead
-    /// of every match, where a group is the nodes with the same value of option `key`
-    /// (nodes without it are in no group); the node's strategy picks inside a group.
-    /// Across the mesh each group is served once.
+    /// Inherits no deadline, even inside a handler: the call has its own timeout only.
+    pub fn detached(mut self) -> Self {
+        self.inherit = Inherit::Nothing;
+        self
+    }
+
+    /// For a tick to [`Target::all`] and for gathers: one member of each group instead of
+    /// every match, where a group is the nodes with the same value of option `key` (nodes
+    /// without it are in no group); the node's strategy picks inside a group. Across the
+    /// mesh each group is served once.
     pub fn groups(mut self, key: &str) -> Self {
         self.groups = Some(key.to_owned());
         self
     }
 
-    /// For [`gather`](Self::gather): return as soon as `replies` successful replies came
+    /// For [`gather`](Call::gather): return as soon as `replies` successful replies came
     /// (the first N); the others are not waited for.
     pub fn min_replies(mut self, replies: usize) -> Self {
         self.min_replies = Some(replies.max(1));
         self
     }
 
-    /// Scatter-gather: sends the request to every node the target's filter matches
-    /// (`Target::Any`; an id is [`Error::InvalidFilter`]), here and through the routers, under one deadline, and returns each one's
-    /// outcome in the order they came (a node that did not answer in time: its
-    /// `Error::Timeout`). No match anywhere is [`Error::NoNodesMatchFilter`].
-    pub async fn gather<T, R>(self, data: &T) -> Result<Vec<(crate::NodeId, Result<R>)>>
-    where
-        T: Serialize + ?Sized,
-        R: DeserializeOwned,
-    {
-        let payload = encode_value(data)?;
-        let gathered = self.gather_raw(payload).await?;
-        Ok(gathered
-            .into_iter()
-            .map(|(id, reply)| (id, reply.and_then(|r| r.decode())))
-            .collect())
+    /// The request, sent as prepared; the answer as it came.
+    fn request(self, payload: Bytes) -> impl Future<Output = Result<Answer>> + 'a {
+        // Prepared before the future: the future holds what the send needs, not the
+        // builder (a request's future is moved at each level that awaits it).
+        let prepared = self.prepare();
+        async move {
+            let mut prepared = prepared?;
+            let result = prepared
+                .node
+                .send_request(&prepared.to, prepared.event, payload, &prepared.outgoing)
+                .await;
+            prepared.finished(false, &result);
+            result
+        }
     }
 
-    /// [`gather`](Self::gather) with a raw payload and whole replies.
-    pub async fn gather_raw(self, payload: Bytes) -> Result<Vec<(crate::NodeId, Result<Reply>)>> {
+    /// Scatter-gather to the target's matches, each outcome as it arrives.
+    fn stream(
+        mut self,
+        payload: Bytes,
+    ) -> Result<impl futures::Stream<Item = (NodeId, Result<Reply>)> + 'a> {
+        let spread = match self.groups.take() {
+            Some(key) => Spread::Groups(key),
+            None => Spread::All,
+        };
+        let outgoing = self.resolve()?;
+        let (node, to, event) = (self.node, self.to, self.event);
+        let (filter, scope) = match to {
+            Target::Any(filter, scope) | Target::All(filter, scope) => (filter, scope),
+            Target::Id(_) => {
+                return Err(Error::InvalidTarget {
+                    reason: "a gather goes to the nodes matching a filter, not to an id",
+                })
+            }
+        };
+        node.inner
+            .gather(&filter, scope, spread, event, payload, outgoing)
+    }
+
+    /// Scatter-gather, collected (up to `min_replies` successes).
+    async fn collect(self, payload: Bytes) -> Result<Vec<(NodeId, Result<Reply>)>> {
         let wanted = self.min_replies;
-        let mut stream = self.gather_stream(payload)?;
+        let mut stream = self.stream(payload)?;
         let mut all = Vec::new();
         let mut replies = 0;
         while let Some((id, outcome)) = futures::StreamExt::next(&mut stream).await {
@@ -276,102 +376,53 @@ impl<'a> Call<'a> {
         Ok(all)
     }
 
-    /// Scatter-gather as a stream: each node's outcome as it arrives (the ones reached
-    /// through a router come when that router answers). Empty when nothing matches.
-    pub fn gather_stream(
-        mut self,
-        payload: Bytes,
-    ) -> Result<impl futures::Stream<Item = (crate::NodeId, Result<Reply>)> + 'a> {
-        let spread = match self.groups.take() {
-            Some(key) => Spread::Groups(key),
-            None => Spread::All,
-        };
-        let outgoing = self.resolve()?;
-        let (node, to, event) = (self.node, self.to, self.event);
-        let (filter, scope) = match to {
-            Target::Any(filter, scope) => (filter, scope),
-            Target::Id(_) => {
-                return Err(Error::InvalidFilter {
-                    reason: "a gather goes to the nodes matching a filter (Target::Any)".into(),
-                })
-            }
-        };
-        node.inner
-            .gather(&filter, scope, spread, event, payload, outgoing)
-    }
-
-    /// Inherits no deadline, even inside a handler: the call has its own timeout only.
-    pub fn detached(mut self) -> Self {
-        self.inherit = Inherit::Nothing;
-        self
-    }
-
-    /// Sends the request with `data` encoded as MessagePack and decodes the reply.
-    pub async fn send<T, R>(self, data: &T) -> Result<R>
-    where
-        T: Serialize + ?Sized,
-        R: DeserializeOwned,
-    {
-        let payload = encode_value(data)?;
-        let reply = self.send_raw(payload).await?;
-        Ok(decode_value(&reply)?)
-    }
-
-    /// Sends the request with `data` encoded as MessagePack and returns the whole reply:
-    /// payload and metadata.
-    pub async fn send_reply<T: Serialize + ?Sized>(self, data: &T) -> Result<Reply> {
-        let payload = encode_value(data)?;
-        self.send_raw_reply(payload).await
-    }
-
-    /// Sends the request with a raw payload (passed through untouched) and returns the raw
-    /// reply.
-    pub fn send_raw(self, payload: Bytes) -> impl std::future::Future<Output = Result<Bytes>> + 'a {
-        // Prepared before the future: the future holds what the send needs, not the
-        // builder (a request's future is moved at each level that awaits it).
-        let prepared = self.prepare();
-        async move {
-            let mut prepared = prepared?;
-            let result = prepared
-                .node
-                .send_request(&prepared.to, prepared.event, payload, &prepared.outgoing)
-                .await
-                .map(|answer| answer.payload);
-            prepared.finished(false, &result);
-            result
-        }
-    }
-
-    /// Sends the request with a raw payload and returns the whole reply: its payload and
-    /// the metadata the handler set ([`Response::with_meta`](crate::Response::with_meta)).
-    pub async fn send_raw_reply(self, payload: Bytes) -> Result<Reply> {
-        let limits = self.node.inner.config.max_metadata;
-        let mut prepared = self.prepare()?;
-        let result = prepared
-            .node
-            .send_request(&prepared.to, prepared.event, payload, &prepared.outgoing)
-            .await
-            .and_then(|answer| Reply::from_answer(answer, &limits));
-        prepared.finished(false, &result);
-        result
-    }
-
-    /// Sends it as a tick (no answer) with `data` encoded as MessagePack.
-    pub async fn tick<T: Serialize + ?Sized>(self, data: &T) -> Result<()> {
-        let payload = encode_value(data)?;
-        self.tick_raw(payload).await
-    }
-
-    /// Sends it as a tick with a raw payload.
-    pub async fn tick_raw(self, payload: Bytes) -> Result<()> {
+    /// The tick, where the target says: one node for an id or any match, every match for
+    /// all.
+    async fn send_tick(mut self, payload: Bytes) -> Result<Sent> {
         spend_budget().await;
+        if matches!(self.to, Target::All(..)) {
+            let outgoing = self.resolve()?;
+            let Call {
+                node,
+                to,
+                event,
+                groups,
+                ..
+            } = self;
+            let Target::All(filter, scope) = to else {
+                return Err(Error::InvalidTarget {
+                    reason: "a tick to all goes to the nodes matching a filter",
+                });
+            };
+            let started = watch_from(node);
+            let result = match groups {
+                Some(key) => {
+                    node.inner
+                        .tick_groups(&filter, scope, &key, event, payload, &outgoing)
+                        .await
+                }
+                None => {
+                    node.send_tick_all(&filter, scope, event, payload, &outgoing)
+                        .await
+                }
+            };
+            if let Some(started) = started {
+                node.inner.observers.called(&Called {
+                    event,
+                    tick: true,
+                    outcome: Outcome::of(&result),
+                    duration: started.elapsed(),
+                });
+            }
+            return result.map(|nodes| Sent { nodes });
+        }
         let mut prepared = self.prepare()?;
         let result = prepared
             .node
             .send_tick(&prepared.to, prepared.event, payload, &prepared.outgoing)
             .await;
         prepared.finished(true, &result);
-        result
+        result.map(|()| Sent { nodes: 1 })
     }
 
     /// The call resolved (metadata checked, timeout cut), its span made and its trace
@@ -397,32 +448,6 @@ impl<'a> Call<'a> {
             span: trace::Unended::new(span),
             started,
         })
-    }
-
-    /// Sends it as a tick to every node the target matches (one for an id); how many it
-    /// reached.
-    pub async fn tick_all<T: Serialize + ?Sized>(mut self, data: &T) -> Result<usize> {
-        spend_budget().await;
-        let payload = encode_value(data)?;
-        let outgoing = self.resolve()?;
-        let (node, to, event, groups) = (self.node, self.to, self.event, self.groups);
-        match to {
-            Target::Any(filter, scope) => match groups {
-                Some(key) => {
-                    node.inner
-                        .tick_groups(&filter, scope, &key, event, payload, &outgoing)
-                        .await
-                }
-                None => {
-                    node.send_tick_all(&filter, scope, event, payload, &outgoing)
-                        .await
-                }
-            },
-            id @ Target::Id(_) => node
-                .send_tick(&id, event, payload, &outgoing)
-                .await
-                .map(|()| 1),
-        }
     }
 
     /// The metadata checked, the trace context put in it, and the timeout cut to the
@@ -461,12 +486,131 @@ impl<'a> Call<'a> {
     }
 }
 
+impl<'a> Call<'a, Typed> {
+    /// Switches to raw payloads: `send`, `gather` and `tick` take [`Bytes`] (passed through
+    /// untouched), and replies are whole [`Reply`]s.
+    ///
+    /// ```no_run
+    /// # async fn example(node: node::Node) -> node::Result<()> {
+    /// use bytes::Bytes;
+    ///
+    /// let reply = node
+    ///     .call("blob-store", "put")
+    ///     .meta("content-type", "image/png")
+    ///     .raw()
+    ///     .send(Bytes::from_static(b"\x89PNG..."))
+    ///     .await?;
+    /// println!("{} bytes back, etag {:?}", reply.payload().len(), reply.meta().get_str("etag"));
+    /// # Ok(()) }
+    /// ```
+    pub fn raw(self) -> Call<'a, Raw> {
+        Call {
+            node: self.node,
+            to: self.to,
+            event: self.event,
+            meta: self.meta,
+            invalid: self.invalid,
+            timeout: self.timeout,
+            deadline: self.deadline,
+            inherit: self.inherit,
+            groups: self.groups,
+            min_replies: self.min_replies,
+            mode: PhantomData,
+        }
+    }
+
+    /// Sends the request with `data` encoded as MessagePack and waits for its reply,
+    /// decoded as `R` (or kept whole when `R` is [`Reply`]). To an id, or to one node
+    /// matching a filter (picked by the node's [`Strategy`](crate::Strategy); a pick that
+    /// ran nothing, because the node was closing or had forgotten us, is made again among
+    /// the others). [`Target::all`] is [`Error::InvalidTarget`]: use
+    /// [`gather`](Call::gather) for one reply from each match.
+    pub fn send<T, R>(self, data: &T) -> impl Future<Output = Result<R>> + 'a
+    where
+        T: Serialize + ?Sized,
+        R: FromReply + 'a,
+    {
+        let limits = self.node.inner.config.max_metadata;
+        let request = encode_value(data).map(|payload| self.request(payload));
+        async move {
+            let answer = request?.await?;
+            R::from_answer(answer, &limits)
+        }
+    }
+
+    /// Scatter-gather: sends the request to every node the target's filter matches
+    /// ([`Target::any`] and [`Target::all`] alike; an id is [`Error::InvalidTarget`]), here
+    /// and through the routers, under one deadline, and returns each one's outcome in the
+    /// order they came, decoded as `R` (a node that did not answer in time: its
+    /// `Error::Timeout`). No match anywhere is [`Error::NoNodesMatchFilter`].
+    pub async fn gather<T, R>(self, data: &T) -> Result<Vec<(NodeId, Result<R>)>>
+    where
+        T: Serialize + ?Sized,
+        R: FromReply,
+    {
+        let payload = encode_value(data)?;
+        let gathered = self.collect(payload).await?;
+        Ok(gathered
+            .into_iter()
+            .map(|(id, reply)| (id, reply.and_then(R::from_reply)))
+            .collect())
+    }
+
+    /// [`gather`](Call::gather) as a stream: each node's outcome as it arrives (the ones
+    /// reached through a router come when that router answers), for a caller that acts on
+    /// each reply as it comes or stops on a condition of its own (`min_replies` stops on a
+    /// count). Empty when nothing matches.
+    pub fn gather_stream<T: Serialize + ?Sized>(
+        self,
+        data: &T,
+    ) -> Result<impl futures::Stream<Item = (NodeId, Result<Reply>)> + 'a> {
+        self.stream(encode_value(data)?)
+    }
+
+    /// Sends a tick (no answer) with `data` encoded as MessagePack, where the target says:
+    /// to an id or one match ([`Sent`] of 1), or to every match for [`Target::all`] (how
+    /// many it was sent to). No match anywhere is [`Error::NoNodesMatchFilter`].
+    pub async fn tick<T: Serialize + ?Sized>(self, data: &T) -> Result<Sent> {
+        let payload = encode_value(data)?;
+        self.send_tick(payload).await
+    }
+}
+
+impl<'a> Call<'a, Raw> {
+    /// Sends the request with a raw payload (a payload over the receiver's limit, which its
+    /// handshake said, is [`Error::PayloadTooLarge`] at once, nothing sent) and returns the
+    /// whole reply. Targets as for the typed [`send`](Call::send).
+    pub fn send(self, payload: Bytes) -> impl Future<Output = Result<Reply>> + 'a {
+        let limits = self.node.inner.config.max_metadata;
+        let request = self.request(payload);
+        async move { Reply::from_answer(request.await?, &limits) }
+    }
+
+    /// The typed [`gather`](Call::gather) with a raw payload and whole replies.
+    pub async fn gather(self, payload: Bytes) -> Result<Vec<(NodeId, Result<Reply>)>> {
+        self.collect(payload).await
+    }
+
+    /// The typed [`gather_stream`](Call::gather_stream) with a raw payload.
+    pub fn gather_stream(
+        self,
+        payload: Bytes,
+    ) -> Result<impl futures::Stream<Item = (NodeId, Result<Reply>)> + 'a> {
+        self.stream(payload)
+    }
+
+    /// The typed [`tick`](Call::tick) with a raw payload.
+    pub async fn tick(self, payload: Bytes) -> Result<Sent> {
+        self.send_tick(payload).await
+    }
+}
+
 /// A tick that the socket takes at once completes without waiting, so a loop of them
 /// would hold its thread for as long as the peers keep reading, and every other task on it
 /// (the heartbeats too, and then its peers take the node for dead) would wait. Each tick
 /// call (a fan-out counts once) spends a unit of the task's budget, as a send on a tokio
 /// channel does, and every 128th lets the others run. Not per target of a fan-out: yielding
-/// in the middle of one splits the connections' write batches (at 1,000 peers, `tick_all`
+/// in the middle of one splits the connections' write batches (at 1,000 peers, a tick to all
 /// ran at 0.27 of its rate with a unit per target, `benches scale`).
 async fn spend_budget() {
     tokio::task::coop::consume_budget().await;

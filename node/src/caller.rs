@@ -171,6 +171,7 @@ impl Service<Outbound> for Caller {
             return CallFuture(Box::pin(async {
                 Err(Error::Busy {
                     message: "Caller::call without poll_ready".into(),
+                    bound: None,
                 })
             }));
         }
@@ -183,7 +184,7 @@ impl Service<Outbound> for Caller {
                 Some(timeout) => call.timeout(timeout),
                 None => call,
             };
-            let reply = call.send_raw_reply(request.payload).await;
+            let reply = call.raw().send(request.payload).await;
             drop(permit);
             reply
         }))

@@ -44,11 +44,12 @@ pub struct Config {
     pub hop_limit: u8,
     /// This node's CURVE key pair. With it, the address the node binds accepts only CURVE
     /// connections (encrypted, and authenticated by key), and
-    /// [`Node::connect_secure`](crate::Node::connect_secure) can connect to CURVE nodes.
+    /// [`Node::connect_with`](crate::Node::connect_with) a server key connects to CURVE
+    /// nodes.
     pub curve: Option<KeyPair>,
     /// The client keys the bound address accepts (CURVE only; `None`: any client that
     /// knows our public key). Changed at run time with
-    /// [`Node::allow_key`](crate::Node::allow_key) and friends.
+    /// [`Node::keys`](crate::Node::keys).
     pub allowed_keys: Option<Vec<Key>>,
     /// The most CURVE handshakes the bound address runs at once (0: no limit; native
     /// engine only, see [`transport::Options::max_handshakes`]). A connection beyond it is
@@ -381,7 +382,7 @@ impl NodeBuilder {
         })
     }
 
-    /// Makes this node a router: it forwards `*_any`, `tick_all` and messages to ids its
+    /// Makes this node a router: it forwards calls to filters and to ids its
     /// peers cannot reach directly (see the crate docs).
     pub fn router(self, router: bool) -> Self {
         self.set(move |config| {
@@ -398,12 +399,13 @@ impl NodeBuilder {
 
     /// Secures the node with CURVE (CurveZMQ): its bound address then accepts only
     /// encrypted connections from nodes that know its public key, and it can connect to
-    /// secured nodes with [`Node::connect_secure`](crate::Node::connect_secure).
+    /// secured nodes with [`Node::connect_with`](crate::Node::connect_with) and the
+    /// server's key.
     ///
     /// ```
     /// # #[tokio::main] async fn main() -> node::Result<()> {
     /// use std::time::Duration;
-    /// use node::{KeyPair, Node};
+    /// use node::{ConnectOptions, KeyPair, Node};
     ///
     /// let (server_keys, client_keys) = (KeyPair::generate()?, KeyPair::generate()?);
     /// let server = Node::builder()
@@ -417,7 +419,8 @@ impl NodeBuilder {
     ///
     /// let client = Node::builder().id("teller").curve(client_keys).build().await?;
     /// let address = server.address().unwrap();
-    /// let peer = client.connect_secure(&address, server_keys.public).await?;
+    /// let secure = ConnectOptions::new().server_key(server_keys.public);
+    /// let peer = client.connect_with(&address, secure).await?;
     /// assert_eq!(peer.key, Some(server_keys.public));
     /// let answer: String = client.request("vault", "secret", &()).await?;
     /// assert_eq!(answer, "42");

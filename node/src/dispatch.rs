@@ -14,11 +14,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use transport::Key;
 
-use crate::codes::BAD_METADATA;
+use crate::codes::system::{BAD_METADATA, NOT_JOINED, NO_HANDLER, SHUTTING_DOWN};
 use crate::context::deadline_of;
 use crate::events::{ErrorSource, LeaveReason, NodeEvent};
 use crate::forward::FORWARD;
-use crate::handshake::{BYE, DRAINING, HANDSHAKE, HEARTBEAT, NOT_JOINED, OPTIONS, REJOIN};
+use crate::handshake::{BYE, DRAINING, HANDSHAKE, HEARTBEAT, OPTIONS, REJOIN};
 use crate::inner::Inner;
 use crate::join::handshake_downstream;
 use crate::link::Link;
@@ -38,7 +38,7 @@ impl Inner {
     ) {
         if self.life.is_closing() {
             responder.answer(Err(RemoteError::system_error(
-                RemoteError::SHUTTING_DOWN,
+                SHUTTING_DOWN,
                 "the node is closing and takes no new requests",
             )));
             return;
@@ -52,10 +52,7 @@ impl Inner {
                 Ok(meta) => meta,
                 Err(refused) => {
                     self.metadata_refused.fetch_add(1, Ordering::Relaxed);
-                    responder.answer(Err(RemoteError::system_error(
-                        BAD_METADATA,
-                        refused.to_string(),
-                    )));
+                    responder.answer(Err(metadata_refusal(&refused)));
                     return;
                 }
             }
@@ -70,7 +67,7 @@ impl Inner {
         } else {
             let Some(first) = self.handlers.first(incoming.event(), false) else {
                 responder.answer(Err(RemoteError::system_error(
-                    RemoteError::NO_HANDLER,
+                    NO_HANDLER,
                     format!("no handler for {:?}", incoming.event()),
                 )));
                 return;
@@ -161,6 +158,25 @@ impl Inner {
 }
 
 /// The refusal of a message from a connection that has not joined.
+/// The refusal of a request's metadata: over the limits, with their numbers as data.
+fn metadata_refusal(refused: &protocol::MetaError) -> RemoteError {
+    let refusal = RemoteError::system_error(BAD_METADATA, refused.to_string());
+    match *refused {
+        protocol::MetaError::TooLarge {
+            entries,
+            bytes,
+            max_entries,
+            max_bytes,
+        } => refusal.with_limit(protocol::Limit::Metadata {
+            entries: entries as u64,
+            bytes: bytes as u64,
+            max_entries: max_entries as u64,
+            max_bytes: max_bytes as u64,
+        }),
+        _ => refusal,
+    }
+}
+
 fn not_joined() -> RemoteError {
     RemoteError::system_error(NOT_JOINED, "handshake first")
 }
@@ -173,10 +189,7 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
     server.on_any_request(Some(Arc::new(
         move |incoming: Incoming, responder: Responder| {
             let Some(inner) = weak.upgrade() else {
-                responder.answer(Err(RemoteError::system_error(
-                    RemoteError::SHUTTING_DOWN,
-                    "node closed",
-                )));
+                responder.answer(Err(RemoteError::system_error(SHUTTING_DOWN, "node closed")));
                 return;
             };
             if incoming.event() == HANDSHAKE {
@@ -187,7 +200,7 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
                         handshake_downstream(&inner, &server, &incoming)
                     }
                     _ => Err(RemoteError::system_error(
-                        RemoteError::SHUTTING_DOWN,
+                        SHUTTING_DOWN,
                         "the node is closing",
                     )),
                 };

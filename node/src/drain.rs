@@ -10,14 +10,14 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use protocol::RemoteError;
 use tokio::time::Instant;
 
+use crate::codes::system::{NOT_JOINED, SHUTTING_DOWN};
 use crate::events::{LeaveReason, NodeEvent};
-use crate::handshake::{BYE, DRAINING, NOT_JOINED};
+use crate::handshake::{BYE, DRAINING};
 use crate::inner::Inner;
 use crate::link::Upstream;
-use crate::peer::{Direction, NodeId, Stop};
+use crate::peer::{Direction, NodeId};
 use crate::phase::{Closed, Phase};
 
 /// The longest a draining node waits for its peers to acknowledge `DRAINING` (a peer
@@ -38,8 +38,7 @@ pub(crate) fn pick_again(error: &protocol::Error, by_filter: bool, attempt: usiz
     let nothing_ran = match error {
         // Stopping, or not (yet) counting us as joined: refused before any handler.
         protocol::Error::Remote(refusal) => {
-            refusal.system
-                && (refusal.code == RemoteError::SHUTTING_DOWN || refusal.code == NOT_JOINED)
+            refusal.system && (refusal.code == SHUTTING_DOWN || refusal.code == NOT_JOINED)
         }
         other => crate::forward::undelivered(other),
     };
@@ -85,9 +84,8 @@ impl Inner {
         }
         let cancelled = self.runtime.active();
         tracing::warn!(node = %self.id, cancelled, "close: grace period over with handlers still running; stopping them");
-        for entry in self.state.lock().registry.all() {
-            entry.work.stop_for(Stop::Grace);
-        }
+        // Every peer's work is a child of the node's token.
+        self.runtime.stop_all();
         // Their callers are told (`CANCELLED`) as they stop: before the sockets close.
         self.runtime.drain_until(Instant::now() + STOP_WAIT).await;
         Closed { cancelled }
@@ -169,11 +167,12 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protocol::RemoteError;
 
     #[test]
     fn only_a_filter_pick_that_ran_nothing_is_picked_again() {
         let remote = protocol::Error::Remote;
-        let stopping = remote(RemoteError::system_error(RemoteError::SHUTTING_DOWN, "x"));
+        let stopping = remote(RemoteError::system_error(SHUTTING_DOWN, "x"));
         assert!(pick_again(&stopping, true, 0));
         assert!(pick_again(&stopping, true, MAX_PICKS - 1));
         assert!(!pick_again(&stopping, true, MAX_PICKS), "bounded");
@@ -186,7 +185,7 @@ mod tests {
             !pick_again(&protocol::Error::ConnectionLost, true, 0),
             "sent, and the peer left: it may have run"
         );
-        let handlers_own = remote(RemoteError::new(RemoteError::SHUTTING_DOWN, "its code"));
+        let handlers_own = remote(RemoteError::new(SHUTTING_DOWN, "its code"));
         assert!(
             !pick_again(&handlers_own, true, 0),
             "a handler's error may have run"

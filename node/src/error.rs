@@ -2,6 +2,13 @@
 
 use std::time::Duration;
 
+use protocol::Limit;
+
+use crate::codes::system::{
+    BAD_METADATA, BUSY, CANCELLED, DEADLINE_EXCEEDED, PANICKED, PAYLOAD_TOO_LARGE, SHUTTING_DOWN,
+};
+use crate::codes::Code;
+
 /// A stable code for each error a caller may branch on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -34,6 +41,8 @@ pub enum ErrorCode {
     Security,
     /// A filter is malformed or cannot travel.
     InvalidFilter,
+    /// The target does not fit the call (a request to all matches, a gather to an id).
+    InvalidTarget,
     /// A forwarded message looped between routers or ran out of hops.
     RouteLoop,
     /// An event name is reserved or malformed.
@@ -52,6 +61,8 @@ pub enum ErrorCode {
     ShuttingDown,
     /// The remote node stopped the handler before it answered: its close grace ran out.
     Cancelled,
+    /// The remote handler panicked.
+    HandlerPanicked,
     /// A payload is larger than its receiver accepts.
     PayloadTooLarge,
     /// Metadata refused: a bad key, over the limits, or malformed.
@@ -78,6 +89,7 @@ impl ErrorCode {
             ErrorCode::Refused => "REFUSED",
             ErrorCode::Security => "SECURITY",
             ErrorCode::InvalidFilter => "INVALID_FILTER",
+            ErrorCode::InvalidTarget => "INVALID_TARGET",
             ErrorCode::RouteLoop => "ROUTE_LOOP",
             ErrorCode::InvalidEvent => "INVALID_EVENT",
             ErrorCode::Serialization => "SERIALIZATION",
@@ -87,10 +99,23 @@ impl ErrorCode {
             ErrorCode::Busy => "BUSY",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::Cancelled => "CANCELLED",
+            ErrorCode::HandlerPanicked => "HANDLER_PANICKED",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             ErrorCode::Metadata => "METADATA",
         }
     }
+}
+
+/// The bound on a node's handlers that refused a request ([`Error::Busy`]), as the
+/// refusing node sent it ([`Limit::Handlers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandlerBound {
+    /// The most handlers it runs at once: node-wide, or for one caller.
+    pub max: u32,
+    /// Whether it was the caller's own share
+    /// ([`Config::max_handlers_per_peer`](crate::Config::max_handlers_per_peer)) rather
+    /// than the node-wide bound.
+    pub per_peer: bool,
 }
 
 /// Everything that can go wrong in the node layer.
@@ -114,11 +139,23 @@ pub enum Error {
         /// Its timeout.
         timeout: Duration,
     },
-    /// The remote handler answered with an error (its code and message).
+    /// The remote handler answered with an error (its code and message): what its
+    /// [`HandlerError`](crate::HandlerError) said.
+    ///
+    /// ```
+    /// # fn branch(err: node::Error) {
+    /// use node::{Code, Error};
+    /// match err {
+    ///     Error::Handler { code: Code::NotFound, .. } => { /* create it */ }
+    ///     Error::Handler { code: Code::Other(code), message } => eprintln!("{code}: {message}"),
+    ///     other => eprintln!("{other}"),
+    /// }
+    /// # }
+    /// ```
     #[error("handler error {code}: {message}")]
     Handler {
-        /// The handler's code.
-        code: String,
+        /// The handler's code: a well-known one, or its own ([`Code::Other`]).
+        code: Code,
         /// The handler's message.
         message: String,
     },
@@ -186,6 +223,13 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The target does not fit the call: a request (one reply) to `Target::all`, or a
+    /// gather to an id. Nothing was sent.
+    #[error("invalid target: {reason}")]
+    InvalidTarget {
+        /// Which call and which target.
+        reason: &'static str,
+    },
     /// A forwarded message came back to a router it had visited, or ran out of hops.
     #[error("route loop: {reason}")]
     RouteLoop {
@@ -205,12 +249,16 @@ pub enum Error {
         address: String,
     },
     /// The remote node's handlers were at their limit
-    /// ([`Config::max_concurrent_handlers`](crate::Config::max_concurrent_handlers)) and its
-    /// policy refused the request: nothing ran; it may be sent again later.
+    /// ([`Config::max_concurrent_handlers`](crate::Config::max_concurrent_handlers), or this
+    /// caller's share, [`Config::max_handlers_per_peer`](crate::Config::max_handlers_per_peer))
+    /// and its policy refused the request: nothing ran; it may be sent again later.
     #[error("the remote node is busy: {message}")]
     Busy {
         /// What the remote said.
         message: String,
+        /// The bound that was reached, when the remote says it (a node of an older
+        /// version does not).
+        bound: Option<HandlerBound>,
     },
     /// The payload is larger than its receiver accepts (the limit its handshake gave, or
     /// ours for a message through routers): refused before anything was sent.
@@ -229,13 +277,24 @@ pub enum Error {
     /// handler may have had effects: sending again is not retry-safe.
     #[error("the remote node stopped the handler: its close grace ran out")]
     Cancelled,
+    /// The remote handler (or its middleware) panicked before it answered. The handler may
+    /// have had effects: sending again is not retry-safe.
+    #[error("the remote handler panicked")]
+    HandlerPanicked,
+    /// The remote node stopped the handler because the request's deadline passed while it
+    /// ran (or before it started): the time its caller gave it (or the time left of the
+    /// request it was made in) ran out there. Usually the caller's own timer ends the call
+    /// first ([`Error::Timeout`]); both are [`is_timeout`](Self::is_timeout).
+    #[error("the remote node stopped the handler at the request's deadline")]
+    DeadlineExceeded,
     /// Metadata refused: here before sending (a key that is empty, too long or reserved;
     /// over [`Config::max_metadata`](crate::Config::max_metadata)), or by the receiver
     /// (over its limits: nothing ran).
     #[error("metadata refused: {0}")]
     Metadata(protocol::MetaError),
-    /// The receiver refused the request's metadata (over its limits, or malformed): nothing
-    /// ran.
+    /// The receiver refused the request's metadata as malformed: nothing ran. (Over its
+    /// limits, it is [`Error::Metadata`] with [`MetaError::TooLarge`](protocol::MetaError::TooLarge)
+    /// and the receiver's numbers.)
     #[error("the receiver refused the metadata: {message}")]
     MetadataRefused {
         /// What the receiver said.
@@ -275,12 +334,15 @@ impl Error {
             Error::InvalidFilter { .. } | Error::PredicateNotSerializable => {
                 ErrorCode::InvalidFilter
             }
+            Error::InvalidTarget { .. } => ErrorCode::InvalidTarget,
             Error::Bind(_) | Error::NotConnectedTo { .. } | Error::ConnectAbandoned { .. } => {
                 ErrorCode::Address
             }
             Error::Busy { .. } => ErrorCode::Busy,
             Error::ShuttingDown => ErrorCode::ShuttingDown,
             Error::Cancelled => ErrorCode::Cancelled,
+            Error::HandlerPanicked => ErrorCode::HandlerPanicked,
+            Error::DeadlineExceeded => ErrorCode::RequestTimeout,
             Error::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
             Error::Metadata(_) | Error::MetadataRefused { .. } => ErrorCode::Metadata,
             Error::RouteLoop { .. } => ErrorCode::RouteLoop,
@@ -299,9 +361,35 @@ impl Error {
         }
     }
 
-    /// Whether the request timed out.
+    /// Whether the request timed out: the caller's timer ([`Error::Timeout`]) or the
+    /// remote's stop at the deadline ([`Error::DeadlineExceeded`]).
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Timeout { .. })
+        matches!(self, Error::Timeout { .. } | Error::DeadlineExceeded)
+    }
+
+    /// The remote handler's code, for a [`Error::Handler`].
+    ///
+    /// ```
+    /// # fn f(err: node::Error) -> bool {
+    /// err.handler_code().is_some_and(node::Code::is_not_found)
+    /// # }
+    /// ```
+    pub fn handler_code(&self) -> Option<&Code> {
+        match self {
+            Error::Handler { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// Whether the remote stopped the handler because its node closed
+    /// ([`Error::Cancelled`]).
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Error::Cancelled)
+    }
+
+    /// Whether the remote handler panicked ([`Error::HandlerPanicked`]).
+    pub fn is_panic(&self) -> bool {
+        matches!(self, Error::HandlerPanicked)
     }
 
     /// Whether the call provably reached no handler, so sending it again cannot run a
@@ -340,33 +428,64 @@ impl Error {
     /// [`Error::Handler`]; the framework's codes have typed variants.
     pub(crate) fn from_remote(remote: protocol::RemoteError) -> Error {
         if remote.system {
-            match remote.code.as_str() {
-                crate::codes::BUSY => {
+            match (remote.code.as_str(), remote.limit.as_deref().copied()) {
+                (BUSY, limit) => {
+                    let bound = match limit {
+                        Some(Limit::Handlers { max, per_peer }) => Some(HandlerBound {
+                            max: u32::try_from(max).unwrap_or(u32::MAX),
+                            per_peer,
+                        }),
+                        _ => None,
+                    };
                     return Error::Busy {
                         message: remote.message,
-                    }
+                        bound,
+                    };
                 }
-                protocol::RemoteError::SHUTTING_DOWN => return Error::ShuttingDown,
-                crate::codes::CANCELLED => return Error::Cancelled,
-                crate::codes::BAD_METADATA => {
+                (SHUTTING_DOWN, _) => return Error::ShuttingDown,
+                (CANCELLED, _) => return Error::Cancelled,
+                (PANICKED, _) => return Error::HandlerPanicked,
+                (DEADLINE_EXCEEDED, _) => return Error::DeadlineExceeded,
+                (
+                    BAD_METADATA,
+                    Some(Limit::Metadata {
+                        entries,
+                        bytes,
+                        max_entries,
+                        max_bytes,
+                    }),
+                ) => {
+                    return Error::Metadata(protocol::MetaError::TooLarge {
+                        entries: saturate(entries),
+                        bytes: saturate(bytes),
+                        max_entries: saturate(max_entries),
+                        max_bytes: saturate(max_bytes),
+                    })
+                }
+                (BAD_METADATA, _) => {
                     return Error::MetadataRefused {
                         message: remote.message,
                     }
                 }
-                protocol::RemoteError::PAYLOAD_TOO_LARGE => {
-                    let mut numbers = remote.message.split(' ').map(str::parse::<usize>);
-                    if let (Some(Ok(size)), Some(Ok(max))) = (numbers.next(), numbers.next()) {
-                        return Error::PayloadTooLarge { size, max };
+                (PAYLOAD_TOO_LARGE, Some(Limit::Payload { size, max })) => {
+                    return Error::PayloadTooLarge {
+                        size: saturate(size),
+                        max: saturate(max),
                     }
                 }
                 _ => {}
             }
         }
         Error::Handler {
-            code: remote.code,
+            code: Code::from(remote.code),
             message: remote.message,
         }
     }
+}
+
+/// A number from the wire as a `usize` (a 32-bit caller reads a larger one as its largest).
+fn saturate(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 impl From<protocol::MetaError> for Error {
@@ -395,13 +514,25 @@ mod tests {
         assert!(matches!(busy, Error::Busy { .. }), "{busy:?}");
         let closing = Error::from_remote(RemoteError::system_error("SHUTTING_DOWN", ""));
         assert!(matches!(closing, Error::ShuttingDown));
-        let big = Error::from_remote(RemoteError::system_error("PAYLOAD_TOO_LARGE", "9 8"));
+        let big = Error::from_remote(
+            RemoteError::system_error("PAYLOAD_TOO_LARGE", "too large")
+                .with_limit(Limit::Payload { size: 9, max: 8 }),
+        );
         assert!(
             matches!(big, Error::PayloadTooLarge { size: 9, max: 8 }),
             "{big:?}"
         );
+        let panicked = Error::from_remote(RemoteError::system_error("HANDLER_PANICKED", ""));
+        assert!(panicked.is_panic(), "{panicked:?}");
+        let late = Error::from_remote(RemoteError::system_error("DEADLINE_EXCEEDED", ""));
+        assert!(late.is_timeout(), "{late:?}");
         // The same codes from a handler are the handler's.
-        for code in ["BUSY", "SHUTTING_DOWN", "PAYLOAD_TOO_LARGE"] {
+        for code in [
+            "BUSY",
+            "SHUTTING_DOWN",
+            "PAYLOAD_TOO_LARGE",
+            "HANDLER_PANICKED",
+        ] {
             let own = Error::from_remote(RemoteError::new(code, "mine"));
             assert!(
                 matches!(&own, Error::Handler { code: c, .. } if c == code),
@@ -427,6 +558,7 @@ mod tests {
             ErrorCode::Refused,
             ErrorCode::Security,
             ErrorCode::InvalidFilter,
+            ErrorCode::InvalidTarget,
             ErrorCode::RouteLoop,
             ErrorCode::InvalidEvent,
             ErrorCode::Serialization,
@@ -435,6 +567,8 @@ mod tests {
             ErrorCode::Transport,
             ErrorCode::Busy,
             ErrorCode::ShuttingDown,
+            ErrorCode::Cancelled,
+            ErrorCode::HandlerPanicked,
             ErrorCode::PayloadTooLarge,
             ErrorCode::Metadata,
         ];

@@ -1,6 +1,7 @@
 //! What a node reports as it runs.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::broadcast;
 
@@ -45,6 +46,10 @@ pub enum ErrorSource {
     Peer,
     /// Sending a heartbeat or a system message failed.
     Send,
+    /// A middleware refused a tick: the tick's sender is not told (a tick has no answer);
+    /// counted in [`NodeStats::ticks_refused`](crate::NodeStats::ticks_refused). The message
+    /// names the event, the sender and the middleware's error.
+    TickRefused,
 }
 
 /// Something that happened to a node.
@@ -197,6 +202,50 @@ impl EventStream {
     pub async fn recv(&mut self) -> Option<NodeEvent> {
         futures::StreamExt::next(self).await
     }
+
+    /// The first event from now on for which `matches` is true, skipping the others; a
+    /// [`WaitError`] when none comes within `timeout` or the node is gone first.
+    ///
+    /// ```
+    /// # async fn demo(node: &node::Node) -> Result<(), node::WaitError> {
+    /// use std::time::Duration;
+    /// use node::NodeEvent;
+    ///
+    /// let mut events = node.events();
+    /// let joined = events
+    ///     .wait_for(|e| matches!(e, NodeEvent::PeerJoined { .. }), Duration::from_secs(5))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_for(
+        &mut self,
+        mut matches: impl FnMut(&NodeEvent) -> bool,
+        timeout: Duration,
+    ) -> Result<NodeEvent, WaitError> {
+        let found = async {
+            while let Some(event) = self.recv().await {
+                if matches(&event) {
+                    return Ok(event);
+                }
+            }
+            Err(WaitError::Ended)
+        };
+        tokio::time::timeout(timeout, found)
+            .await
+            .unwrap_or(Err(WaitError::TimedOut(timeout)))
+    }
+}
+
+/// Why [`EventStream::wait_for`] returned without the event it waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WaitError {
+    /// No matching event came within this time.
+    #[error("no matching event within {0:?}")]
+    TimedOut(Duration),
+    /// The node is gone and every event was read: none matched.
+    #[error("the node is gone: no matching event came")]
+    Ended,
 }
 
 impl futures::Stream for EventStream {
@@ -233,5 +282,28 @@ mod tests {
         }
         drop(tx);
         assert_eq!(events.recv().await, None, "ends when the node is gone");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_for_returns_the_first_match_or_says_why_not() {
+        let (tx, rx) = tokio::sync::broadcast::channel(16);
+        let mut events = EventStream::new(rx);
+        tx.send(NodeEvent::Draining).unwrap();
+        tx.send(NodeEvent::Lagged { missed: 3 }).unwrap();
+        tx.send(NodeEvent::Stopped).unwrap();
+        let second = Duration::from_secs(1);
+        let lagged = events
+            .wait_for(|e| matches!(e, NodeEvent::Lagged { .. }), second)
+            .await;
+        assert_eq!(lagged, Ok(NodeEvent::Lagged { missed: 3 }));
+        // Nothing more matches: the timeout, at its time (simulated clock).
+        let start = tokio::time::Instant::now();
+        let none = events.wait_for(|e| *e == NodeEvent::Draining, second).await;
+        assert_eq!(none, Err(WaitError::TimedOut(second)));
+        assert_eq!(start.elapsed(), second);
+        assert_eq!(none.unwrap_err().to_string(), "no matching event within 1s");
+        drop(tx);
+        let ended = events.wait_for(|_| true, second).await;
+        assert_eq!(ended, Err(WaitError::Ended), "the node went first");
     }
 }

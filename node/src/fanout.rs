@@ -25,10 +25,12 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::call::Reply;
+use crate::codes::route as code;
+use crate::codes::system::BAD_FORWARD;
 use crate::context::Outgoing;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::forward::{code, Action, Destination, Forward, FORWARD};
+use crate::forward::{Action, Destination, Forward, FORWARD};
 use crate::inner::{millis, Inner};
 use crate::link::{Link, Target};
 use crate::options::Options;
@@ -249,12 +251,12 @@ impl Inner {
     ) -> std::result::Result<Answer, RemoteError> {
         let Destination::Filter(spec, scope) = &forward.to else {
             return Err(RemoteError::system_error(
-                "BAD_FORWARD",
+                BAD_FORWARD,
                 "a fan-out needs a filter",
             ));
         };
         let filter = Filter::from_spec(spec.clone())
-            .map_err(|e| RemoteError::system_error("BAD_FORWARD", e.to_string()))?;
+            .map_err(|e| RemoteError::system_error(BAD_FORWARD, e.to_string()))?;
         let spread = match &forward.groups {
             Some(key) => Spread::Groups(key.clone()),
             None => Spread::All,

@@ -17,6 +17,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use crate::codes::route as code;
 use crate::filter::FilterSpec;
 use crate::peer::{NodeId, Scope};
 
@@ -25,26 +26,6 @@ pub(crate) const FORWARD: &str = "_system:forward";
 
 /// How many router hops a message may take by default.
 pub const DEFAULT_HOP_LIMIT: u8 = 8;
-
-/// Error codes a router answers with: always as system errors
-/// (`RemoteError::system_error`), so that a handler's error that happens to use one of these
-/// codes is never taken for a router's outcome. The caller turns them into typed errors.
-pub(crate) mod code {
-    /// The node the router delivered to left before answering (it may have run).
-    pub(crate) const PEER_LEFT: &str = "PEER_LEFT";
-    /// The router could not complete the hop for another reason (it may have run).
-    pub(crate) const HOP_FAILED: &str = "HOP_FAILED";
-    /// Nothing matched the filter anywhere the message could reach.
-    pub(crate) const NO_MATCH: &str = "NO_MATCH";
-    /// No router could reach the node id.
-    pub(crate) const NOT_FOUND: &str = "NOT_FOUND";
-    /// The deadline ran out at a hop.
-    pub(crate) const TIMEOUT: &str = "TIMEOUT";
-    /// The message came back to a router it had visited, or ran out of hops.
-    pub(crate) const LOOP: &str = "ROUTE_LOOP";
-    /// The peer asked to forward is not a router.
-    pub(crate) const NOT_A_ROUTER: &str = "NOT_A_ROUTER";
-}
 
 /// What is forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

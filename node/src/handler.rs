@@ -5,8 +5,8 @@
 //! `ConcurrencyLimit`, `MapResult` or a user's own layer fit in front of any handler. A plain
 //! async function works too ([`Node::on_request`](crate::Node::on_request)).
 //!
-//! Errors become error replies: a [`HandlerError`] keeps its code and message; tower's
-//! timeout becomes the code `TIMEOUT`; any other error the code `HANDLER_ERROR` with its
+//! Errors become error replies: a [`HandlerError`] keeps its [`Code`] and message; tower's
+//! timeout becomes [`Code::DeadlineExceeded`]; any other error [`Code::Unknown`] with its
 //! message.
 
 use std::fmt;
@@ -24,6 +24,8 @@ use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Layer, Service};
 
+use crate::codes::system::NO_HANDLER;
+use crate::codes::Code;
 use crate::peer::NodeId;
 
 /// A request or tick as a handler (and every middleware in front of it) sees it.
@@ -175,6 +177,46 @@ impl Request {
     }
 }
 
+/// Gives a handler shared state once: `with_state(db, |db, req| async move { .. })` is a
+/// handler for [`Node::on_request`](crate::Node::on_request) or
+/// [`Node::on_tick`](crate::Node::on_tick) that gets its own clone of `state` with each
+/// request, so the handler clones nothing by hand. Make the state cheap to clone (an `Arc`,
+/// a pool handle, a [`Node`](crate::Node)); every clone shares what it points to.
+///
+/// Why an adapter rather than state stored in the node and looked up on the request (an
+/// `Extension`-like `req.state::<T>()`): the state's type is checked when the handler is
+/// registered, not when a request arrives; handlers of one node can have different states;
+/// and a request whose handler takes no state carries none. Middleware gets state the same
+/// way: [`from_fn_with_state`](crate::middleware::from_fn_with_state).
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+/// use node::{with_state, HandlerError, Node, Request};
+///
+/// type Store = Arc<Mutex<HashMap<String, String>>>;
+///
+/// fn serve(node: &Node, store: Store) {
+///     node.on_request("get", with_state(store.clone(), |store: Store, req: Request| async move {
+///         let key: String = req.decode()?;
+///         Ok::<_, HandlerError>(store.lock().unwrap().get(&key).cloned())
+///     }));
+///     node.on_tick("clear", with_state(store, |store: Store, _req: Request| async move {
+///         store.lock().unwrap().clear();
+///     }));
+/// }
+/// ```
+pub fn with_state<S, F, Fut>(
+    state: S,
+    handler: F,
+) -> impl Fn(Request) -> Fut + Clone + Send + Sync + 'static
+where
+    S: Clone + Send + Sync + 'static,
+    F: Fn(S, Request) -> Fut + Clone + Send + Sync + 'static,
+{
+    move |request| handler(state.clone(), request)
+}
+
 /// The metadata key of a forwarded message's [`Route`] (the framework's).
 pub(crate) const ROUTE: &str = ":route";
 
@@ -243,26 +285,75 @@ impl Response {
 /// An error a handler returns on purpose, with a code the caller can branch on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandlerError {
-    /// A machine-readable code.
-    pub code: String,
+    /// A machine-readable code: a well-known one or the handler's own.
+    pub code: Code,
     /// A human-readable message.
     pub message: String,
 }
 
 impl HandlerError {
-    /// The code used when a handler fails without a code of its own.
-    pub const HANDLER_ERROR: &'static str = "HANDLER_ERROR";
-    /// The code used when the request's payload cannot be decoded.
-    pub const BAD_REQUEST: &'static str = "BAD_REQUEST";
-    /// The code used when a middleware timeout expires.
-    pub const TIMEOUT: &'static str = "TIMEOUT";
+    /// The code used when a handler fails without a code of its own
+    /// ([`Code::Unknown`], `"HANDLER_ERROR"` on the wire).
+    pub const HANDLER_ERROR: Code = Code::Unknown;
+    /// The code used when the request's payload cannot be decoded
+    /// ([`Code::InvalidArgument`]).
+    pub const BAD_REQUEST: Code = Code::InvalidArgument;
+    /// The code used when a middleware timeout expires ([`Code::DeadlineExceeded`]).
+    pub const TIMEOUT: Code = Code::DeadlineExceeded;
 
-    /// An error with a code and a message.
-    pub fn new(code: impl Into<String>, message: impl Into<String>) -> HandlerError {
+    /// An error with a code (a [`Code`], or any string: a well-known one's string is
+    /// read as that code) and a message.
+    ///
+    /// ```
+    /// use node::{Code, HandlerError};
+    /// let err = HandlerError::new(Code::PermissionDenied, "tenant mismatch");
+    /// assert_eq!(err.to_string(), "PERMISSION_DENIED: tenant mismatch");
+    /// ```
+    pub fn new(code: impl Into<Code>, message: impl Into<String>) -> HandlerError {
         HandlerError {
             code: code.into(),
             message: message.into(),
         }
+    }
+
+    /// Its code.
+    pub fn code(&self) -> &Code {
+        &self.code
+    }
+
+    /// Its message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// [`Code::NotFound`] with a message.
+    pub fn not_found(message: impl Into<String>) -> HandlerError {
+        HandlerError::new(Code::NotFound, message)
+    }
+
+    /// [`Code::InvalidArgument`] with a message.
+    pub fn invalid_argument(message: impl Into<String>) -> HandlerError {
+        HandlerError::new(Code::InvalidArgument, message)
+    }
+
+    /// [`Code::PermissionDenied`] with a message.
+    pub fn permission_denied(message: impl Into<String>) -> HandlerError {
+        HandlerError::new(Code::PermissionDenied, message)
+    }
+
+    /// [`Code::Unauthenticated`] with a message.
+    pub fn unauthenticated(message: impl Into<String>) -> HandlerError {
+        HandlerError::new(Code::Unauthenticated, message)
+    }
+
+    /// [`Code::Unavailable`] with a message.
+    pub fn unavailable(message: impl Into<String>) -> HandlerError {
+        HandlerError::new(Code::Unavailable, message)
+    }
+
+    /// [`Code::Internal`] with a message.
+    pub fn internal(message: impl Into<String>) -> HandlerError {
+        HandlerError::new(Code::Internal, message)
     }
 }
 
@@ -282,7 +373,10 @@ impl From<crate::Error> for HandlerError {
     fn from(error: crate::Error) -> HandlerError {
         match error {
             crate::Error::Handler { code, message } => HandlerError { code, message },
-            other => HandlerError::new(other.code().as_str(), other.to_string()),
+            other => HandlerError::new(
+                Code::Other(other.code().as_str().to_owned()),
+                other.to_string(),
+            ),
         }
     }
 }
@@ -290,18 +384,15 @@ impl From<crate::Error> for HandlerError {
 /// Turns whatever a service failed with into the error reply sent back.
 pub(crate) fn to_remote(error: BoxError) -> RemoteError {
     if let Some(e) = error.downcast_ref::<HandlerError>() {
-        return RemoteError::new(e.code.clone(), e.message.clone());
+        return RemoteError::new(e.code.as_str(), e.message.clone());
     }
     if let Some(NoHandler(event)) = error.downcast_ref::<NoHandler>() {
-        return RemoteError::system_error(
-            RemoteError::NO_HANDLER,
-            format!("no handler for {event:?}"),
-        );
+        return RemoteError::system_error(NO_HANDLER, format!("no handler for {event:?}"));
     }
     if error.is::<tower::timeout::error::Elapsed>() {
-        return RemoteError::new(HandlerError::TIMEOUT, "the handler took too long");
+        return RemoteError::new(Code::DeadlineExceeded.as_str(), "the handler took too long");
     }
-    RemoteError::new(HandlerError::HANDLER_ERROR, error.to_string())
+    RemoteError::new(Code::Unknown.as_str(), error.to_string())
 }
 
 /// What the end of a middleware stack fails with when no handler matches the event (it was
@@ -428,7 +519,36 @@ mod tests {
         let other: BoxError = "plain failure".into();
         assert_eq!(to_remote(other).code, HandlerError::HANDLER_ERROR);
         let missing = to_remote(Box::new(NoHandler("gone".into())));
-        assert!(missing.is_system(RemoteError::NO_HANDLER));
+        assert!(missing.is_system(NO_HANDLER));
+    }
+
+    #[tokio::test]
+    async fn with_state_hands_every_call_a_clone_of_one_state() {
+        let state = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let handler = with_state(
+            Arc::clone(&state),
+            |state: Arc<std::sync::atomic::AtomicUsize>, _req: Request| async move {
+                state.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Arc::as_ptr(&state) as usize
+            },
+        );
+        let request = || {
+            let envelope = protocol::Envelope::new(
+                protocol::Kind::Request,
+                1,
+                "e",
+                Bytes::new(),
+                Bytes::new(),
+            );
+            let frames = envelope.encode();
+            let decoded = protocol::Envelope::decode(&frames, usize::MAX).unwrap();
+            let incoming = Incoming::from_envelope(protocol::PeerId::default(), decoded);
+            Request::new(NodeId::from("peer"), incoming, Meta::new(), None)
+        };
+        let (a, b) = (handler(request()).await, handler.clone()(request()).await);
+        assert_eq!(a, b, "the same instance");
+        assert_eq!(a, Arc::as_ptr(&state) as usize);
+        assert_eq!(state.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use protocol::RemoteError;
 use serde::{Deserialize, Serialize};
 use transport::Key;
 
+use crate::codes::system::{ALREADY_JOINED, DUPLICATE_ID, NOT_AUTHORIZED, VERSION_MISMATCH};
 use crate::options::Options;
 use crate::peer::{NodeId, Ticket};
 
@@ -30,16 +31,6 @@ pub(crate) const DRAINING: &str = "_system:draining";
 /// Sent by a server to a connection it does not know (it declared the peer dead, or
 /// restarted): the peer should handshake again.
 pub(crate) const REJOIN: &str = "_system:rejoin";
-
-/// Error codes of refused handshakes and unjoined messages (system error replies).
-pub(crate) const DUPLICATE_ID: &str = "DUPLICATE_ID";
-pub(crate) const VERSION_MISMATCH: &str = "VERSION_MISMATCH";
-pub(crate) const NOT_JOINED: &str = "NOT_JOINED";
-/// The handshake of a connection whose CURVE key is not (or no longer) on the allow-list.
-pub(crate) const NOT_AUTHORIZED: &str = "NOT_AUTHORIZED";
-pub(crate) const BAD_HANDSHAKE: &str = "BAD_HANDSHAKE";
-/// A connection that joined one id claims another.
-pub(crate) const ALREADY_JOINED: &str = "ALREADY_JOINED";
 
 /// What each side tells the other in the handshake.
 #[derive(Debug, Clone, Serialize, Deserialize)]

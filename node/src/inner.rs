@@ -161,6 +161,10 @@ impl Host for Inner {
         &self.observers
     }
 
+    fn report(&self, source: ErrorSource, message: String) {
+        Inner::report(self, source, message);
+    }
+
     fn forward(
         self: Arc<Self>,
         from: NodeId,

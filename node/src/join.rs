@@ -9,12 +9,12 @@ use parking_lot::Mutex;
 use protocol::{encode_value, Answer, Client, Incoming, RemoteError, Server};
 use tokio::time::Instant;
 
+use crate::codes::system::{
+    ALREADY_JOINED, BAD_HANDSHAKE, DUPLICATE_ID, NOT_AUTHORIZED, VERSION_MISMATCH,
+};
 use crate::error::{Error, Result};
 use crate::events::{ErrorSource, NodeEvent};
-use crate::handshake::{
-    admit, Admission, Hello, Holder, Refusal, ALREADY_JOINED, BAD_HANDSHAKE, DUPLICATE_ID,
-    HANDSHAKE, NOT_AUTHORIZED, PROTOCOL_VERSION, VERSION_MISMATCH,
-};
+use crate::handshake::{admit, Admission, Hello, Holder, Refusal, HANDSHAKE, PROTOCOL_VERSION};
 use crate::inner::Inner;
 use crate::link::Link;
 use crate::peer::{Direction, Entry, PeerWork, Reach, Ticket};
@@ -104,7 +104,7 @@ pub(crate) fn handshake_downstream(
                 key,
                 last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
                 dead_after: inner.dead_after(&hello),
-                work: Arc::new(PeerWork::new(limit)),
+                work: Arc::new(PeerWork::new(limit, inner.runtime.stopping())),
                 draining: false,
             };
             state.join_downstream(entry, route)

@@ -2,17 +2,47 @@
 //!
 //! A [`Node`] is one participant of a brokerless mesh: it has an id and options (metadata
 //! other nodes filter on), binds at most one address (serving the nodes that connect to it),
-//! and connects to any number of nodes. Once two nodes are joined, either can send to the
-//! other:
+//! and connects to any number of nodes. Once two nodes are joined, either can call the
+//! other. Every call is one of three, to one of three kinds of [`Target`]:
 //!
-//! - [`Node::request`] (reply or typed error) and [`Node::tick`] (fire and forget), to an
-//!   id, or to one node matching a [`Filter`] ([`Node::request_any`], [`Node::tick_any`]),
-//!   or to all of them ([`Node::tick_all`]), upstream, downstream or both ([`Scope`]);
+//! | to | request (one reply) | tick (no reply) | gather (a reply from each) |
+//! |---|---|---|---|
+//! | an id | `node.request("db-1", "get", &key).await?` | `node.tick("db-1", "hit", &key).await?` | (an id is one node: use request) |
+//! | any match | `node.request(&shards, "get", &key).await?` | `node.tick(&shards, "hit", &key).await?` | `node.call(&shards, "count").gather(&()).await?` |
+//! | all matches | (one reply: use gather) | `node.tick(Target::all(shards), "flush", &()).await?` | `node.call(Target::all(shards), "count").gather(&()).await?` |
+//!
+//! Here `shards` is a [`Filter`] (`Filter::new().eq("role", "shard")`); a filter is any
+//! match, in both directions ([`Target::scope`] narrows it to upstream or downstream
+//! peers). `request` and `tick` are shorthands for [`Node::call`], the one builder, which
+//! also sets metadata, a timeout or deadline, the parent request, groups, and raw payloads
+//! ([`Call::raw`]):
+//!
+//! ```no_run
+//! # async fn example(node: node::Node) -> node::Result<()> {
+//! use std::time::Duration;
+//!
+//! let count: u64 = node
+//!     .call("db-1", "count")
+//!     .meta("tenant", "acme")
+//!     .timeout(Duration::from_millis(500))
+//!     .send(&())
+//!     .await?;
+//! # let _ = count; Ok(()) }
+//! ```
+//!
+//! A tick to all matches answers with [`Sent`]: how many nodes it was sent to (not how
+//! many handled it). A reply's metadata comes with [`Reply`]. For tower middleware on the
+//! calling side (retry, timeout, concurrency limits), [`Node::caller`] is the same call as a
+//! tower `Service`.
+//!
+//! The rest of a node:
+//!
 //! - handlers by event name or regex ([`Node::on_request`], [`Node::on_tick`]), behind tower
 //!   middleware ([`Node::layer`]);
 //! - a handshake that exchanges ids, options and versions and binds each peer's identity to
 //!   its connection; heartbeats both ways; reconnection and re-handshake after restarts and
-//!   network cuts; an events stream ([`Node::events`]); graceful close;
+//!   network cuts; an events stream ([`Node::events`]); graceful close; the joined peers
+//!   ([`Node::peers`]), CURVE keys ([`Node::keys`]), counters ([`Node::stats`]);
 //! - router nodes ([`NodeBuilder::router`]): a message that finds no joined match (or an id
 //!   that is not joined) goes through a joined router, which applies the same target to its
 //!   own peers and other routers, with the caller's deadline, a hop limit and loop
@@ -24,11 +54,14 @@
 //! ## Layout
 //! The node is a few parts, each owning its state and its methods; `inner.rs` composes
 //! them (no circle of imports larger than a few files: `tests/layers.rs`).
-//! - `node.rs`: the [`Node`] handle and its API; `send.rs`, `call.rs`, `caller.rs`:
-//!   sending requests and ticks;
+//! - `node.rs`: the [`Node`] handle and its API, the [`Peers`] and [`Keys`] views;
+//!   `call.rs`: the [`Call`] builder and [`Reply`]; `send.rs`: sending requests and ticks
+//!   (picking, retrying a pick, routers); `caller.rs`: [`Caller`], calls as a tower
+//!   `Service`, and `call_timeout.rs` its timeout layer;
 //! - `inner.rs`: the parts together, and what spans them (a peer leaving);
 //! - the peer registry: `peers.rs` (who is joined, by which link; routes; bound keys) on
-//!   `peer.rs` (the registry and the `*_any` strategies, pure, tested with simulated time);
+//!   `peer.rs` (the registry and the strategies of a pick, pure, tested with simulated
+//!   time);
 //! - the handler runtime: `runtime.rs` (handler work off the socket's driver, with the
 //!   node-wide and per-peer limits and the busy policy, on `protocol::Runners`); `fair.rs`
 //!   (the admission decision and the waiting work's lanes, pure); `middleware.rs` (the
@@ -37,9 +70,9 @@
 //! - `dispatch.rs`: what runs on a socket's driver for each message (decides, never waits);
 //! - joining: `handshake.rs` (what nodes tell each other, and the pure decision to admit
 //!   a peer, used by both sides), `join.rs` (both sides' steps);
-//! - upstream links: `link.rs` (how to reach a joined peer), `upstream.rs` (one supervisor
-//!   task per connection this node made: joining, rejoining by the reconnect policy),
-//!   `heartbeat.rs`, `watch.rs` (the bound socket's monitor);
+//! - upstream links: `link.rs` (how a peer is reached, and [`Target`]), `upstream.rs` (one
+//!   supervisor task per connection this node made: joining, rejoining by the reconnect
+//!   policy), `heartbeat.rs`, `watch.rs` (the bound socket's monitor);
 //! - routing and forwarding: `forward.rs` (the forwarded message and the pure decisions
 //!   about it), `routing.rs` (router nodes at run time), `fanout.rs` (gathers and group
 //!   ticks);
@@ -48,7 +81,7 @@
 //!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports);
 //! - `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
 //!   `context.rs` (a request's deadline and what calls inherit), `codes.rs` (the codes on
-//!   the wire), `config.rs`, `error.rs`; `breaker.rs`, `call_timeout.rs` (client layers).
+//!   the wire), `config.rs`, `error.rs`; `breaker.rs` (a client layer).
 
 #![forbid(unsafe_code)]
 // Library code has no `unwrap` or `expect` (an audit found none outside tests; indexing,
@@ -77,7 +110,7 @@ mod inner;
 mod join;
 mod link;
 mod metrics;
-mod middleware;
+pub mod middleware;
 mod node;
 mod observe;
 pub mod options;
@@ -96,24 +129,25 @@ mod upstream;
 mod watch;
 
 pub use breaker::{Breaker, BreakerFuture, CircuitBreaker, CircuitBreakerLayer, CircuitOpen};
-pub use call::{Call, Reply};
+pub use call::{Call, FromReply, Raw, Reply, Sent, Typed};
 pub use call_timeout::{CallTimeout, CallTimeoutLayer};
 pub use caller::{CallFuture, Caller, Outbound, RetrySafe};
+pub use codes::Code;
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
-pub use error::{Error, ErrorCode, Result};
-pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent};
+pub use error::{Error, ErrorCode, HandlerBound, Result};
+pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent, WaitError};
 pub use filter::Filter;
 pub use forward::{RouterStats, DEFAULT_HOP_LIMIT};
-pub use handler::{HandlerError, HandlerService, Pattern, Request, Response, Route};
+pub use handler::{with_state, HandlerError, HandlerService, Pattern, Request, Response, Route};
 pub use handshake::PROTOCOL_VERSION;
 pub use link::Target;
 pub use metrics::MAX_EVENT_LABELS;
-pub use node::{Node, NodeStats, WeakNode};
+pub use node::{Keys, Node, NodeStats, Peers, WeakNode};
 pub use observe::{Called, Handled, Outcome};
 pub use options::{Options, Value};
 pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
 pub use phase::Closed;
-pub use protocol::{Meta, MetaError, MetaLimits, MetaValue};
+pub use protocol::{Limit, Meta, MetaError, MetaLimits, MetaValue};
 pub use tower::BoxError;
 pub use trace::{TraceParent, TRACEPARENT};
 pub use transport::{Engine, HandshakeFailure, Key, KeyPair, SecretKey};

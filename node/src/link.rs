@@ -7,8 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use protocol::{Client, Envelope, PeerId, Server};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::events::LeaveReason;
 use crate::filter::Filter;
@@ -29,44 +30,74 @@ pub(crate) enum Signal {
 /// supervisor, which decides what to do.
 #[derive(Debug, Default)]
 pub(crate) struct Left {
-    reason: Mutex<Option<LeaveReason>>,
-    rejoin: std::sync::atomic::AtomicBool,
-    notify: Notify,
+    state: Mutex<Reported>,
+}
+
+/// What was reported since the supervisor last looked, and the token that wakes it.
+#[derive(Debug, Default)]
+struct Reported {
+    /// The peer left, and why.
+    reason: Option<LeaveReason>,
+    /// The peer asked for a new handshake.
+    rejoin: bool,
+    /// Cancelled when either is set; a fresh one once the supervisor took what was set
+    /// (a token cannot be reset), so that its next wait is for the next report.
+    told: CancellationToken,
 }
 
 impl Left {
     /// The peer left for `reason`.
     pub(crate) fn set(&self, reason: LeaveReason) {
-        *self.reason.lock() = Some(reason);
-        self.notify.notify_one();
+        let mut state = self.state.lock();
+        state.reason = Some(reason);
+        state.told.cancel();
     }
 
     /// The peer asked for a new handshake.
     pub(crate) fn ask_rejoin(&self) {
-        self.rejoin
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.notify.notify_one();
+        let mut state = self.state.lock();
+        state.rejoin = true;
+        state.told.cancel();
     }
 
     /// Waits for the next signal (taken: the next wait is for the next one). A loss wins
     /// over a rejoin request.
     pub(crate) async fn wait(&self) -> Signal {
         loop {
-            if let Some(reason) = self.reason.lock().take() {
-                return Signal::Left(reason);
-            }
-            if self.rejoin.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                return Signal::Rejoin;
-            }
-            self.notify.notified().await;
+            let told = {
+                let mut state = self.state.lock();
+                let signal = if let Some(reason) = state.reason.take() {
+                    Some(Signal::Left(reason))
+                } else if std::mem::take(&mut state.rejoin) {
+                    Some(Signal::Rejoin)
+                } else {
+                    None
+                };
+                if let Some(signal) = signal {
+                    state.renew();
+                    return signal;
+                }
+                state.told.clone()
+            };
+            told.cancelled().await;
         }
     }
 
     /// Forgets what was reported before a new join.
     pub(crate) fn clear(&self) {
-        self.reason.lock().take();
-        self.rejoin
-            .store(false, std::sync::atomic::Ordering::Release);
+        let mut state = self.state.lock();
+        state.reason = None;
+        state.rejoin = false;
+        state.renew();
+    }
+}
+
+impl Reported {
+    /// A fresh token if the old one was used and nothing is left to tell.
+    fn renew(&mut self) {
+        if self.told.is_cancelled() && self.reason.is_none() && !self.rejoin {
+            self.told = CancellationToken::new();
+        }
     }
 }
 
@@ -257,13 +288,60 @@ impl Upstream {
     }
 }
 
-/// Who a message goes to.
+/// Who a call goes to: one node by id, one node matching a filter, or every node matching
+/// it.
+///
+/// | target | made with | `send` (one reply) | `tick` | `gather` |
+/// |---|---|---|---|---|
+/// | an id | `"node-1"`, a `String`, a [`NodeId`] | that node | that node | [`Error::InvalidTarget`](crate::Error::InvalidTarget) |
+/// | any match | [`Target::any`], or a [`Filter`] (`From`) | one match, picked by the [`Strategy`](crate::Strategy) | one match | every match |
+/// | all matches | [`Target::all`] | [`Error::InvalidTarget`](crate::Error::InvalidTarget) | every match | every match |
+///
+/// A filter target looks both ways (upstream and downstream peers) unless
+/// [`scope`](Target::scope) says otherwise. An id or a filter that finds no joined node here
+/// goes through a joined router, if any.
+///
+/// ```
+/// use node::{Filter, Scope, Target};
+///
+/// let shards = Filter::new().eq("role", "shard");
+/// let one: Target = shards.clone().into(); // any match, both directions
+/// let every = Target::all(shards).scope(Scope::Down);
+/// let by_id: Target = "shard-1".into();
+/// # let _ = (one, every, by_id);
+/// ```
 #[derive(Debug, Clone)]
 pub enum Target {
     /// The joined node with this id.
     Id(NodeId),
     /// One joined node matching the filter, in the scope, picked by the node's strategy.
     Any(Filter, Scope),
+    /// Every joined node matching the filter, in the scope (for ticks and gathers).
+    All(Filter, Scope),
+}
+
+impl Target {
+    /// One node matching `filter`, either direction (the same as `Target::from(filter)`).
+    pub fn any(filter: Filter) -> Target {
+        Target::Any(filter, Scope::Both)
+    }
+
+    /// Every node matching `filter`, either direction: a tick reaches each of them, a
+    /// request is [`Error::InvalidTarget`](crate::Error::InvalidTarget) (use
+    /// [`Call::gather`](crate::Call::gather) for one reply from each).
+    pub fn all(filter: Filter) -> Target {
+        Target::All(filter, Scope::Both)
+    }
+
+    /// Looks for matches only in `scope` (upstream: the nodes this node connected to;
+    /// downstream: the nodes connected to it). An id target is left as it is.
+    pub fn scope(self, scope: Scope) -> Target {
+        match self {
+            Target::Any(filter, _) => Target::Any(filter, scope),
+            Target::All(filter, _) => Target::All(filter, scope),
+            id @ Target::Id(_) => id,
+        }
+    }
 }
 
 impl std::fmt::Display for Target {
@@ -271,7 +349,22 @@ impl std::fmt::Display for Target {
         match self {
             Target::Id(id) => write!(f, "{id}"),
             Target::Any(_, scope) => write!(f, "any matching node ({scope:?})"),
+            Target::All(_, scope) => write!(f, "all matching nodes ({scope:?})"),
         }
+    }
+}
+
+/// Any node the filter matches, either direction.
+impl From<Filter> for Target {
+    fn from(filter: Filter) -> Target {
+        Target::any(filter)
+    }
+}
+
+/// Any node the filter matches, either direction (the filter is cloned).
+impl From<&Filter> for Target {
+    fn from(filter: &Filter) -> Target {
+        Target::any(filter.clone())
     }
 }
 

@@ -21,6 +21,7 @@
 //! `zeronode_peers`, `zeronode_in_flight`, `zeronode_handlers_active`,
 //! `zeronode_handlers_queued`; the counters `zeronode_refused_total{reason}` (`busy`,
 //! `metadata`, `unjoined`, `invalid_envelope`), `zeronode_ticks_dropped_total`,
+//! `zeronode_ticks_refused_total` (a middleware refused the tick),
 //! `zeronode_handlers_cancelled_total`, `zeronode_handlers_expired_total`,
 //! `zeronode_timeouts_total`, `zeronode_forwarded_total`, `zeronode_forward_failed_total`.
 //! As they happen: `zeronode_peers_joined_total`, `zeronode_peers_left_total{reason}`,
@@ -199,6 +200,7 @@ impl Metrics {
         }
         for (name, count) in [
             ("zeronode_ticks_dropped_total", sample.ticks_dropped),
+            ("zeronode_ticks_refused_total", sample.ticks_refused),
             ("zeronode_handlers_cancelled_total", sample.cancelled),
             ("zeronode_handlers_expired_total", sample.expired),
             ("zeronode_timeouts_total", sample.timeouts),
@@ -222,6 +224,7 @@ pub(crate) struct Sample {
     pub(crate) unjoined: u64,
     pub(crate) invalid_envelopes: u64,
     pub(crate) ticks_dropped: u64,
+    pub(crate) ticks_refused: u64,
     pub(crate) cancelled: u64,
     pub(crate) expired: u64,
     pub(crate) timeouts: u64,

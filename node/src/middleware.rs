@@ -1,5 +1,47 @@
-//! The handler table and the middleware in front of it, with the semantics tower users
-//! expect.
+//! Middleware: what runs in front of handlers, for requests and ticks alike.
+//!
+//! The short way is an async function, in axum's shape ([`from_fn`]): it gets the request
+//! and the rest of the stack ([`Next`]), and passes the request on or refuses it.
+//!
+//! ```
+//! use node::middleware::{from_fn, Next};
+//! use node::{HandlerError, Node, Request};
+//!
+//! fn tenants_only(node: &Node) {
+//!     node.layer(from_fn(|req: Request, next: Next| async move {
+//!         if req.meta().get_str("tenant").is_none() {
+//!             return Err(HandlerError::new("UNAUTHENTICATED", "no tenant").into());
+//!         }
+//!         next.run(req).await
+//!     }));
+//! }
+//! ```
+//!
+//! Any tower [`Layer`](tower::Layer) fits as well (`tower::timeout::TimeoutLayer`,
+//! `ConcurrencyLimitLayer`, a layer of your own); the same check with tower's `layer_fn`
+//! and `service_fn`, for code that already speaks tower:
+//!
+//! ```
+//! use node::{BoxError, HandlerError, HandlerService, Node, Request};
+//! use tower::{layer::layer_fn, service_fn, ServiceExt};
+//!
+//! fn tenants_only(node: &Node) {
+//!     node.layer(layer_fn(|inner: HandlerService| {
+//!         service_fn(move |req: Request| {
+//!             let inner = inner.clone();
+//!             async move {
+//!                 if req.meta().get_str("tenant").is_none() {
+//!                     let refusal = HandlerError::new("UNAUTHENTICATED", "no tenant");
+//!                     return Err(BoxError::from(refusal));
+//!                 }
+//!                 inner.oneshot(req).await
+//!             }
+//!         })
+//!     }));
+//! }
+//! ```
+//!
+//! ## How layers are applied
 //!
 //! Every layer is applied once, when it is added, and its service lives as long as the
 //! node: [`Node::layer`](crate::Node::layer) wraps the whole node (one
@@ -8,18 +50,23 @@
 //! instance shared by all of them). Registering handlers or other layers later never
 //! rebuilds a layer, so a stateful layer is never reset behind the user's back.
 //!
-//! How: the layers form a chain of stages in the order they were added (the first added is
-//! outermost). Each stage's service is `layer.layer(Next(i + 1))`, where [`Next`] is a
-//! service that carries the request on to the next stage that applies to its event (a
-//! pattern stage whose pattern does not match is skipped), and past the last stage to the
-//! handler. Per request, each stage's service is cloned and driven through `poll_ready`
-//! and `call` (tower's `oneshot`), so backpressure (`ConcurrencyLimit`'s permit, a
-//! `Buffer`'s slot) is real: clones share what their layer shares (`ConcurrencyLimit`
-//! shares its semaphore; a layer whose clones do not share state, such as `RateLimit`, is
-//! wrapped in `tower::buffer::Buffer` to be node-wide, as with any tower server).
+//! The layers form a chain of stages in the order they were added (the first added is
+//! outermost). Each stage's service wraps a service that carries the request on to the next
+//! stage that applies to its event (a pattern stage whose pattern does not match is
+//! skipped), and past the last stage to the handler. Per request, each stage's service is
+//! cloned and driven through `poll_ready` and `call` (tower's `oneshot`), so backpressure
+//! (`ConcurrencyLimit`'s permit, a `Buffer`'s slot) is real: clones share what their layer
+//! shares (`ConcurrencyLimit` shares its semaphore; a layer whose clones do not share
+//! state, such as `RateLimit`, is wrapped in `tower::buffer::Buffer` to be node-wide, as
+//! with any tower server).
 //!
-//! Ticks go through the same chain (`Request::is_tick`): the end of the chain runs every
-//! matching tick handler and answers an empty response, which is dropped.
+//! Ticks go through the same chain ([`Request::is_tick`]): the end of the chain runs every
+//! matching tick handler and answers an empty response, which is dropped. A layer that
+//! refuses a tick runs none of them.
+
+mod from_fn;
+
+pub use from_fn::{from_fn, from_fn_with_state, FromFn, FromFnLayer, Next};
 
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
@@ -32,7 +79,7 @@ use crate::handler::{
     BoxLayer, HandlerService, NoHandler, Pattern, Request, Resolved, Response, TickHandler,
 };
 
-/// One middleware, applied once: its service wraps a [`Next`] to the stage after it.
+/// One middleware, applied once: its service wraps a `ToNext` to the stage after it.
 struct Stage {
     /// `None`: every event (`Node::layer`); else the events it wraps (`Node::layer_for`).
     pattern: Option<Pattern>,
@@ -83,7 +130,7 @@ impl Table {
     }
 }
 
-/// The node's handlers and middleware, shared by the node and the [`Next`] services inside
+/// The node's handlers and middleware, shared by the node and the `ToNext` services inside
 /// its stages.
 #[derive(Clone, Default)]
 pub(crate) struct Handlers {
@@ -117,7 +164,7 @@ impl Handlers {
     /// once.
     pub(crate) fn add_layer(&self, pattern: Option<Pattern>, layer: BoxLayer) {
         let mut table = self.table.write();
-        let next = Next {
+        let next = ToNext {
             table: Arc::downgrade(&self.table),
             from: table.stages.len() + 1,
         };
@@ -193,12 +240,12 @@ impl First {
 /// Carries a request from stage `from - 1` to the next stage that applies, or to the
 /// handler. Holds the table weakly: the table owns the stages that own this.
 #[derive(Clone)]
-struct Next {
+struct ToNext {
     table: Weak<RwLock<Table>>,
     from: usize,
 }
 
-impl Service<Request> for Next {
+impl Service<Request> for ToNext {
     type Response = Response;
     type Error = BoxError;
     type Future = BoxFuture<'static, Result<Response, BoxError>>;
@@ -259,6 +306,7 @@ async fn enter(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use super::{from_fn, from_fn_with_state, Next};
     use crate::handler::{boxed_layer, service_from_fn, to_remote, HandlerError};
     use crate::peer::NodeId;
     use bytes::Bytes;
@@ -435,6 +483,107 @@ mod tests {
         let (a, b) = tokio::join!(answer(&handlers, "one"), answer(&handlers, "two"));
         assert_eq!((a.as_deref(), b.as_deref()), (Some("done"), Some("done")));
         assert_eq!(most.load(Ordering::SeqCst), 1, "never two at once");
+    }
+
+    #[tokio::test]
+    async fn from_fn_passes_on_changes_the_request_and_its_answer() {
+        #[derive(Clone)]
+        struct Seen(&'static str);
+        let handlers = Handlers::default();
+        handlers.add_request(
+            Pattern::from("who"),
+            service_from_fn(|req: Request| async move {
+                Ok::<_, HandlerError>(req.extensions().get::<Seen>().map(|s| s.0))
+            }),
+        );
+        let layer = from_fn(|mut req: Request, next: Next| async move {
+            req.extensions_mut().insert(Seen("the middleware"));
+            let response = next.run(req).await?;
+            Ok::<_, BoxError>(response.with_meta("checked", "yes")?)
+        });
+        handlers.add_layer(None, boxed_layer(layer));
+        let response = handlers.call(request("who")).await.unwrap();
+        let seen: Option<String> = decode_value(response.payload()).unwrap();
+        assert_eq!(seen.as_deref(), Some("the middleware"));
+        assert_eq!(response.meta().get_str("checked"), Some("yes"));
+    }
+
+    #[tokio::test]
+    async fn from_fn_refuses_with_a_typed_error_and_the_handler_never_runs() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let handlers = Handlers::default();
+        let counter = Arc::clone(&ran);
+        handlers.add_request(
+            Pattern::from("guarded"),
+            service_from_fn(move |_req| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, HandlerError>("ran") }
+            }),
+        );
+        handlers.add_request(Pattern::from("open"), answering("open"));
+        let refuse = from_fn(|_req: Request, _next: Next| async move {
+            Err::<Response, _>(HandlerError::new("UNAUTHENTICATED", "who are you"))
+        });
+        handlers.add_layer(Some(Pattern::from("guarded")), boxed_layer(refuse));
+        let refused = to_remote(handlers.call(request("guarded")).await.unwrap_err());
+        assert_eq!(
+            (refused.code.as_str(), refused.message.as_str()),
+            ("UNAUTHENTICATED", "who are you")
+        );
+        assert!(
+            !refused.system,
+            "the middleware's refusal, not the framework's"
+        );
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        assert_eq!(answer(&handlers, "open").await.as_deref(), Some("open"));
+    }
+
+    #[tokio::test]
+    async fn from_fn_with_state_gives_every_call_the_same_state() {
+        let state = Arc::new(AtomicUsize::new(0));
+        let handlers = Handlers::default();
+        handlers.add_request(Pattern::from("count"), answering("ok"));
+        let layer = from_fn_with_state(
+            Arc::clone(&state),
+            |seen: Arc<AtomicUsize>, req: Request, next: Next| async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                next.run(req).await
+            },
+        );
+        handlers.add_layer(None, boxed_layer(layer));
+        for _ in 0..3 {
+            answer(&handlers, "count").await.unwrap();
+        }
+        assert_eq!(state.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_tick_refused_by_from_fn_runs_no_tick_handler() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let handlers = Handlers::default();
+        let counter = Arc::clone(&ran);
+        handlers.add_tick(
+            Pattern::from("job"),
+            Arc::new(move |_req: Request| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async {})
+            }),
+        );
+        let layer = from_fn(|req: Request, next: Next| async move {
+            if req.meta().get_str("tenant").is_none() {
+                return Err(HandlerError::new("UNAUTHENTICATED", "no tenant").into());
+            }
+            next.run(req).await
+        });
+        handlers.add_layer(None, boxed_layer(layer));
+        let tick = || Request::new_tick(NodeId::from("peer"), incoming("job"), Meta::new());
+        assert!(handlers.call(tick()).await.is_err());
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        let mut meta = Meta::new();
+        meta.insert("tenant", "acme").unwrap();
+        let allowed = Request::new_tick(NodeId::from("peer"), incoming("job"), meta);
+        handlers.call(allowed).await.unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

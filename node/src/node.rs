@@ -26,7 +26,7 @@ use crate::heartbeat::heartbeat_loop;
 use crate::inner::Inner;
 use crate::link::Link;
 use crate::options::Options;
-use crate::peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
+use crate::peer::{Direction, NodeId, PeerInfo, Scope};
 use crate::phase::Closed;
 use crate::upstream::ConnectOptions;
 
@@ -55,6 +55,10 @@ pub struct NodeStats {
     pub busy_refused: u64,
     /// Ticks dropped because the handlers were at their limit.
     pub ticks_dropped: u64,
+    /// Ticks a middleware refused (each also a rate-limited
+    /// [`NodeEvent::Error`](crate::NodeEvent::Error) from
+    /// [`ErrorSource::TickRefused`](crate::ErrorSource::TickRefused)).
+    pub ticks_refused: u64,
     /// Handler tasks running or waiting for a slot now.
     pub handlers_active: usize,
     /// Of those, the ones waiting for a slot.
@@ -67,6 +71,10 @@ pub struct NodeStats {
     /// Requests and ticks refused for their metadata (over
     /// [`Config::max_metadata`](crate::Config::max_metadata), or malformed).
     pub metadata_refused: u64,
+    /// Forwarding counters (all zero unless this node is a router).
+    pub router: RouterStats,
+    /// Whether [`close`](Node::close) has started (the node drains, or is past that).
+    pub closing: bool,
 }
 
 /// A zeronode node: binds at most one address, connects to any number of nodes, and talks to
@@ -254,60 +262,14 @@ impl Node {
         EventStream::new(self.inner.events.subscribe())
     }
 
-    /// Every joined peer.
-    pub fn peers(&self) -> Vec<PeerInfo> {
-        self.inner.state.lock().registry.infos()
+    /// The joined peers: all of them, one by id or address, the ones a filter selects.
+    pub fn peers(&self) -> Peers<'_> {
+        Peers { node: self }
     }
 
-    /// A joined peer by id (upstream preferred when joined both ways).
-    pub fn peer(&self, id: impl Into<NodeId>) -> Option<PeerInfo> {
-        let id = id.into();
-        self.peers()
-            .into_iter()
-            .filter(|p| p.id == id)
-            .min_by_key(|p| p.direction != Direction::Upstream)
-    }
-
-    /// The joined peers that `filter` selects in `scope`: the peers a `request_any` or
-    /// `tick_all` with the same filter and scope chooses among, one per node id (the
-    /// upstream entry when a node is joined both ways), in id order.
-    ///
-    /// ```no_run
-    /// # async fn show(node: node::Node) {
-    /// use node::{Filter, Scope};
-    /// for peer in node.peers_matching(&Filter::new().eq("region.zone", "a"), Scope::Both) {
-    ///     println!("{} in zone a", peer.id);
-    /// }
-    /// # }
-    /// ```
-    pub fn peers_matching(&self, filter: &Filter, scope: Scope) -> Vec<PeerInfo> {
-        self.inner
-            .state
-            .lock()
-            .registry
-            .matching(filter, scope)
-            .into_iter()
-            .map(|entry| entry.info())
-            .collect()
-    }
-
-    /// The upstream peer joined through the connection this node made to `address` (the
-    /// string given to [`connect`](Node::connect), compared as written: `tcp://localhost:5555`
-    /// is not `tcp://127.0.0.1:5555`).
-    ///
-    /// Only upstream peers have an address here: a downstream peer reaches us through our
-    /// bound socket, and ZeroMQ does not tell which address it connected from.
-    pub fn peer_by_address(&self, address: &str) -> Option<PeerInfo> {
-        self.inner
-            .state
-            .lock()
-            .registry
-            .all()
-            .find(|entry| match &**entry.link() {
-                Link::Up { client, .. } => client.endpoint() == address,
-                Link::Down { .. } => false,
-            })
-            .map(|entry| entry.info())
+    /// This node's CURVE keys: its public key, and the allow-list of client keys.
+    pub fn keys(&self) -> Keys<'_> {
+        Keys { node: self }
     }
 
     /// Binds `address` and starts serving the nodes that connect. A node binds at most one
@@ -395,28 +357,26 @@ impl Node {
         self.inner.connect(address, ConnectOptions::new()).await
     }
 
-    /// [`connect`](Self::connect) waiting at most `timeout` (instead of the node's
-    /// handshake timeout).
-    pub async fn connect_timeout(&self, address: &str, timeout: Duration) -> Result<PeerInfo> {
-        self.inner
-            .connect(address, ConnectOptions::new().timeout(timeout))
-            .await
-    }
-
-    /// Connects to a node secured with CURVE ([`NodeBuilder::curve`]) whose public key is
-    /// `server_key`, with this node's own key pair (which must be set: [`Error::NoKeys`]
-    /// otherwise). The connection is encrypted and both ends are authenticated by key.
+    /// [`connect`](Self::connect) with options: a timeout (instead of the node's handshake
+    /// timeout), a CURVE server key.
     ///
-    /// A refusal is [`Error::Refused`] at once: our key is not on the server's allow-list,
-    /// `server_key` is not the server's key, or the server is not a CURVE node. Like
-    /// [`connect`](Self::connect) otherwise.
-    pub async fn connect_secure(&self, address: &str, server_key: Key) -> Result<PeerInfo> {
-        self.inner
-            .connect(address, ConnectOptions::new().server_key(server_key))
-            .await
-    }
-
-    /// [`connect`](Self::connect) with options: a CURVE server key, a timeout.
+    /// ```no_run
+    /// # async fn example(node: node::Node, server_key: node::Key) -> node::Result<()> {
+    /// use std::time::Duration;
+    /// use node::ConnectOptions;
+    ///
+    /// let options = ConnectOptions::new()
+    ///     .timeout(Duration::from_secs(2))
+    ///     .server_key(server_key);
+    /// let peer = node.connect_with("tcp://10.0.0.7:5555", options).await?;
+    /// # let _ = peer;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// With a server key the connection is encrypted and both ends are authenticated by
+    /// key; this node's own key pair must be set ([`NodeBuilder::curve`]; [`Error::NoKeys`]
+    /// otherwise). A refusal is [`Error::Refused`] at once: our key is not on the server's
+    /// allow-list, the key is not the server's, or the server is not a CURVE node.
     pub async fn connect_with(&self, address: &str, options: ConnectOptions) -> Result<PeerInfo> {
         self.inner.connect(address, options).await
     }
@@ -424,11 +384,6 @@ impl Node {
     /// Drops the connection to `address`: the peer leaves (reason: local).
     pub async fn disconnect(&self, address: &str) -> Result<()> {
         self.inner.disconnect(address).await
-    }
-
-    /// Whether `close` has started (the node drains, or is past that).
-    pub fn is_closing(&self) -> bool {
-        self.inner.life.is_stopping()
     }
 
     /// Changes this node's options; joined peers receive them (their filters see the new
@@ -446,63 +401,8 @@ impl Node {
         Ok(())
     }
 
-    // ---- security --------------------------------------------------------------------
-
-    /// This node's CURVE public key (what connecting nodes pass to
-    /// [`connect_secure`](Self::connect_secure)), if it has a key pair.
-    pub fn public_key(&self) -> Option<Key> {
-        self.inner.config.curve.as_ref().map(|keys| keys.public)
-    }
-
-    /// The bound CURVE server: where the allow-list lives.
-    fn curve_server(&self) -> Result<Server> {
-        if self.inner.config.curve.is_none() {
-            return Err(Error::NoKeys);
-        }
-        self.inner
-            .server
-            .lock()
-            .clone()
-            .ok_or(Error::Bind("this node is not bound"))
-    }
-
-    /// From now on accept exactly these client keys (an empty list refuses everyone).
-    /// Nodes already joined with a key not on the new list are dropped, as by
-    /// [`revoke_key`](Self::revoke_key). Needs a bound CURVE node.
-    pub async fn allow_keys(&self, keys: impl IntoIterator<Item = Key>) -> Result<()> {
-        let keys: Vec<Key> = keys.into_iter().collect();
-        self.curve_server()?.allow_keys(keys.iter().copied())?;
-        self.drop_peers_keyed(|key| !keys.contains(key)).await;
-        Ok(())
-    }
-
-    /// Adds a client key to the allow-list (starting a list that holds only this key if
-    /// there was none). A node refused earlier can `connect_secure` again and get in.
-    pub async fn allow_key(&self, key: Key) -> Result<()> {
-        Ok(self.curve_server()?.allow_key(key)?)
-    }
-
-    /// Takes a client key off the allow-list: new connections with it are refused, and the
-    /// nodes joined with it are dropped now (they see the node leave; their attempt to
-    /// rejoin is refused with [`Error::Refused`]). Whether the key was on the list.
-    pub async fn revoke_key(&self, key: &Key) -> Result<bool> {
-        let was = self.curve_server()?.revoke_key(key)?;
-        self.drop_peers_keyed(|k| k == key).await;
-        Ok(was)
-    }
-
-    /// Drops the allow-list: any client that knows this node's public key may connect.
-    pub async fn allow_any_key(&self) -> Result<()> {
-        Ok(self.curve_server()?.allow_any_key()?)
-    }
-
-    /// The keys on the allow-list; `None` when any key is accepted.
-    pub fn allowed_keys(&self) -> Result<Option<Vec<Key>>> {
-        Ok(self.curve_server()?.allowed_keys()?)
-    }
-
     /// Drops the downstream peers whose key matches: goodbye sent, peer left (revoked).
-    async fn drop_peers_keyed(&self, matches: impl Fn(&Key) -> bool) {
+    pub(crate) async fn drop_peers_keyed(&self, matches: impl Fn(&Key) -> bool) {
         let dropped: Vec<(NodeId, Arc<Link>)> = self
             .inner
             .state
@@ -528,7 +428,8 @@ impl Node {
 
     /// Handles requests whose event matches `pattern` (a name, or a [`regex::Regex`]) with
     /// an async function. Its `Ok` value is sent back encoded as MessagePack; its
-    /// [`HandlerError`] as an error reply with the code and message.
+    /// [`HandlerError`] as an error reply with the code and message. Shared state (a store,
+    /// a pool, this node) is given once with [`with_state`](crate::with_state).
     pub fn on_request<P, F, Fut, R>(&self, pattern: P, handler: F)
     where
         P: Into<Pattern>,
@@ -579,7 +480,8 @@ impl Node {
     /// [`Request::is_tick`](crate::Request::is_tick)) goes through this one instance, so a
     /// `ConcurrencyLimitLayer::new(1)` lets one message at a time into the node, whatever
     /// its event. The layer is applied once, now; handlers and layers registered later
-    /// never rebuild it (its state is never reset). Layers added first run first.
+    /// never rebuild it (its state is never reset). Layers added first run first. An async
+    /// function is a layer too: [`middleware::from_fn`](crate::middleware::from_fn).
     pub fn layer<L>(&self, layer: L)
     where
         L: Layer<HandlerService> + Send + Sync + 'static,
@@ -607,35 +509,20 @@ impl Node {
             .add_layer(Some(pattern.into()), handler::boxed_layer(layer));
     }
 
-    /// Requests in flight from this node to `id`.
-    pub fn in_flight(&self, id: impl Into<NodeId>) -> usize {
-        self.peer(id).map_or(0, |p| p.in_flight)
-    }
-
-    /// Counters: what this node handled, refused and dropped.
+    /// Counters and state: what this node handled, refused and dropped, its router's
+    /// forwarding, whether it is closing.
     pub fn stats(&self) -> NodeStats {
-        self.inner.stats()
-    }
-
-    /// Forwarding counters (all zero unless this node is a router).
-    pub fn router_stats(&self) -> RouterStats {
         let r = &self.inner.routing;
-        RouterStats {
-            forwarded: r.forwarded.load(Ordering::Relaxed),
-            failed: r.failed.load(Ordering::Relaxed),
-            looped: r.looped.load(Ordering::Relaxed),
-            expired: r.expired.load(Ordering::Relaxed),
+        NodeStats {
+            router: RouterStats {
+                forwarded: r.forwarded.load(Ordering::Relaxed),
+                failed: r.failed.load(Ordering::Relaxed),
+                looped: r.looped.load(Ordering::Relaxed),
+                expired: r.expired.load(Ordering::Relaxed),
+            },
+            closing: self.inner.life.is_stopping(),
+            ..self.inner.stats()
         }
-    }
-
-    /// Whether this node is a router.
-    pub fn is_router(&self) -> bool {
-        self.inner.config.router
-    }
-
-    /// The strategy used by `*_any`.
-    pub fn strategy(&self) -> Strategy {
-        self.inner.config.strategy
     }
 
     /// Graceful close, in two steps.
@@ -658,5 +545,169 @@ impl Node {
     /// Idempotent: a second call waits for the first and returns the same report.
     pub async fn close(&self) -> Closed {
         self.inner.close().await
+    }
+}
+
+/// The joined peers of a node, read when asked (made by [`Node::peers`]).
+///
+/// ```no_run
+/// # async fn show(node: node::Node) {
+/// use node::{Filter, Scope};
+/// for peer in node.peers().matching(&Filter::new().eq("region.zone", "a"), Scope::Both) {
+///     println!("{} in zone a, {} requests waiting", peer.id, peer.in_flight);
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Peers<'a> {
+    node: &'a Node,
+}
+
+impl Peers<'_> {
+    /// Every joined peer (a node joined both ways is there twice, once per direction), by
+    /// id.
+    pub fn list(&self) -> Vec<PeerInfo> {
+        self.node.inner.state.lock().registry.infos()
+    }
+
+    /// How many joined peers (a node joined both ways counts twice).
+    pub fn len(&self) -> usize {
+        self.node.inner.state.lock().registry.all().count()
+    }
+
+    /// Whether no peer is joined.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A joined peer by id (upstream preferred when joined both ways).
+    pub fn get(&self, id: impl Into<NodeId>) -> Option<PeerInfo> {
+        let id = id.into();
+        self.list()
+            .into_iter()
+            .filter(|p| p.id == id)
+            .min_by_key(|p| p.direction != Direction::Upstream)
+    }
+
+    /// The joined peers that `filter` selects in `scope`: the peers a call to
+    /// `Target::any(filter).scope(scope)` picks among and a tick to `Target::all` reaches,
+    /// one per node id (the upstream entry when a node is joined both ways), in id order.
+    pub fn matching(&self, filter: &Filter, scope: Scope) -> Vec<PeerInfo> {
+        self.node
+            .inner
+            .state
+            .lock()
+            .registry
+            .matching(filter, scope)
+            .into_iter()
+            .map(|entry| entry.info())
+            .collect()
+    }
+
+    /// The upstream peer joined through the connection this node made to `address` (the
+    /// string given to [`connect`](Node::connect), compared as written: `tcp://localhost:5555`
+    /// is not `tcp://127.0.0.1:5555`).
+    ///
+    /// Only upstream peers have an address here: a downstream peer reaches us through our
+    /// bound socket, and ZeroMQ does not tell which address it connected from.
+    pub fn by_address(&self, address: &str) -> Option<PeerInfo> {
+        self.node
+            .inner
+            .state
+            .lock()
+            .registry
+            .all()
+            .find(|entry| match &**entry.link() {
+                Link::Up { client, .. } => client.endpoint() == address,
+                Link::Down { .. } => false,
+            })
+            .map(|entry| entry.info())
+    }
+}
+
+/// Every joined peer, as [`list`](Peers::list).
+impl IntoIterator for Peers<'_> {
+    type Item = PeerInfo;
+    type IntoIter = std::vec::IntoIter<PeerInfo>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.list().into_iter()
+    }
+}
+
+/// A node's CURVE keys (made by [`Node::keys`]): its public key, and the allow-list of the
+/// client keys its bound socket accepts. The allow-list needs a bound node with a key pair
+/// ([`NodeBuilder::curve`]): [`Error::NoKeys`] or [`Error::Bind`] otherwise.
+///
+/// ```no_run
+/// # async fn example(server: node::Node, client_key: node::Key) -> node::Result<()> {
+/// server.keys().allow(client_key).await?;
+/// // ... later: the client's connections are dropped, and refused from now on.
+/// server.keys().revoke(&client_key).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Keys<'a> {
+    node: &'a Node,
+}
+
+impl Keys<'_> {
+    /// This node's CURVE public key (what connecting nodes give as the server key in
+    /// [`ConnectOptions::server_key`]), if it has a key pair.
+    pub fn public(&self) -> Option<Key> {
+        self.node
+            .inner
+            .config
+            .curve
+            .as_ref()
+            .map(|keys| keys.public)
+    }
+
+    /// The bound CURVE server: where the allow-list lives.
+    fn server(&self) -> Result<Server> {
+        let inner = &self.node.inner;
+        if inner.config.curve.is_none() {
+            return Err(Error::NoKeys);
+        }
+        inner
+            .server
+            .lock()
+            .clone()
+            .ok_or(Error::Bind("this node is not bound"))
+    }
+
+    /// From now on accept exactly these client keys (an empty list refuses everyone).
+    /// Nodes already joined with a key not on the new list are dropped, as by
+    /// [`revoke`](Self::revoke).
+    pub async fn allow_only(&self, keys: impl IntoIterator<Item = Key>) -> Result<()> {
+        let keys: Vec<Key> = keys.into_iter().collect();
+        self.server()?.allow_keys(keys.iter().copied())?;
+        self.node.drop_peers_keyed(|key| !keys.contains(key)).await;
+        Ok(())
+    }
+
+    /// Adds a client key to the allow-list (starting a list that holds only this key if
+    /// there was none). A node refused earlier can connect again and get in.
+    pub async fn allow(&self, key: Key) -> Result<()> {
+        Ok(self.server()?.allow_key(key)?)
+    }
+
+    /// Takes a client key off the allow-list: new connections with it are refused, and the
+    /// nodes joined with it are dropped now (they see the node leave; their attempt to
+    /// rejoin is refused with [`Error::Refused`]). Whether the key was on the list.
+    pub async fn revoke(&self, key: &Key) -> Result<bool> {
+        let was = self.server()?.revoke_key(key)?;
+        self.node.drop_peers_keyed(|k| k == key).await;
+        Ok(was)
+    }
+
+    /// Drops the allow-list: any client that knows this node's public key may connect.
+    pub async fn allow_any(&self) -> Result<()> {
+        Ok(self.server()?.allow_any_key()?)
+    }
+
+    /// The keys on the allow-list; `None` when any key is accepted.
+    pub fn allowed(&self) -> Result<Option<Vec<Key>>> {
+        Ok(self.server()?.allowed_keys()?)
     }
 }

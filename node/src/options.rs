@@ -27,7 +27,131 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 /// The options a node advertises, by key. Sorted, so they encode the same way every time.
-pub type Options = BTreeMap<String, Value>;
+///
+/// A map (it dereferences to a `BTreeMap<String, Value>`: `get`, `insert`, `iter`,
+/// `opts["key"]`) that shows as a person would type it (`{role: worker, load: 3}`), the way
+/// [`Value`] shows.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Options(BTreeMap<String, Value>);
+
+/// As the map it wraps: `{"role": String("worker")}`.
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Options {
+    /// No options.
+    pub fn new() -> Options {
+        Options::default()
+    }
+
+    /// The map itself.
+    pub fn into_inner(self) -> BTreeMap<String, Value> {
+        self.0
+    }
+}
+
+impl std::ops::Deref for Options {
+    type Target = BTreeMap<String, Value>;
+
+    fn deref(&self) -> &BTreeMap<String, Value> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Options {
+    fn deref_mut(&mut self) -> &mut BTreeMap<String, Value> {
+        &mut self.0
+    }
+}
+
+impl From<BTreeMap<String, Value>> for Options {
+    fn from(map: BTreeMap<String, Value>) -> Options {
+        Options(map)
+    }
+}
+
+/// `Options::from([("role", "worker")])`, as for a `BTreeMap`.
+impl<K: Into<String>, V: Into<Value>, const N: usize> From<[(K, V); N]> for Options {
+    fn from(pairs: [(K, V); N]) -> Options {
+        pairs.into_iter().collect()
+    }
+}
+
+impl From<Options> for BTreeMap<String, Value> {
+    fn from(options: Options) -> BTreeMap<String, Value> {
+        options.0
+    }
+}
+
+impl<K: Into<String>, V: Into<Value>> FromIterator<(K, V)> for Options {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Options {
+        Options(
+            iter.into_iter()
+                .map(|(key, value)| (key.into(), value.into()))
+                .collect(),
+        )
+    }
+}
+
+impl<K: Into<String>, V: Into<Value>> Extend<(K, V)> for Options {
+    fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
+        self.0.extend(
+            iter.into_iter()
+                .map(|(key, value)| (key.into(), value.into())),
+        );
+    }
+}
+
+impl IntoIterator for Options {
+    type Item = (String, Value);
+    type IntoIter = std::collections::btree_map::IntoIter<String, Value>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Options {
+    type Item = (&'a String, &'a Value);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, Value>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl std::ops::Index<&str> for Options {
+    type Output = Value;
+
+    /// The value under `key`; panics when there is none, as a `BTreeMap` does.
+    fn index(&self, key: &str) -> &Value {
+        &self.0[key]
+    }
+}
+
+/// Shows the options as a person would type them: `{load: 3, role: worker}` (sorted by
+/// key, each value as [`Value`] shows it), `{}` when there are none.
+impl fmt::Display for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_map(f, &self.0)
+    }
+}
+
+/// Writes `{k: v, ..}`: options and nested maps show the same way.
+fn write_map(f: &mut fmt::Formatter<'_>, map: &BTreeMap<String, Value>) -> fmt::Result {
+    f.write_str("{")?;
+    for (i, (key, item)) in map.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{key}: {item}")?;
+    }
+    f.write_str("}")
+}
 
 /// Builds [`Options`] from `(key, value)` pairs; a later pair replaces an earlier one.
 ///
@@ -71,7 +195,7 @@ pub enum Value {
     List(Vec<Value>),
     /// Nested options: key to value, sorted (a JavaScript object). Filters reach inside
     /// with dotted keys: `"region.zone"` selects `zone` in the map under `region`.
-    Map(BTreeMap<String, Value>),
+    Map(Options),
     /// No value (JavaScript's `null`). A filter treats a key holding `null` as missing,
     /// as the JavaScript zeronode does.
     Null,
@@ -133,7 +257,7 @@ impl Value {
     /// let region = Value::Map(options([("zone", "a")]));
     /// assert_eq!(region.as_map().and_then(|m| m.get("zone")), Some(&Value::from("a")));
     /// ```
-    pub fn as_map(&self) -> Option<&BTreeMap<String, Value>> {
+    pub fn as_map(&self) -> Option<&Options> {
         match self {
             Value::Map(map) => Some(map),
             _ => None,
@@ -186,16 +310,7 @@ impl fmt::Display for Value {
                 }
                 f.write_str("]")
             }
-            Value::Map(map) => {
-                f.write_str("{")?;
-                for (i, (key, item)) in map.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "{key}: {item}")?;
-                }
-                f.write_str("}")
-            }
+            Value::Map(map) => write_map(f, &map.0),
             Value::Null => f.write_str("null"),
         }
     }
@@ -213,7 +328,23 @@ macro_rules! from_lossless {
 
 from_lossless!(Bool as bool: bool);
 from_lossless!(Int as i64: i8, i16, i32, i64, u8, u16, u32);
+// f32 to f64 is exact: every f32 (infinities and NaN included) is an f64.
 from_lossless!(Float as f64: f32, f64);
+
+macro_rules! from_unsigned {
+    ($($source:ty),+) => {$(
+        /// An `Int` when it fits in an `i64`; above `i64::MAX` a `Float`, rounded to the
+        /// nearest `f64` (exact up to 2^53, as JavaScript's numbers): the same rule a
+        /// value decoded from a peer follows.
+        impl From<$source> for Value {
+            fn from(v: $source) -> Self {
+                i64::try_from(v).map_or(Value::Float(v as f64), Value::Int)
+            }
+        }
+    )+};
+}
+
+from_unsigned!(u64, usize);
 
 impl From<&str> for Value {
     fn from(v: &str) -> Self {
@@ -229,6 +360,13 @@ impl From<String> for Value {
 
 impl From<BTreeMap<String, Value>> for Value {
     fn from(v: BTreeMap<String, Value>) -> Self {
+        Value::Map(Options(v))
+    }
+}
+
+/// Nested options: a `Map`.
+impl From<Options> for Value {
+    fn from(v: Options) -> Self {
         Value::Map(v)
     }
 }
@@ -352,7 +490,7 @@ impl<'de> Visitor<'de> for ValueVisitor {
             // A repeated key: the last one wins, as in a JavaScript object literal.
             map.insert(key, value);
         }
-        Ok(Value::Map(map))
+        Ok(Value::Map(Options(map)))
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
@@ -389,6 +527,56 @@ mod tests {
         assert_eq!(
             ["a", "b"].into_iter().collect::<Value>(),
             Value::from(vec!["a", "b"])
+        );
+    }
+
+    #[test]
+    fn unsigned_and_f32_values_and_what_happens_past_the_range() {
+        assert_eq!(Value::from(3usize), Value::Int(3));
+        assert_eq!(Value::from(7u64), Value::Int(7));
+        assert_eq!(Value::from(i64::MAX as u64), Value::Int(i64::MAX));
+        // Past i64::MAX: a Float, the nearest f64 (2^63 here), as a peer's u64 decodes.
+        assert_eq!(
+            Value::from(i64::MAX as u64 + 1),
+            Value::Float(9.223_372_036_854_776e18)
+        );
+        assert_eq!(Value::from(u64::MAX), Value::Float(u64::MAX as f64));
+        assert_eq!(Value::from(usize::MAX).as_f64(), Some(usize::MAX as f64));
+        let decoded: Value = rmp_serde::from_slice(&rmp_serde::to_vec(&u64::MAX).unwrap()).unwrap();
+        assert_eq!(
+            Value::from(u64::MAX),
+            decoded,
+            "the same rule as a decoded value"
+        );
+        // f32 widens exactly; its extremes stay what they are.
+        assert_eq!(Value::from(0.5f32), Value::Float(0.5));
+        assert_eq!(Value::from(f32::MAX), Value::Float(f64::from(f32::MAX)));
+        assert_eq!(Value::from(f32::INFINITY), Value::Float(f64::INFINITY));
+        assert!(matches!(Value::from(f32::NAN), Value::Float(x) if x.is_nan()));
+    }
+
+    #[test]
+    fn options_show_as_typed_and_work_as_a_map() {
+        let mut opts = options([("role", Value::from("worker")), ("load", Value::from(3))]);
+        assert_eq!(opts.to_string(), "{load: 3, role: worker}");
+        opts.insert(
+            "region".into(),
+            Value::from(Options::from([("zone", "eu-1")])),
+        );
+        assert_eq!(
+            opts.to_string(),
+            "{load: 3, region: {zone: eu-1}, role: worker}"
+        );
+        assert_eq!(Options::new().to_string(), "{}");
+        assert_eq!(opts["load"], Value::Int(3));
+        assert_eq!(opts.get("role").and_then(Value::as_str), Some("worker"));
+        let keys: Vec<&String> = (&opts).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["load", "region", "role"]);
+        // Same wire shape as the map it wraps.
+        let map: BTreeMap<String, Value> = opts.clone().into_inner();
+        assert_eq!(
+            rmp_serde::to_vec(&opts).unwrap(),
+            rmp_serde::to_vec(&map).unwrap()
         );
     }
 

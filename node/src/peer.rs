@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 
 use crate::filter::{Filter, SelectionKey};
 use crate::options::Options;
@@ -325,9 +326,13 @@ pub(crate) struct PeerWork {
     /// Its jobs waiting in its lane (changed under the runtime's lanes' lock; read without
     /// it, so that a peer with nothing waiting takes no lock for a slot).
     pub(crate) queued: AtomicUsize,
-    /// Why its jobs stop, once they must: `RUNNING`, or a [`Stop`] as a number.
-    stop: std::sync::atomic::AtomicU8,
-    notify: tokio::sync::Notify,
+    /// Cancelled when its jobs must stop: by [`cancel`](Self::cancel) (the peer left), or
+    /// with the node's token, of which it is a child (the close grace ran out).
+    stop: CancellationToken,
+    /// Why, when this peer's work was stopped on its own (it left, or another connection
+    /// took its id over); unset when only the node's token was cancelled (the close grace).
+    /// Set before `stop` is cancelled, so a job woken by it reads it.
+    why: std::sync::OnceLock<Stop>,
     /// The largest payload the peer accepts (its handshake said): a larger answer is not
     /// sent (its socket would drop the connection for it) but refused with a typed error.
     /// Atomic: a new handshake on the same connection keeps the work and may change it.
@@ -341,25 +346,27 @@ pub(crate) enum Stop {
     Left,
     /// Our close grace ran out: the peer is still there and is told.
     Grace,
+    /// Another connection joined with the peer's id: the old connection's answers would
+    /// go to a connection its peer no longer reads.
+    Replaced,
 }
 
-const RUNNING: u8 = 0;
-
 impl Default for PeerWork {
-    /// No limit of its own (the receiving protocol still checks).
+    /// No limit of its own (the receiving protocol still checks), under no node.
     fn default() -> PeerWork {
-        PeerWork::new(usize::MAX)
+        PeerWork::new(usize::MAX, &CancellationToken::new())
     }
 }
 
 impl PeerWork {
-    /// The work of a peer that accepts payloads up to `limit` bytes.
-    pub(crate) fn new(limit: usize) -> PeerWork {
+    /// The work of a peer that accepts payloads up to `limit` bytes; it stops too when
+    /// `node` (the node's close-grace token) is cancelled.
+    pub(crate) fn new(limit: usize, node: &CancellationToken) -> PeerWork {
         PeerWork {
             running: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
-            stop: std::sync::atomic::AtomicU8::new(RUNNING),
-            notify: tokio::sync::Notify::new(),
+            stop: node.child_token(),
+            why: std::sync::OnceLock::new(),
             limit: AtomicUsize::new(limit),
         }
     }
@@ -381,33 +388,15 @@ impl PeerWork {
 
     /// Every job of the peer stops for `why` (the first reason given stays).
     pub(crate) fn stop_for(&self, why: Stop) {
-        let code = match why {
-            Stop::Left => 1,
-            Stop::Grace => 2,
-        };
-        let _ = self
-            .stop
-            .compare_exchange(RUNNING, code, Ordering::AcqRel, Ordering::Acquire);
-        self.notify.notify_waiters();
-    }
-
-    fn stopped(&self) -> Option<Stop> {
-        match self.stop.load(Ordering::Acquire) {
-            RUNNING => None,
-            2 => Some(Stop::Grace),
-            _ => Some(Stop::Left),
-        }
+        let _ = self.why.set(why);
+        self.stop.cancel();
     }
 
     /// Resolves once the peer's jobs must stop, with why.
     pub(crate) async fn gone(&self) -> Stop {
-        loop {
-            let notified = self.notify.notified();
-            if let Some(why) = self.stopped() {
-                return why;
-            }
-            notified.await;
-        }
+        self.stop.cancelled().await;
+        // Cancelled with no reason of its own: through the node's token.
+        self.why.get().copied().unwrap_or(Stop::Grace)
     }
 }
 

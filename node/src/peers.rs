@@ -48,7 +48,7 @@ impl State {
             } = &**old.link()
             {
                 if old_route != &route {
-                    old.work.cancel();
+                    old.work.stop_for(crate::peer::Stop::Replaced);
                     old.link().fail_pending();
                 }
                 self.routes.remove(old_route);

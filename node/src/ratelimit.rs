@@ -144,7 +144,7 @@ fn summary_event(source: ErrorSource, told: Suppressed) -> NodeEvent {
 /// How many error events each [`ErrorSource`] may make: hostile peers can cause them at
 /// the rate they send, so past a burst they are counted, and one event tells the count.
 pub(crate) struct Reports {
-    limits: [Arc<Mutex<RateLimit>>; 3],
+    limits: [Arc<Mutex<RateLimit>>; 4],
 }
 
 impl Default for Reports {
@@ -172,6 +172,7 @@ impl Reports {
             ErrorSource::Handshake => 0,
             ErrorSource::Peer => 1,
             ErrorSource::Send => 2,
+            ErrorSource::TickRefused => 3,
         }];
         let (verdict, first_held, due) = {
             let mut limit = limit.lock();

@@ -3,7 +3,7 @@
 //!
 //! At most once: a router answers with typed outcomes, never by reading the user's error
 //! codes. Its own failures are system errors (`RemoteError::system`) with the codes of
-//! `forward::code`; a leaf's error reply is passed back as it came (a handler's error
+//! `codes::route`; a leaf's error reply is passed back as it came (a handler's error
 //! stays a handler's error, whatever its code). The origin tries another router only when
 //! [`forward::retry_elsewhere`] says the message provably reached no handler.
 
@@ -15,13 +15,14 @@ use bytes::Bytes;
 use protocol::{decode_value, encode_value, Answer, Incoming, Meta, MetaValue, RemoteError};
 use tokio::time::Instant;
 
+use crate::codes::route as code;
+use crate::codes::system::{BAD_FORWARD, DEADLINE_EXCEEDED, NO_HANDLER};
 use crate::context::Outgoing;
 use crate::drain::pick_again;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::forward::{
-    code, hop_budget, retry_elsewhere, undelivered, Action, Admission, Destination, Forward,
-    FORWARD,
+    hop_budget, retry_elsewhere, undelivered, Action, Admission, Destination, Forward, FORWARD,
 };
 use crate::handler::{Route, ROUTE};
 use crate::inner::{millis, Inner};
@@ -52,7 +53,9 @@ impl Inner {
         let to = match target {
             Target::Id(id) => Destination::Id(id.clone()),
             // A predicate (Rust code) cannot travel: refused at once.
-            Target::Any(filter, scope) => Destination::Filter(filter.to_spec()?, *scope),
+            Target::Any(filter, scope) | Target::All(filter, scope) => {
+                Destination::Filter(filter.to_spec()?, *scope)
+            }
         };
         let forward = Forward {
             id: rand::random(),
@@ -132,7 +135,7 @@ impl Inner {
                 }
                 Err(protocol::Error::NoHandler { event }) => {
                     return Err(RemoteError::system_error(
-                        RemoteError::NO_HANDLER,
+                        NO_HANDLER,
                         format!("no handler for {event:?}"),
                     ))
                 }
@@ -173,9 +176,9 @@ impl Inner {
         let header = received
             .meta
             .get(FORWARD_KEY)
-            .ok_or_else(|| RemoteError::system_error("BAD_FORWARD", "no forward header"))?;
+            .ok_or_else(|| RemoteError::system_error(BAD_FORWARD, "no forward header"))?;
         let forward: Forward = decode_value(header.as_bytes())
-            .map_err(|e| RemoteError::system_error("BAD_FORWARD", e.to_string()))?;
+            .map_err(|e| RemoteError::system_error(BAD_FORWARD, e.to_string()))?;
         let mut user = received.meta.user_only();
         // Every hop from here carries the trace on under this router's span.
         crate::trace::inject(&mut user);
@@ -313,12 +316,12 @@ impl Inner {
         } = hop;
         let Destination::Filter(spec, scope) = &forward.to else {
             return Err(RemoteError::system_error(
-                "BAD_FORWARD",
+                BAD_FORWARD,
                 "tick_all needs a filter",
             ));
         };
         let filter = Filter::from_spec(spec.clone())
-            .map_err(|e| RemoteError::system_error("BAD_FORWARD", e.to_string()))?;
+            .map_err(|e| RemoteError::system_error(BAD_FORWARD, e.to_string()))?;
         let links: Vec<Arc<Link>> = self
             .state
             .lock()
@@ -376,7 +379,7 @@ impl Inner {
             Destination::Id(id) => state.registry.route(id),
             Destination::Filter(spec, scope) => {
                 let filter = Filter::from_spec(spec.clone())
-                    .map_err(|e| RemoteError::system_error("BAD_FORWARD", e.to_string()))?;
+                    .map_err(|e| RemoteError::system_error(BAD_FORWARD, e.to_string()))?;
                 state.registry.pick_except(
                     &filter,
                     *scope,
@@ -429,7 +432,7 @@ pub(crate) fn hop_error(error: protocol::Error) -> RemoteError {
             RemoteError::system_error(code::TIMEOUT, "no answer in time")
         }
         protocol::Error::NoHandler { event } => {
-            RemoteError::system_error(RemoteError::NO_HANDLER, format!("no handler for {event:?}"))
+            RemoteError::system_error(NO_HANDLER, format!("no handler for {event:?}"))
         }
         protocol::Error::ConnectionLost => {
             RemoteError::system_error(code::PEER_LEFT, "the node left before answering")
@@ -454,10 +457,10 @@ pub(crate) fn forward_error(
         code::NOT_FOUND => Error::NodeNotFound {
             id: match target {
                 Target::Id(id) => id.to_string(),
-                Target::Any(..) => remote.message,
+                Target::Any(..) | Target::All(..) => remote.message,
             },
         },
-        code::TIMEOUT | crate::codes::DEADLINE_EXCEEDED => Error::Timeout {
+        code::TIMEOUT | DEADLINE_EXCEEDED => Error::Timeout {
             event: event.to_owned(),
             timeout,
         },
@@ -465,7 +468,7 @@ pub(crate) fn forward_error(
             reason: remote.message,
         },
         code::PEER_LEFT => Error::PeerLeft { id: remote.message },
-        RemoteError::NO_HANDLER => Error::NoHandler {
+        NO_HANDLER => Error::NoHandler {
             event: event.to_owned(),
         },
         _ => Error::from_remote(remote),

@@ -32,13 +32,17 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use parking_lot::Mutex;
-use protocol::{Answer, Incoming, Meta, RemoteError, Responder};
+use protocol::{Answer, Incoming, Limit, Meta, RemoteError, Responder};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use crate::codes::{BUSY, CANCELLED, DEADLINE_EXCEEDED};
+use crate::codes::system::{
+    BUSY, CANCELLED, DEADLINE_EXCEEDED, PANICKED, PAYLOAD_TOO_LARGE, SHUTTING_DOWN,
+};
 use crate::config::{BusyPolicy, Config};
 use crate::context::{self, Context, Expiry};
+use crate::events::ErrorSource;
 use crate::fair::{self, Bounds, Full, Lanes, Slot};
 use crate::handler::{to_remote, Request};
 use crate::middleware::First;
@@ -63,6 +67,8 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn runtime(&self) -> &Runtime;
     /// The per-request hooks and metrics.
     fn observers(&self) -> &Observers;
+    /// Reports an error as an event, rate-limited (a tick the middleware refused).
+    fn report(&self, source: ErrorSource, message: String);
     /// Runs a forward (a request a router passes on) to its answer.
     fn forward(
         self: Arc<Self>,
@@ -153,10 +159,15 @@ pub(crate) struct Runtime {
     pool: Arc<Runners<Job>>,
     /// Ticks dropped at the limit.
     pub(crate) ticks_dropped: AtomicU64,
+    /// Ticks a middleware refused.
+    pub(crate) ticks_refused: AtomicU64,
     /// Jobs stopped because their peer left.
     pub(crate) cancelled: AtomicU64,
     /// Requests not run, or stopped, because their deadline passed.
     pub(crate) expired: AtomicU64,
+    /// Cancelled when the close grace runs out: every peer's work token is its child
+    /// (`PeerWork::new`), so all handlers stop at once, for [`Stop::Grace`].
+    stopping: CancellationToken,
 }
 
 impl Runtime {
@@ -182,8 +193,10 @@ impl Runtime {
             answered: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             ticks_dropped: AtomicU64::new(0),
+            ticks_refused: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             expired: AtomicU64::new(0),
+            stopping: CancellationToken::new(),
             pool: Runners::new(),
         }
     }
@@ -297,6 +310,29 @@ impl Runtime {
     #[cfg(test)]
     fn lanes(&self) -> usize {
         self.lanes.lock().lanes()
+    }
+
+    /// The refusal of a request whose share `full` was: its bound as data.
+    fn busy(&self, full: Full) -> RemoteError {
+        let (max, per_peer) = match full {
+            Full::Node => (self.max, false),
+            Full::Peer => (self.per_peer, true),
+        };
+        RemoteError::system_error(BUSY, full.message()).with_limit(Limit::Handlers {
+            max: max as u64,
+            per_peer,
+        })
+    }
+
+    /// The node's token, parent of every peer's work token.
+    pub(crate) fn stopping(&self) -> &CancellationToken {
+        &self.stopping
+    }
+
+    /// The close grace ran out: every handler stops, and its caller is told
+    /// (`CANCELLED`).
+    pub(crate) fn stop_all(&self) {
+        self.stopping.cancel();
     }
 
     /// Handler tasks running or queued now.
@@ -459,9 +495,13 @@ pub(crate) fn fitting(
                 "answer over the requester's limit refused"
             );
             Err(RemoteError::system_error(
-                RemoteError::PAYLOAD_TOO_LARGE,
-                format!("{} {limit}", answer.payload.len()),
-            ))
+                PAYLOAD_TOO_LARGE,
+                "the answer is over the requester's limit",
+            )
+            .with_limit(Limit::Payload {
+                size: answer.payload.len() as u64,
+                max: limit as u64,
+            }))
         }
         answer => answer,
     }
@@ -517,16 +557,24 @@ async fn handle(
 }
 
 /// The tick handlers for a user tick, through the middleware, as a handler job runs them.
+/// A tick the middleware refuses is counted and reported.
 async fn handle_tick(
-    node: &NodeId,
+    node: &dyn Host,
     from: NodeId,
     incoming: Incoming,
     meta: Meta,
     first: First,
 ) -> bool {
     let event = incoming.event().to_owned();
+    let sender = from.clone();
     if let Err(error) = first.run(Request::new_tick(from, incoming, meta)).await {
-        tracing::debug!(node = %node, %event, cause = %error, "tick refused by its middleware");
+        let runtime = node.runtime();
+        tracing::debug!(node = %runtime.node, %event, cause = %error, "tick refused by its middleware");
+        runtime.ticks_refused.fetch_add(1, Ordering::Relaxed);
+        node.report(
+            ErrorSource::TickRefused,
+            format!("tick {event:?} from {sender} refused: {error}"),
+        );
         return false;
     }
     true
@@ -576,8 +624,8 @@ async fn run_job(job: Job) {
             }
             let (node, peer) = (&work.node, &work.peer);
             let runtime = node.runtime();
-            let handled = AssertUnwindSafe(handle_tick(&runtime.node, from, incoming, meta, first))
-                .catch_unwind();
+            let handled =
+                AssertUnwindSafe(handle_tick(&**node, from, incoming, meta, first)).catch_unwind();
             let outcome = tokio::select! {
                 biased;
                 result = handled => match result {
@@ -616,11 +664,13 @@ async fn run_request(
     let passed = match work.slot_before(deadline, Some(received.arrived)).await {
         Waited::AtOnce => deadline.is_some_and(|deadline| deadline <= received.arrived),
         Waited::Slot => deadline.is_some_and(|deadline| deadline <= Instant::now()),
-        Waited::Stopped(Stop::Left) => return Outcome::Cancelled,
+        // Nothing ran and the answer would go nowhere: counted (`NodeStats`) and seen by
+        // hooks and metrics as `Outcome::Cancelled`.
+        Waited::Stopped(Stop::Left | Stop::Replaced) => return Outcome::Cancelled,
         // The close grace ran out before it had a slot: nothing ran, it may go elsewhere.
         Waited::Stopped(Stop::Grace) => {
             responder.answer(Err(RemoteError::system_error(
-                RemoteError::SHUTTING_DOWN,
+                SHUTTING_DOWN,
                 "the node closed before the request had a handler slot",
             )));
             return Outcome::Cancelled;
@@ -649,7 +699,7 @@ async fn run_request(
         result = handled => {
             let result = result.unwrap_or_else(|_| {
                 tracing::error!(node = %runtime.node, "request handler panicked");
-                Err(RemoteError::handler("the handler panicked"))
+                Err(RemoteError::system_error(PANICKED, "the handler panicked"))
             });
             runtime.answered.fetch_add(1, Ordering::Relaxed);
             let outcome = match &result {
@@ -698,7 +748,7 @@ impl Runtime {
             Admitted::Queued(waiter) => Hold::Waiting(waiter),
             Admitted::Refused(full) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
-                responder.answer(Err(RemoteError::system_error(BUSY, full.message())));
+                responder.answer(Err(self.busy(full)));
                 return;
             }
         };

@@ -6,17 +6,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use protocol::Answer;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::codes::DEADLINE_EXCEEDED;
+use crate::call::{FromReply, Sent};
+use crate::codes::system::{DEADLINE_EXCEEDED, NOT_JOINED};
 use crate::context::Outgoing;
 use crate::drain::pick_again;
 use crate::error::{Error, Result};
 use crate::events::LeaveReason;
 use crate::filter::Filter;
 use crate::forward::Action;
-use crate::handshake::NOT_JOINED;
 use crate::link::{Link, Target};
 use crate::node::Node;
 use crate::peer::{NodeId, Reach, Scope};
@@ -57,45 +56,27 @@ impl crate::inner::Inner {
 }
 
 impl Node {
-    /// Sends a request and decodes the reply, with the default timeout.
+    /// Sends a request and decodes the reply (or keeps it whole: `R` = [`Reply`]), with the
+    /// node's default timeout and no metadata: `node.call(to, event).send(data)`, where
+    /// [`Call`](crate::Call) sets those. `to` is an id or a filter (one match).
+    ///
+    /// [`Reply`]: crate::Reply
     pub async fn request<T, R>(&self, to: impl Into<Target>, event: &str, data: &T) -> Result<R>
     where
         T: Serialize + ?Sized,
-        R: DeserializeOwned,
+        R: FromReply,
     {
-        let timeout = self.inner.config.request_timeout;
-        self.request_timeout(to, event, data, timeout).await
+        self.call(to, event).send(data).await
     }
 
-    /// Sends a request with its own timeout and decodes the reply.
-    pub async fn request_timeout<T, R>(
-        &self,
-        to: impl Into<Target>,
-        event: &str,
-        data: &T,
-        timeout: Duration,
-    ) -> Result<R>
+    /// Sends a tick (fire and forget) where `to` says: an id or one match of a filter, or
+    /// every match of [`Target::all`]; how many nodes it was sent to:
+    /// `node.call(to, event).tick(data)`.
+    pub async fn tick<T>(&self, to: impl Into<Target>, event: &str, data: &T) -> Result<Sent>
     where
         T: Serialize + ?Sized,
-        R: DeserializeOwned,
     {
-        self.call(to, event).timeout(timeout).send(data).await
-    }
-
-    /// Sends a request with a raw payload (passed through untouched) and returns the raw
-    /// reply. A payload over the receiver's limit (its handshake says it) is
-    /// [`Error::PayloadTooLarge`] at once, nothing sent.
-    pub async fn request_raw(
-        &self,
-        to: impl Into<Target>,
-        event: &str,
-        payload: Bytes,
-        timeout: Duration,
-    ) -> Result<Bytes> {
-        self.call(to, event)
-            .timeout(timeout)
-            .send_raw(payload)
-            .await
+        self.call(to, event).tick(data).await
     }
 
     /// Sends a request as `outgoing` says (see [`Call`](crate::Call)).
@@ -108,6 +89,11 @@ impl Node {
     ) -> Result<Answer> {
         if self.inner.life.is_closing() {
             return Err(Error::Closed);
+        }
+        if let Target::All(..) = target {
+            return Err(Error::InvalidTarget {
+                reason: "a request has one reply: to all matches, gather",
+            });
         }
         let timeout = outgoing.timeout;
         let by_filter = matches!(target, Target::Any(..));
@@ -167,35 +153,6 @@ impl Node {
         }
     }
 
-    /// Sends a request to one node matching `filter` in `scope`, picked by the strategy.
-    pub async fn request_any<T, R>(
-        &self,
-        filter: &Filter,
-        scope: Scope,
-        event: &str,
-        data: &T,
-    ) -> Result<R>
-    where
-        T: Serialize + ?Sized,
-        R: DeserializeOwned,
-    {
-        self.request(Target::Any(filter.clone(), scope), event, data)
-            .await
-    }
-
-    /// Sends a tick (fire and forget).
-    pub async fn tick<T>(&self, to: impl Into<Target>, event: &str, data: &T) -> Result<()>
-    where
-        T: Serialize + ?Sized,
-    {
-        self.call(to, event).tick(data).await
-    }
-
-    /// Sends a tick with a raw payload.
-    pub async fn tick_raw(&self, to: impl Into<Target>, event: &str, payload: Bytes) -> Result<()> {
-        self.call(to, event).tick_raw(payload).await
-    }
-
     /// Sends a tick as `outgoing` says.
     pub(crate) async fn send_tick(
         &self,
@@ -221,38 +178,6 @@ impl Node {
                 .await
                 .map(|_| ()),
         }
-    }
-
-    /// Sends a tick to one node matching `filter` in `scope`.
-    pub async fn tick_any<T>(
-        &self,
-        filter: &Filter,
-        scope: Scope,
-        event: &str,
-        data: &T,
-    ) -> Result<()>
-    where
-        T: Serialize + ?Sized,
-    {
-        self.tick(Target::Any(filter.clone(), scope), event, data)
-            .await
-    }
-
-    /// Sends a tick to every node matching `filter` in `scope`; returns how many it reached.
-    /// No match is [`Error::NoNodesMatchFilter`].
-    pub async fn tick_all<T>(
-        &self,
-        filter: &Filter,
-        scope: Scope,
-        event: &str,
-        data: &T,
-    ) -> Result<usize>
-    where
-        T: Serialize + ?Sized,
-    {
-        self.call(Target::Any(filter.clone(), scope), event)
-            .tick_all(data)
-            .await
     }
 
     /// Sends a tick to every match, as `outgoing` says.
@@ -339,6 +264,9 @@ impl Node {
                 };
                 picked.ok_or(Error::NoNodesMatchFilter)
             }
+            Target::All(..) => Err(Error::InvalidTarget {
+                reason: "one node was asked for, and the target is all matches",
+            }),
         }
     }
 }

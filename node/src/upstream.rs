@@ -40,8 +40,8 @@ const GOODBYE_GRACE: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ConnectOptions {
-    /// The server's CURVE public key: connect encrypted and authenticated
-    /// ([`Node::connect_secure`](crate::Node::connect_secure)).
+    /// The server's CURVE public key: connect encrypted and authenticated (this node needs
+    /// a key pair of its own, [`NodeBuilder::curve`](crate::NodeBuilder::curve)).
     pub server_key: Option<Key>,
     /// How long this call waits for the connection and the handshake (default: the node's
     /// `handshake_timeout`).
@@ -477,7 +477,7 @@ async fn join(
         key: server_key,
         last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
         dead_after: inner.dead_after(&hello),
-        work: Arc::new(PeerWork::new(limit)),
+        work: Arc::new(PeerWork::new(limit, inner.runtime.stopping())),
     };
     let joined = {
         let mut state = inner.state.lock();

@@ -145,7 +145,10 @@ async fn a_node_out_of_descriptors_pauses_instead_of_spinning() {
     let client = client("client").await;
     within(
         "a real node joins once descriptors are back",
-        client.connect_timeout(&address(&srv), Duration::from_secs(12)),
+        client.connect_with(
+            &address(&srv),
+            node::ConnectOptions::new().timeout(Duration::from_secs(12)),
+        ),
     )
     .await
     .unwrap();

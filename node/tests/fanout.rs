@@ -109,6 +109,7 @@ async fn a_gather_returns_every_nodes_outcome_under_one_deadline() {
     let stream = caller
         .call(Target::Any(workers_filter(), Scope::Both), "who")
         .timeout(Duration::from_millis(400))
+        .raw()
         .gather_stream(bytes::Bytes::from(protocol_nil()))
         .unwrap();
     let order: Vec<String> = stream.map(|(id, _)| id.to_string()).collect().await;
@@ -117,7 +118,8 @@ async fn a_gather_returns_every_nodes_outcome_under_one_deadline() {
 
     // Nothing matching is a typed error.
     let none = caller
-        .request_all::<_, String>(&Filter::new().eq("role", "nobody"), Scope::Both, "who", &())
+        .call(Filter::new().eq("role", "nobody"), "who")
+        .gather::<_, String>(&())
         .await;
     assert!(matches!(none, Err(Error::NoNodesMatchFilter)), "{none:?}");
 }
@@ -152,7 +154,8 @@ async fn a_gather_through_a_router_asks_each_node_once() {
     caller.connect(&address(&hub)).await.unwrap();
     let all = by_id(
         caller
-            .request_all::<_, String>(&workers_filter(), Scope::Both, "who", &())
+            .call(workers_filter(), "who")
+            .gather::<_, String>(&())
             .await
             .unwrap(),
     );
@@ -210,15 +213,15 @@ async fn a_group_tick_reaches_exactly_one_member_of_each_group() {
     for (node, _, _) in &nodes {
         caller.connect(&address(node)).await.unwrap();
     }
-    let to = Target::Any(workers_filter(), Scope::Both);
+    let to = Target::all(workers_filter());
     for _ in 0..3_000 {
         let reached = caller
             .call(to.clone(), "note")
             .groups("group")
-            .tick_all(&())
+            .tick(&())
             .await
             .unwrap();
-        assert_eq!(reached, 3, "one per group");
+        assert_eq!(reached.nodes, 3, "one per group");
     }
     let counts: Vec<Arc<AtomicUsize>> = nodes.iter().map(|(_, c, _)| Arc::clone(c)).collect();
     settled("9,000 ticks", &counts, 9_000).await;
@@ -262,7 +265,7 @@ async fn groups_spanning_a_router_are_served_once() {
         }
     }
     caller.connect(&address(&hub)).await.unwrap();
-    let to = Target::Any(workers_filter(), Scope::Both);
+    let to = Target::all(workers_filter());
     within("the hub to see all nine", async {
         while hub.peers().len() < 10 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -273,10 +276,10 @@ async fn groups_spanning_a_router_are_served_once() {
         let reached = caller
             .call(to.clone(), "note")
             .groups("group")
-            .tick_all(&())
+            .tick(&())
             .await
             .unwrap();
-        assert_eq!(reached, 3);
+        assert_eq!(reached.nodes, 3);
     }
     let counts: Vec<Arc<AtomicUsize>> = nodes.iter().map(|(_, c, _)| Arc::clone(c)).collect();
     settled("900 ticks", &counts, 900).await;

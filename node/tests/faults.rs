@@ -315,8 +315,12 @@ async fn child(args: Vec<String>) {
             for i in 0..count {
                 let body = Bytes::from(format!("{i}"));
                 match node
-                    .request_raw(to, "echo", body.clone(), Duration::from_secs(2))
+                    .call(to, "echo")
+                    .timeout(Duration::from_secs(2))
+                    .raw()
+                    .send(body.clone())
                     .await
+                    .map(node::Reply::into_payload)
                 {
                     Ok(reply) if reply == body => ok += 1,
                     Ok(_) => other += 1,
@@ -335,10 +339,14 @@ async fn child(args: Vec<String>) {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             let mut streak = 0;
             while streak < 5 && tokio::time::Instant::now() < deadline {
-                let healthy = node.peer(to).is_some()
+                let healthy = node.peers().get(to).is_some()
                     && node
-                        .request_raw(to, "echo", Bytes::from_static(b"s"), Duration::from_secs(1))
+                        .call(to, "echo")
+                        .timeout(Duration::from_secs(1))
+                        .raw()
+                        .send(Bytes::from_static(b"s"))
                         .await
+                        .map(node::Reply::into_payload)
                         .is_ok();
                 if healthy {
                     streak += 1;
@@ -435,8 +443,12 @@ async fn a_killed_server_fails_pending_requests_and_clients_rejoin_after_restart
                 i += 1;
                 sent.fetch_add(1, Ordering::Relaxed);
                 match client
-                    .request_raw("victim", "echo", nonce.clone(), Duration::from_secs(3))
+                    .call("victim", "echo")
+                    .timeout(Duration::from_secs(3))
+                    .raw()
+                    .send(nonce.clone())
                     .await
+                    .map(node::Reply::into_payload)
                 {
                     Ok(reply) => {
                         assert_eq!(reply, nonce, "a reply answered another request");
@@ -533,7 +545,9 @@ async fn a_slow_handler_under_load_applies_backpressure_and_does_not_stall_other
         flood.push(tokio::spawn(async move {
             sent.fetch_add(1, Ordering::Relaxed);
             let result = flooder
-                .request_timeout::<_, ()>("server", "slow", &(), Duration::from_secs(1))
+                .call("server", "slow")
+                .timeout(Duration::from_secs(1))
+                .send::<_, ()>(&())
                 .await;
             ended.fetch_add(1, Ordering::Relaxed);
             result.err().map(|e| e.code())
@@ -543,7 +557,10 @@ async fn a_slow_handler_under_load_applies_backpressure_and_does_not_stall_other
     for _ in 0..20 {
         within(
             "polite request",
-            polite.request_timeout::<_, ()>("server", "fast", &(), Duration::from_secs(5)),
+            polite
+                .call("server", "fast")
+                .timeout(Duration::from_secs(5))
+                .send::<_, ()>(&()),
         )
         .await
         .unwrap();

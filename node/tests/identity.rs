@@ -63,7 +63,7 @@ async fn a_stolen_instance_does_not_take_a_joined_id_over() {
     let mut victim_events = victim.events();
     victim.connect(&address(&hub)).await.unwrap();
     within("the hub lists the victim", async {
-        while hub.peer("victim").is_none() {
+        while hub.peers().get("victim").is_none() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -111,7 +111,7 @@ async fn one_connection_joins_one_id() {
     }
     // The same id again on its own connection is a new handshake, not a new peer.
     handshake(&raw, hello("first", "i-1", "")).await.unwrap();
-    let peers = hub.peers();
+    let peers = hub.peers().list();
     assert_eq!(peers.len(), 1, "{peers:?}");
     assert_eq!(peers[0].id.as_str(), "first");
 }

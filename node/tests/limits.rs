@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use node::{Error, ErrorCode, Filter, NodeEvent, Request, Response, Scope};
+use node::{Error, ErrorCode, Filter, HandlerBound, NodeEvent, Request, Response};
 use support::*;
 
 #[tokio::test]
@@ -42,16 +42,24 @@ async fn a_payload_over_the_receivers_limit_is_refused_before_anything_is_sent()
 
     let fits = Bytes::from(vec![7u8; 1024]);
     let reply = big
-        .request_raw("small", "echo", fits.clone(), LIMIT)
+        .call("small", "echo")
+        .timeout(LIMIT)
+        .raw()
+        .send(fits.clone())
         .await
+        .map(node::Reply::into_payload)
         .unwrap();
     assert_eq!(reply, fits);
 
     let over = Bytes::from(vec![7u8; 1025]);
     let started = Instant::now();
     let err = big
-        .request_raw("small", "echo", over.clone(), Duration::from_secs(10))
+        .call("small", "echo")
+        .timeout(Duration::from_secs(10))
+        .raw()
+        .send(over.clone())
         .await
+        .map(node::Reply::into_payload)
         .unwrap_err();
     assert!(
         matches!(
@@ -66,18 +74,28 @@ async fn a_payload_over_the_receivers_limit_is_refused_before_anything_is_sent()
     assert_eq!(err.code(), ErrorCode::PayloadTooLarge);
     // At once, not at the request's 10 s timeout (1 s is far above a local check).
     assert!(started.elapsed() < Duration::from_secs(1));
-    let err = big.tick_raw("small", "t", over.clone()).await.unwrap_err();
+    let err = big
+        .call("small", "t")
+        .raw()
+        .tick(over.clone())
+        .await
+        .map(drop)
+        .unwrap_err();
     assert!(matches!(err, Error::PayloadTooLarge { .. }), "{err:?}");
     let everyone = Filter::new().eq("role", "small");
     let err = big
-        .tick_all(&everyone, Scope::Both, "t", &vec![7u8; 2048])
+        .tick(node::Target::all(everyone.clone()), "t", &vec![7u8; 2048])
         .await
+        .map(|sent| sent.nodes)
         .unwrap_err();
     assert!(matches!(err, Error::PayloadTooLarge { .. }), "{err:?}");
 
     // A tick that fits, to know that ticks were handled when they could be.
-    big.tick_raw("small", "t", Bytes::from_static(b"ok"))
+    big.call("small", "t")
+        .raw()
+        .tick(Bytes::from_static(b"ok"))
         .await
+        .map(drop)
         .unwrap();
     within("the small tick", async {
         while ticked.load(Ordering::SeqCst) < 1 {
@@ -90,7 +108,13 @@ async fn a_payload_over_the_receivers_limit_is_refused_before_anything_is_sent()
     assert_eq!(handled.load(Ordering::SeqCst), 1);
     assert_eq!(ticked.load(Ordering::SeqCst), 1);
     assert_eq!(small.stats().invalid_envelopes, 0);
-    let again = big.request_raw("small", "echo", fits.clone(), LIMIT).await;
+    let again = big
+        .call("small", "echo")
+        .timeout(LIMIT)
+        .raw()
+        .send(fits.clone())
+        .await
+        .map(node::Reply::into_payload);
     assert_eq!(again.unwrap(), fits);
 }
 
@@ -113,7 +137,9 @@ async fn the_work_of_a_peer_that_leaves_is_cancelled() {
             let requester = requester.clone();
             tokio::spawn(async move {
                 requester
-                    .request_timeout::<_, ()>("srv", "park", &(), Duration::from_secs(600))
+                    .call("srv", "park")
+                    .timeout(Duration::from_secs(600))
+                    .send::<_, ()>(&())
                     .await
             })
         })
@@ -191,8 +217,16 @@ async fn one_peer_is_held_to_its_share_of_the_handlers() {
     for request in flood {
         match within("a greedy request", request).await.unwrap() {
             Ok(_) => answered += 1,
-            Err(Error::Busy { message }) => {
+            Err(Error::Busy { message, bound }) => {
                 assert!(message.contains("this peer's share"), "{message}");
+                // The bound reached travels as data: this peer's share of 5.
+                assert_eq!(
+                    bound,
+                    Some(HandlerBound {
+                        max: 5,
+                        per_peer: true
+                    })
+                );
                 busy += 1;
             }
             Err(e) => panic!("unexpected {e:?}"),
@@ -223,8 +257,12 @@ async fn a_reply_over_the_requesters_limit_is_a_typed_error_and_the_link_stays()
     let mut events = small.events();
     small.connect(&address(&srv)).await.unwrap();
     let err = small
-        .request_raw("srv", "big", Bytes::new(), LIMIT)
+        .call("srv", "big")
+        .timeout(LIMIT)
+        .raw()
+        .send(Bytes::new())
         .await
+        .map(node::Reply::into_payload)
         .unwrap_err();
     assert!(
         matches!(
@@ -237,15 +275,19 @@ async fn a_reply_over_the_requesters_limit_is_a_typed_error_and_the_link_stays()
         "{err:?}"
     );
     let ok = small
-        .request_raw("srv", "small", Bytes::new(), LIMIT)
+        .call("srv", "small")
+        .timeout(LIMIT)
+        .raw()
+        .send(Bytes::new())
         .await
+        .map(node::Reply::into_payload)
         .unwrap();
     assert_eq!(ok, Bytes::from_static(b"ok"));
     while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(10), events.recv()).await
     {
         assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
     }
-    assert!(small.peer("srv").is_some());
+    assert!(small.peers().get("srv").is_some());
 }
 
 /// A peer that does not check our limit (an older node, a raw one) can still send a
@@ -298,8 +340,12 @@ async fn a_connection_dropped_for_an_oversized_message_is_made_again_and_rejoine
     assert_eq!(handshakes.load(Ordering::SeqCst), 1);
     // libzmq drops the connection for the message (ZMQ_MAXMSGSIZE): the request fails.
     let err = small
-        .request_raw("raw", "big", Bytes::new(), Duration::from_secs(5))
+        .call("raw", "big")
+        .timeout(Duration::from_secs(5))
+        .raw()
+        .send(Bytes::new())
         .await
+        .map(node::Reply::into_payload)
         .unwrap_err();
     assert!(!matches!(err, Error::Timeout { .. }), "{err:?}");
     wait_for(&mut events, "the peer leaves", |e| {
@@ -312,8 +358,12 @@ async fn a_connection_dropped_for_an_oversized_message_is_made_again_and_rejoine
     .await;
     assert_eq!(handshakes.load(Ordering::SeqCst), 2);
     let done = small
-        .request_raw("raw", "work", Bytes::new(), LIMIT)
+        .call("raw", "work")
+        .timeout(LIMIT)
+        .raw()
+        .send(Bytes::new())
         .await
+        .map(node::Reply::into_payload)
         .unwrap();
     assert_eq!(done, Bytes::from_static(b"done"));
 }

@@ -47,7 +47,9 @@ async fn both_sides_detect_a_silent_peer_and_rejoin_when_the_path_heals() {
     let waiting = b.clone();
     let pending = tokio::spawn(async move {
         waiting
-            .request_timeout::<_, String>("a", "never-answered", &(), Duration::from_secs(60))
+            .call("a", "never-answered")
+            .timeout(Duration::from_secs(60))
+            .send::<_, String>(&())
             .await
     });
     a.on_request("never-answered", |_req: Request| async move {
@@ -82,7 +84,7 @@ async fn both_sides_detect_a_silent_peer_and_rejoin_when_the_path_heals() {
         .unwrap()
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::PeerLeft, "{err:?}");
-    assert!(b.peer("a").is_none());
+    assert!(b.peers().get("a").is_none());
     assert!(matches!(
         b.request::<_, String>("a", "ping", &()).await,
         Err(Error::NodeNotFound { .. })
@@ -185,8 +187,8 @@ async fn a_draining_node_is_no_longer_picked_yet_finishes_its_work_and_requests_
     })
     .await;
     wait_for(&mut b_events, "b sees a1 draining", draining("a1")).await;
-    assert!(b.peer("a1").expect("still joined").draining);
-    assert!(a1.is_closing());
+    assert!(b.peers().get("a1").expect("still joined").draining);
+    assert!(a1.stats().closing);
 
     // While a1 still has work: a request by id still reaches it, its own calls still go
     // out, and picks by filter go to the other node only.
@@ -198,10 +200,7 @@ async fn a_draining_node_is_no_longer_picked_yet_finishes_its_work_and_requests_
     let picks: Vec<_> = (0..10)
         .map(|_| {
             let (b, api) = (b.clone(), api.clone());
-            tokio::spawn(async move {
-                b.request_any::<_, String>(&api, node::Scope::Both, "work", &())
-                    .await
-            })
+            tokio::spawn(async move { b.request::<_, String>(&api, "work", &()).await })
         })
         .collect();
     for pick in picks {
@@ -292,7 +291,7 @@ async fn disconnect_and_unbind() {
     b.connect(&address(&a)).await.unwrap();
     wait_for(&mut a_events, "b joined", joined("b")).await;
     b.disconnect(&address(&a)).await.unwrap();
-    assert!(b.peer("a").is_none());
+    assert!(b.peers().get("a").is_none());
     wait_for(&mut a_events, "b said bye", left("b", LeaveReason::Stopped)).await;
     assert!(matches!(
         b.disconnect(&address(&a)).await,
@@ -368,7 +367,10 @@ async fn replies_keep_a_peer_alive_without_its_heartbeats() {
         assert_eq!(done, "done");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(c.peer("quiet").is_some(), "declared dead while answering");
+    assert!(
+        c.peers().get("quiet").is_some(),
+        "declared dead while answering"
+    );
     while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(10), events.recv()).await
     {
         assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
@@ -421,7 +423,7 @@ async fn a_downstream_peer_answering_our_requests_stays_alive_without_heartbeats
         .await
         .unwrap();
     within("quiet joins", async {
-        while srv.peer("quiet").is_none() {
+        while srv.peers().get("quiet").is_none() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -433,7 +435,10 @@ async fn a_downstream_peer_answering_our_requests_stays_alive_without_heartbeats
         assert_eq!(done, "done");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(srv.peer("quiet").is_some(), "declared dead while answering");
+    assert!(
+        srv.peers().get("quiet").is_some(),
+        "declared dead while answering"
+    );
     while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(10), events.recv()).await
     {
         assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
@@ -519,8 +524,11 @@ async fn stuck_peers_do_not_make_a_healthy_hub_look_dead() {
             tokio::spawn(async move {
                 loop {
                     let _ = flooder
-                        .tick_raw(format!("stuck-{i}"), "fill", Bytes::from(vec![0u8; 4096]))
-                        .await;
+                        .call(format!("stuck-{i}"), "fill")
+                        .raw()
+                        .tick(Bytes::from(vec![0u8; 4096]))
+                        .await
+                        .map(drop);
                     // A send that fails at once must not keep others from running.
                     tokio::task::yield_now().await;
                 }
@@ -532,7 +540,10 @@ async fn stuck_peers_do_not_make_a_healthy_hub_look_dead() {
     polite.connect(&address(&hub)).await.unwrap();
     // Six times the polite client's dead-peer timeout (2.5 x 200 ms).
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(polite.peer("hub").is_some(), "the hub was declared dead");
+    assert!(
+        polite.peers().get("hub").is_some(),
+        "the hub was declared dead"
+    );
     while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(10), events.recv()).await
     {
         assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
@@ -577,8 +588,11 @@ async fn a_loop_of_ticks_lets_the_other_tasks_run() {
     });
     for i in 0..TICKS {
         sender
-            .tick_raw("receiver", "t", Bytes::from_static(b"x"))
+            .call("receiver", "t")
+            .raw()
+            .tick(Bytes::from_static(b"x"))
             .await
+            .map(drop)
             .unwrap();
         sent.store(i + 1, std::sync::atomic::Ordering::Relaxed);
     }

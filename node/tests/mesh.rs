@@ -45,8 +45,8 @@ async fn handshake_exchanges_ids_and_options_both_ways() {
     .await;
     assert_eq!(id.as_str(), "b");
     assert_eq!(options.get("role"), Some(&Value::from("worker")));
-    assert_eq!(a.peer("b").unwrap().direction, Direction::Downstream);
-    assert_eq!(b.peer("a").unwrap().direction, Direction::Upstream);
+    assert_eq!(a.peers().get("b").unwrap().direction, Direction::Downstream);
+    assert_eq!(b.peers().get("a").unwrap().direction, Direction::Upstream);
 }
 
 #[tokio::test]
@@ -131,7 +131,7 @@ async fn a_duplicate_id_is_refused_on_both_sides() {
     })
     .await;
     // The first node is still joined and served.
-    assert!(a.peer("same").is_some());
+    assert!(a.peers().get("same").is_some());
 
     // A node may not join a node with its own id either.
     let twin = client("a").await;
@@ -151,17 +151,16 @@ async fn unknown_ids_and_unmatched_filters_are_typed_errors() {
     assert_eq!(err.code(), ErrorCode::NodeNotFound);
 
     let none = Filter::new().eq("role", "does-not-exist");
-    let err = b
-        .request_any::<_, ()>(&none, Scope::Both, "x", &())
-        .await
-        .unwrap_err();
+    let err = b.request::<_, ()>(&none, "x", &()).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::NoNodesMatchFilter);
     assert!(matches!(
-        b.tick_all(&none, Scope::Both, "x", &()).await,
+        b.tick(node::Target::all(none.clone()), "x", &())
+            .await
+            .map(|sent| sent.nodes),
         Err(Error::NoNodesMatchFilter)
     ));
     assert!(matches!(
-        b.tick_any(&none, Scope::Both, "x", &()).await,
+        b.tick(&none, "x", &()).await.map(drop),
         Err(Error::NoNodesMatchFilter)
     ));
 }
@@ -213,7 +212,10 @@ async fn names_for(
 ) -> HashMap<String, usize> {
     let mut seen = HashMap::new();
     for _ in 0..calls {
-        let name: String = hub.request_any(filter, scope, "name", &()).await.unwrap();
+        let name: String = hub
+            .request(node::Target::any(filter.clone()).scope(scope), "name", &())
+            .await
+            .unwrap();
         *seen.entry(name).or_insert(0) += 1;
     }
     seen
@@ -311,8 +313,9 @@ async fn tick_all_reaches_every_match_once() {
     }
     let eu = Filter::new().regex("region", "^eu-").unwrap();
     let reached = hub
-        .tick_all(&eu, Scope::Both, "announce", "hello")
+        .tick(node::Target::all(eu.clone()), "announce", "hello")
         .await
+        .map(|sent| sent.nodes)
         .unwrap();
     assert_eq!(reached, 2);
     let mut got = vec![
@@ -368,7 +371,7 @@ async fn strategies_spread_requests() {
     let busy = hub2.clone();
     let pending = tokio::spawn(async move { busy.request::<_, String>("slow", "name", &()).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(hub2.in_flight("slow"), 1);
+    assert_eq!(hub2.peers().get("slow").map_or(0, |p| p.in_flight), 1);
     let quick = names_for(&hub2, &Filter::any(), Scope::Both, 10).await;
     assert_eq!(quick.get("fast"), Some(&10), "{quick:?}");
     within("slow", pending).await.unwrap().unwrap();
@@ -478,13 +481,12 @@ async fn raw_payloads_pass_through_untouched() {
     let b = client("b").await;
     b.connect(&address(&a)).await.unwrap();
     let reply = b
-        .request_raw(
-            "a",
-            "raw",
-            Bytes::from_static(&[1, 2, 3, 0xff]),
-            Duration::from_secs(2),
-        )
+        .call("a", "raw")
+        .timeout(Duration::from_secs(2))
+        .raw()
+        .send(Bytes::from_static(&[1, 2, 3, 0xff]))
         .await
+        .map(node::Reply::into_payload)
         .unwrap();
     assert_eq!(&reply[..], &[0xff, 3, 2, 1]);
 }
@@ -580,7 +582,7 @@ async fn set_options_reaches_joined_peers() {
     let mut events = a.events();
     let ready = Filter::new().eq("state", "ready");
     assert!(matches!(
-        a.tick_any(&ready, Scope::Both, "x", &()).await,
+        a.tick(&ready, "x", &()).await.map(drop),
         Err(Error::NoNodesMatchFilter)
     ));
     b.set_options(node::options::options([("state", "ready")]))
@@ -591,9 +593,9 @@ async fn set_options_reaches_joined_peers() {
         _ => None,
     })
     .await;
-    a.tick_any(&ready, Scope::Both, "x", &()).await.unwrap();
+    a.tick(&ready, "x", &()).await.map(drop).unwrap();
     assert_eq!(
-        a.peer("b").unwrap().options.get("state"),
+        a.peers().get("b").unwrap().options.get("state"),
         Some(&Value::from("ready"))
     );
 }
@@ -673,5 +675,5 @@ async fn a_protocol_version_mismatch_is_refused_with_a_typed_error_on_both_sides
         _ => None,
     })
     .await;
-    assert!(a.peer("future").is_none());
+    assert!(a.peers().get("future").is_none());
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use node::{Error, ErrorCode, Filter, HandlerError, Node, NodeEvent, Request, Scope};
+use node::{Error, ErrorCode, Filter, HandlerError, Node, NodeEvent, Request};
 use support::*;
 
 /// A leaf with options, connected to `to`, answering `whoami` with its id and the route the
@@ -76,14 +76,10 @@ async fn two_sides() -> TwoSides {
 #[tokio::test]
 async fn a_leaf_reaches_a_leaf_behind_another_router_by_filter_and_by_id() {
     let mesh = two_sides().await;
-    assert!(mesh.l1a.peer("r1").unwrap().router);
+    assert!(mesh.l1a.peers().get("r1").unwrap().router);
 
     let side2 = Filter::new().eq("side", 2);
-    let (who, via): (String, Vec<String>) = mesh
-        .l1a
-        .request_any(&side2, Scope::Both, "whoami", &())
-        .await
-        .unwrap();
+    let (who, via): (String, Vec<String>) = mesh.l1a.request(&side2, "whoami", &()).await.unwrap();
     assert!(who == "l2a" || who == "l2b", "{who}");
     assert_eq!(via, ["r1", "r2"]);
 
@@ -99,10 +95,7 @@ async fn a_leaf_reaches_a_leaf_behind_another_router_by_filter_and_by_id() {
 
     // Ticks, by id and by filter.
     mesh.l1a.tick("l2a", "note", &()).await.unwrap();
-    mesh.l1a
-        .tick_any(&side2, Scope::Both, "note", &())
-        .await
-        .unwrap();
+    mesh.l1a.tick(&side2, "note", &()).await.map(drop).unwrap();
     within("two ticks on side 2", async {
         while mesh.ticks[2].load(Ordering::SeqCst) + mesh.ticks[3].load(Ordering::SeqCst) < 2 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -110,14 +103,14 @@ async fn a_leaf_reaches_a_leaf_behind_another_router_by_filter_and_by_id() {
     })
     .await;
     assert!(
-        mesh.r1.router_stats().forwarded >= 4,
+        mesh.r1.stats().router.forwarded >= 4,
         "{:?}",
-        mesh.r1.router_stats()
+        mesh.r1.stats().router
     );
     assert!(
-        mesh.r2.router_stats().forwarded >= 3,
+        mesh.r2.stats().router.forwarded >= 3,
         "{:?}",
-        mesh.r2.router_stats()
+        mesh.r2.stats().router
     );
 }
 
@@ -127,8 +120,9 @@ async fn tick_all_reaches_every_matching_leaf_on_both_sides_exactly_once() {
     let workers = Filter::new().eq("role", "worker");
     let reached = mesh
         .l1a
-        .tick_all(&workers, Scope::Both, "note", &())
+        .tick(node::Target::all(workers.clone()), "note", &())
         .await
+        .map(|sent| sent.nodes)
         .unwrap();
     // l1b, l2a, l2b: not the sender itself.
     assert_eq!(reached, 3);
@@ -159,7 +153,7 @@ async fn nothing_matching_anywhere_is_a_typed_error_at_once() {
     let nobody = Filter::new().eq("role", "nobody");
     let err = mesh
         .l1a
-        .request_any::<_, ()>(&nobody, Scope::Both, "whoami", &())
+        .request::<_, ()>(&nobody, "whoami", &())
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::NoNodesMatchFilter, "{err:?}");
@@ -171,8 +165,9 @@ async fn nothing_matching_anywhere_is_a_typed_error_at_once() {
     assert_eq!(err.code(), ErrorCode::NodeNotFound, "{err:?}");
     let err = mesh
         .l1a
-        .tick_all(&nobody, Scope::Both, "note", &())
+        .tick(node::Target::all(nobody.clone()), "note", &())
         .await
+        .map(|sent| sent.nodes)
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::NoNodesMatchFilter, "{err:?}");
     // Well before the default request timeout: the answer came from the routers.
@@ -182,7 +177,7 @@ async fn nothing_matching_anywhere_is_a_typed_error_at_once() {
     let predicate = Filter::predicate(|_| true).eq("role", "nobody");
     let err = mesh
         .l1a
-        .request_any::<_, ()>(&predicate, Scope::Both, "whoami", &())
+        .request::<_, ()>(&predicate, "whoami", &())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::PredicateNotSerializable), "{err:?}");
@@ -195,7 +190,9 @@ async fn a_deadline_that_expires_at_the_second_hop_gives_the_caller_a_timeout_in
     let started = Instant::now();
     let err = mesh
         .l1a
-        .request_timeout::<_, ()>("l2a", "slow", &(), timeout)
+        .call("l2a", "slow")
+        .timeout(timeout)
+        .send::<_, ()>(&())
         .await
         .unwrap_err();
     let took = started.elapsed();
@@ -203,7 +200,7 @@ async fn a_deadline_that_expires_at_the_second_hop_gives_the_caller_a_timeout_in
     // The slow handler takes 3 s; the caller's 400 ms deadline is what ended the request.
     assert!(took < Duration::from_secs(2), "took {took:?}");
     within("r2 counts the expiry", async {
-        while mesh.r2.router_stats().expired == 0 {
+        while mesh.r2.stats().router.expired == 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -226,7 +223,7 @@ async fn a_ring_of_routers_does_not_loop() {
 
     let nobody = Filter::new().eq("role", "nobody");
     let err = a
-        .request_any::<_, ()>(&nobody, Scope::Both, "whoami", &())
+        .request::<_, ()>(&nobody, "whoami", &())
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::NoNodesMatchFilter, "{err:?}");
@@ -235,13 +232,13 @@ async fn a_ring_of_routers_does_not_loop() {
     assert_eq!(who, "ring-c");
 
     let reached = a
-        .tick_all(
-            &Filter::new().eq("role", "worker"),
-            Scope::Both,
+        .tick(
+            node::Target::all(Filter::new().eq("role", "worker")),
             "note",
             &(),
         )
         .await
+        .map(|sent| sent.nodes)
         .unwrap();
     assert_eq!(reached, 2);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -291,12 +288,9 @@ async fn a_router_restarted_mid_traffic_is_rejoined_and_forwarding_resumes() {
 
     r2.close().await;
     let err = caller
-        .request_timeout::<_, (String, Vec<String>)>(
-            "far-leaf",
-            "whoami",
-            &(),
-            Duration::from_secs(2),
-        )
+        .call("far-leaf", "whoami")
+        .timeout(Duration::from_secs(2))
+        .send::<_, (String, Vec<String>)>(&())
         .await
         .unwrap_err();
     assert!(

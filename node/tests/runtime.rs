@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use node::{
     BusyPolicy, ConnectOptions, Error, ErrorCode, EventStream, Filter, HandlerError, LeaveReason,
-    Node, NodeBuilder, NodeEvent, Reconnect, ReconnectPolicy, Request, Scope,
+    Node, NodeBuilder, NodeEvent, Reconnect, ReconnectPolicy, Request,
 };
 use support::*;
 use tower::limit::ConcurrencyLimitLayer;
@@ -174,8 +174,8 @@ async fn a_handler_that_blocks_its_thread_delays_neither_other_requests_nor_hear
             .collect();
         assert!(gone.is_empty(), "{node} saw peers leave: {gone:?}");
     }
-    assert!(a.peer("b").is_some() && a.peer("c").is_some());
-    assert!(b.peer("a").is_some() && c.peer("a").is_some());
+    assert!(a.peers().get("b").is_some() && a.peers().get("c").is_some());
+    assert!(b.peers().get("a").is_some() && c.peers().get("a").is_some());
 }
 
 // ---- 2. the node-wide handler limit and the busy policies ------------------------------
@@ -376,17 +376,13 @@ async fn a_handler_error_behind_two_routers_reaches_the_caller_unchanged_and_run
     origin.connect(&address(&r1)).await.unwrap();
     origin.connect(&address(&r2)).await.unwrap();
     // The origin reaches the leaf only through a router, and has two of them.
-    assert!(origin.peer("leaf").is_none());
-    assert!(origin.peer("r1").unwrap().router && origin.peer("r2").unwrap().router);
+    assert!(origin.peers().get("leaf").is_none());
+    assert!(origin.peers().get("r1").unwrap().router && origin.peers().get("r2").unwrap().router);
 
     let by_filter = Filter::new().eq("role", "leaf");
     for code in ROUTER_CODES {
         let by_id = within(code, origin.request::<_, ()>("leaf", "fail", code)).await;
-        let by_filter = within(
-            code,
-            origin.request_any::<_, ()>(&by_filter, Scope::Both, "fail", code),
-        )
-        .await;
+        let by_filter = within(code, origin.request::<_, ()>(&by_filter, "fail", code)).await;
         for result in [by_id, by_filter] {
             match result {
                 Err(Error::Handler { code: got, message }) => {
@@ -683,7 +679,14 @@ async fn concurrent_connects_share_one_join_and_disconnect_says_goodbye() {
         .filter(|e| matches!(e, NodeEvent::PeerJoined { id, .. } if id.as_str() == "b"))
         .count();
     assert_eq!(joins, 1, "one connection, one join");
-    assert_eq!(a.peers().iter().filter(|p| p.id.as_str() == "b").count(), 1);
+    assert_eq!(
+        a.peers()
+            .list()
+            .iter()
+            .filter(|p| p.id.as_str() == "b")
+            .count(),
+        1
+    );
 
     b.disconnect(&endpoint).await.unwrap();
     // `Stopped` is the goodbye's reason; the wait is bounded far below the 75 s a
@@ -694,7 +697,7 @@ async fn concurrent_connects_share_one_join_and_disconnect_says_goodbye() {
         left("b", LeaveReason::Stopped),
     )
     .await;
-    assert!(a.peer("b").is_none());
+    assert!(a.peers().get("b").is_none());
 }
 
 #[tokio::test]
@@ -717,10 +720,13 @@ async fn connect_timeout_to_an_address_that_never_answers_is_a_handshake_timeout
     let short = Duration::from_millis(300);
     let bound = Duration::from_secs(3);
     for endpoint in [&silent, &nobody] {
-        let err = tokio::time::timeout(bound, c.connect_timeout(endpoint, short))
-            .await
-            .unwrap_or_else(|_| panic!("connect_timeout to {endpoint} still waiting"))
-            .unwrap_err();
+        let err = tokio::time::timeout(
+            bound,
+            c.connect_with(endpoint, node::ConnectOptions::new().timeout(short)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("connect_timeout to {endpoint} still waiting"))
+        .unwrap_err();
         assert!(matches!(err, Error::HandshakeTimeout { .. }), "{err:?}");
         assert_eq!(err.code(), ErrorCode::HandshakeFailed);
         // A failed connect keeps nothing.
@@ -793,7 +799,7 @@ async fn rejoined(events: &mut EventStream, id: &str) -> bool {
 async fn never_does_not_rejoin_a_restarted_server() {
     let (c, mut events, _second, endpoint) = graceful_restart(ReconnectPolicy::Never).await;
     assert!(!rejoined(&mut events, "svc").await, "Never rejoined");
-    assert!(c.peer("svc").is_none());
+    assert!(c.peers().get("svc").is_none());
     // The connection was given up, the server is there: connecting again joins it.
     c.connect(&endpoint).await.unwrap();
     assert_eq!(c.request::<_, u32>("svc", "gen", &()).await.unwrap(), 2);
@@ -806,7 +812,7 @@ async fn on_failure_does_not_rejoin_after_a_goodbye() {
         !rejoined(&mut events, "svc").await,
         "rejoined after a goodbye"
     );
-    assert!(c.peer("svc").is_none());
+    assert!(c.peers().get("svc").is_none());
 }
 
 #[tokio::test]

@@ -135,8 +135,11 @@ async fn a_flood_of_ticks_to_a_slow_handler_is_handled_or_counted_in_bounded_mem
             tokio::spawn(async move {
                 for _ in 0..TICKS {
                     sender
-                        .tick_raw("receiver", "flood", payload.clone())
+                        .call("receiver", "flood")
+                        .raw()
+                        .tick(payload.clone())
                         .await
+                        .map(drop)
                         .unwrap();
                 }
             })
@@ -192,7 +195,9 @@ async fn park_and_leave(srv: &Node, id: &str, cancelled_before: u64) {
             let requester = requester.clone();
             tokio::spawn(async move {
                 requester
-                    .request_timeout::<_, ()>("srv", "park", &(), Duration::from_secs(600))
+                    .call("srv", "park")
+                    .timeout(Duration::from_secs(600))
+                    .send::<_, ()>(&())
                     .await
             })
         })

@@ -75,19 +75,22 @@ async fn secured_nodes_exchange_requests_and_know_each_others_keys() {
     let (server, _) = secured_server("vault", &server_keys, None).await;
     let client = secured_client("teller", &client_keys).await;
     let peer = client
-        .connect_secure(&address(&server), server_keys.public)
+        .connect_with(
+            &address(&server),
+            node::ConnectOptions::new().server_key(server_keys.public),
+        )
         .await
         .unwrap();
     assert_eq!(peer.id.as_str(), "vault");
     assert_eq!(peer.key, Some(server_keys.public));
-    assert_eq!(client.public_key(), Some(client_keys.public));
+    assert_eq!(client.keys().public(), Some(client_keys.public));
 
     // The handler saw the key libzmq authenticated, not something the client claimed.
     let seen: Option<String> = client.request("vault", "whoami", &()).await.unwrap();
     assert_eq!(seen, Some(client_keys.public.to_z85()));
     let on_server = within("the server lists the client", async {
         loop {
-            if let Some(info) = server.peer("teller") {
+            if let Some(info) = server.peers().get("teller") {
                 return info;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -115,13 +118,20 @@ async fn a_wrong_server_key_is_refused_at_once_and_the_server_keeps_serving() {
     let (server, handled) = secured_server("vault", &server_keys, None).await;
     let impostor_key = keys().public;
     let stranger = secured_client("stranger", &keys()).await;
-    let err = refused(stranger.connect_secure(&address(&server), impostor_key)).await;
+    let err = refused(stranger.connect_with(
+        &address(&server),
+        node::ConnectOptions::new().server_key(impostor_key),
+    ))
+    .await;
     assert!(matches!(err, Error::Refused { .. }), "{err:?}");
     assert!(stranger.peers().is_empty());
 
     let friend = secured_client("friend", &keys()).await;
     friend
-        .connect_secure(&address(&server), server_keys.public)
+        .connect_with(
+            &address(&server),
+            node::ConnectOptions::new().server_key(server_keys.public),
+        )
         .await
         .unwrap();
     let _: Option<String> = friend.request("vault", "whoami", &()).await.unwrap();
@@ -142,7 +152,11 @@ async fn an_unlisted_client_is_refused_and_the_server_says_so() {
     let mut events = server.events();
 
     let outsider = secured_client("outsider", &unlisted).await;
-    let err = refused(outsider.connect_secure(&address(&server), server_keys.public)).await;
+    let err = refused(outsider.connect_with(
+        &address(&server),
+        node::ConnectOptions::new().server_key(server_keys.public),
+    ))
+    .await;
     assert!(
         matches!(
             err,
@@ -163,7 +177,10 @@ async fn an_unlisted_client_is_refused_and_the_server_says_so() {
 
     let insider = secured_client("insider", &listed).await;
     insider
-        .connect_secure(&address(&server), server_keys.public)
+        .connect_with(
+            &address(&server),
+            node::ConnectOptions::new().server_key(server_keys.public),
+        )
         .await
         .unwrap();
     let _: Option<String> = insider.request("vault", "whoami", &()).await.unwrap();
@@ -190,12 +207,15 @@ async fn a_secure_connect_needs_a_key_pair() {
     let (server, _) = secured_server("vault", &keys(), None).await;
     let keyless = client("keyless").await;
     let err = keyless
-        .connect_secure(&address(&server), server.public_key().unwrap())
+        .connect_with(
+            &address(&server),
+            node::ConnectOptions::new().server_key(server.keys().public().unwrap()),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NoKeys), "{err:?}");
     assert!(matches!(
-        keyless.allow_key(keys().public).await,
+        keyless.keys().allow(keys().public).await,
         Err(Error::NoKeys)
     ));
     // An allow-list without a key pair would check nothing: the node refuses to bind.
@@ -217,16 +237,23 @@ async fn the_allow_list_changes_at_run_time() {
     let address = address(&server);
 
     // Not listed: refused.
-    refused(client.connect_secure(&address, server_keys.public)).await;
+    refused(client.connect_with(
+        &address,
+        node::ConnectOptions::new().server_key(server_keys.public),
+    ))
+    .await;
 
     // Listed now: the same node connects and is served.
-    server.allow_key(client_keys.public).await.unwrap();
+    server.keys().allow(client_keys.public).await.unwrap();
     assert_eq!(
-        server.allowed_keys().unwrap(),
+        server.keys().allowed().unwrap(),
         Some(vec![client_keys.public])
     );
     client
-        .connect_secure(&address, server_keys.public)
+        .connect_with(
+            &address,
+            node::ConnectOptions::new().server_key(server_keys.public),
+        )
         .await
         .unwrap();
     let _: Option<String> = client.request("vault", "whoami", &()).await.unwrap();
@@ -234,7 +261,7 @@ async fn the_allow_list_changes_at_run_time() {
     // Revoked: the joined client is dropped at once on both sides, and cannot rejoin.
     let mut server_events = server.events();
     let mut client_events = client.events();
-    assert!(server.revoke_key(&client_keys.public).await.unwrap());
+    assert!(server.keys().revoke(&client_keys.public).await.unwrap());
     let reason = wait_for(
         &mut server_events,
         "the server drops the client",
@@ -259,7 +286,7 @@ async fn the_allow_list_changes_at_run_time() {
     // Its attempt to rejoin on the old connection is refused too, and it gives up.
     within("the client gives the connection up", async {
         loop {
-            let rejoined = server.peer("teller").is_some();
+            let rejoined = server.peers().get("teller").is_some();
             assert!(!rejoined, "a revoked key rejoined");
             if client.peers().is_empty() && client.disconnect(&address).await.is_err() {
                 return;
@@ -268,7 +295,11 @@ async fn the_allow_list_changes_at_run_time() {
         }
     })
     .await;
-    refused(client.connect_secure(&address, server_keys.public)).await;
+    refused(client.connect_with(
+        &address,
+        node::ConnectOptions::new().server_key(server_keys.public),
+    ))
+    .await;
     client.close().await;
     server.close().await;
 }
@@ -291,7 +322,10 @@ async fn marker_in_clear(secured: bool) -> bool {
     let client = secured_client("teller", &client_keys).await;
     if secured {
         client
-            .connect_secure(&proxy.address, server_keys.public)
+            .connect_with(
+                &proxy.address,
+                node::ConnectOptions::new().server_key(server_keys.public),
+            )
             .await
             .unwrap();
     } else {
@@ -332,23 +366,33 @@ async fn an_id_is_bound_to_the_key_it_first_joined_with() {
     .await;
     let first = secured_client("teller", &first_keys).await;
     first
-        .connect_secure(&address(&vault), vault_keys.public)
+        .connect_with(
+            &address(&vault),
+            node::ConnectOptions::new().server_key(vault_keys.public),
+        )
         .await
         .unwrap();
     first.close().await;
     within("the first teller left", async {
-        while vault.peer("teller").is_some() {
+        while vault.peers().get("teller").is_some() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
     .await;
     let impostor = secured_client("teller", &second_keys).await;
-    let err = refused(impostor.connect_secure(&address(&vault), vault_keys.public)).await;
+    let err = refused(impostor.connect_with(
+        &address(&vault),
+        node::ConnectOptions::new().server_key(vault_keys.public),
+    ))
+    .await;
     assert!(matches!(err, Error::Refused { .. }), "{err:?}");
     // The first key still may: the id is its.
     let again = secured_client("teller", &first_keys).await;
     again
-        .connect_secure(&address(&vault), vault_keys.public)
+        .connect_with(
+            &address(&vault),
+            node::ConnectOptions::new().server_key(vault_keys.public),
+        )
         .await
         .unwrap();
 }

@@ -42,7 +42,11 @@ async fn names(hub: &Node, filter: &Filter) -> Vec<String> {
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..40 {
         let name: String = hub
-            .request_any(filter, Scope::Down, "name", &())
+            .request(
+                node::Target::any(filter.clone()).scope(Scope::Down),
+                "name",
+                &(),
+            )
             .await
             .unwrap();
         seen.insert(name);
@@ -63,7 +67,7 @@ async fn nested_options_and_null_travel_in_the_handshake_and_filter_by_path() {
     })
     .await;
 
-    let a = hub.peer("a").unwrap();
+    let a = hub.peers().get("a").unwrap();
     assert_eq!(
         a.options["region"],
         Value::Map(options([
@@ -74,23 +78,26 @@ async fn nested_options_and_null_travel_in_the_handshake_and_filter_by_path() {
     assert_eq!(a.options["spare"], Value::Null);
 
     let zone1 = Filter::new().eq("region.zone", "z1");
-    assert_eq!(ids(hub.peers_matching(&zone1, Scope::Both)), ["a", "b"]);
-    assert_eq!(ids(hub.peers_matching(&zone1, Scope::Down)), ["a", "b"]);
-    assert!(hub.peers_matching(&zone1, Scope::Up).is_empty());
+    assert_eq!(ids(hub.peers().matching(&zone1, Scope::Both)), ["a", "b"]);
+    assert_eq!(ids(hub.peers().matching(&zone1, Scope::Down)), ["a", "b"]);
+    assert!(hub.peers().matching(&zone1, Scope::Up).is_empty());
     assert_eq!(
-        ids(hub.peers_matching(&Filter::new().gte("region.rack", 2), Scope::Both)),
+        ids(hub
+            .peers()
+            .matching(&Filter::new().gte("region.rack", 2), Scope::Both)),
         ["b", "c"]
     );
     // A null is no value: `$ne` fails on it as on a missing key.
     assert!(hub
-        .peers_matching(&Filter::new().ne("spare", 1), Scope::Both)
+        .peers()
+        .matching(&Filter::new().ne("spare", 1), Scope::Both)
         .is_empty());
     assert_eq!(names(&hub, &zone1).await, ["a", "b"]);
 
     // The same filter from its JSON wire form selects the same peers.
     let from_json =
         Filter::from_json(&serde_json::json!({"region.zone": {"$in": ["z2"]}})).unwrap();
-    assert_eq!(ids(hub.peers_matching(&from_json, Scope::Both)), ["c"]);
+    assert_eq!(ids(hub.peers().matching(&from_json, Scope::Both)), ["c"]);
 }
 
 #[tokio::test]
@@ -118,7 +125,7 @@ async fn picks_follow_option_changes_joins_and_leaves() {
     })
     .await;
     assert_eq!(names(&hub, &zone1).await, ["a"]);
-    assert_eq!(ids(hub.peers_matching(&zone1, Scope::Both)), ["a"]);
+    assert_eq!(ids(hub.peers().matching(&zone1, Scope::Both)), ["a"]);
 
     // A new peer in z1 joins: picked from the next call on.
     let _c = worker("c", "z1", 3, &hub).await;
@@ -146,29 +153,30 @@ async fn peer_by_address_finds_upstream_peers_by_their_connect_address() {
     client.connect(&address(&hub)).await.unwrap();
     client.connect(&address(&other)).await.unwrap();
 
-    let found = client.peer_by_address(&address(&hub)).unwrap();
+    let found = client.peers().by_address(&address(&hub)).unwrap();
     assert_eq!(found.id.as_str(), "hub");
     assert_eq!(found.direction, Direction::Upstream);
     assert_eq!(
         client
-            .peer_by_address(&address(&other))
+            .peers()
+            .by_address(&address(&other))
             .unwrap()
             .id
             .as_str(),
         "other"
     );
-    assert!(client.peer_by_address("tcp://127.0.0.1:1").is_none());
+    assert!(client.peers().by_address("tcp://127.0.0.1:1").is_none());
 
     // Downstream peers have no address here: the hub cannot look its client up by one.
     within("client joined the hub", async {
-        while hub.peer("client").is_none() {
+        while hub.peers().get("client").is_none() {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     })
     .await;
-    assert!(hub.peer_by_address(&address(&hub)).is_none());
+    assert!(hub.peers().by_address(&address(&hub)).is_none());
 
     // After a disconnect the address finds nobody.
     client.disconnect(&address(&hub)).await.unwrap();
-    assert!(client.peer_by_address(&address(&hub)).is_none());
+    assert!(client.peers().by_address(&address(&hub)).is_none());
 }

@@ -1,17 +1,17 @@
 //! The conversation core shared by [`Client`](crate::Client) and [`Server`](crate::Server):
 //! sending requests and matching replies, running handlers, expiring deadlines.
 //!
-//! One driver task per socket fires timeouts and runs the close; on the libzmq engine it
-//! also receives every message, completes waiting requests and hands requests and ticks to
-//! their handlers. On the native engine that dispatch runs on each connection's own driver as
-//! its messages are read (`direct.rs`), one task wake-up fewer per message, except on a
-//! Client busy with requests of its own, whose messages go through the driver task. Callers send
-//! directly (the transport allows it) and wait for whoever dispatches the reply to leave
-//! their outcome in the pending table (no channel per request).
+//! One driver task per socket fires timeouts and runs the close. Each socket receives one
+//! way, chosen when it starts (`Link::deliver_to`): a Server's socket on the native engine
+//! has each connection's own driver dispatch its messages as they are read (`direct.rs`,
+//! one task wake-up fewer per message); every other socket (a Client's, and any on the
+//! libzmq engine) has the driver task receive them from its inbox. Dispatch completes
+//! waiting requests and hands requests and ticks to their handlers. Callers send directly
+//! (the transport allows it) and wait for whoever dispatches the reply to leave their
+//! outcome in the pending table (no channel per request).
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,12 +19,13 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use transport::{Key, PeerId};
 
 use crate::envelope::{check_event, encode_value, request_id, Encoded, Envelope, Kind};
-use crate::error::{DecodeError, Error, RemoteError, Result};
+use crate::error::{DecodeError, Error, Limit, RemoteError, Result};
 use crate::handler::{
-    Abort, Answer, Answering, Handlers, Incoming, RequestHandler, Responder, TickHandler,
+    Answer, Answering, Handlers, Incoming, RequestHandler, Responder, TickHandler,
 };
 use crate::link::Link;
 use crate::stats::Counters;
@@ -46,10 +47,6 @@ pub type Rejected = (PeerId, Error);
 pub(crate) struct Conversation<L: Link> {
     pub(crate) link: L,
     pending: Mutex<Pending>,
-    /// How many requests are pending (sent, not yet ended: `Table::len`), stored under the
-    /// lock at every change of it and read without the lock by the connections' drivers
-    /// (`direct.rs`).
-    waiting: AtomicUsize,
     /// The handlers, replaced whole (copy on write) when one is set: the driver keeps its
     /// own reference and looks here again only when `handlers_version` moved, so a message
     /// costs no lock and no reference count to find its handler.
@@ -60,28 +57,25 @@ pub(crate) struct Conversation<L: Link> {
     next_id: AtomicU64,
     /// Wakes the driver when a request with an earlier deadline than all others is added.
     timer_reset: Notify,
-    /// Set when closing: new requests are refused, handlers in progress finish.
-    closing: AtomicBool,
-    /// Set by `abort`: stop at once, dropping handlers in progress.
-    aborting: AtomicBool,
-    /// Wakes the work in progress (request handlers' tasks) when aborting.
-    aborted: Abort,
+    /// Cancelled when closing: new requests are refused, handlers in progress finish, and
+    /// the driver starts the close.
+    closing: CancellationToken,
+    /// Cancelled by `abort`: stop at once; the work in progress (request handlers' tasks)
+    /// is dropped.
+    aborted: CancellationToken,
     /// Live [`Responder`]s: requests taken by a handler and not answered yet. A graceful
     /// close waits for zero.
     responders: AtomicUsize,
     /// Signalled when `responders` drops to zero.
     idle: Notify,
-    /// Wakes the driver to start closing.
-    close_requested: Notify,
     /// Wakes the driver when the connection dropped (a Client's): it reads what had
     /// arrived, then fails what is still pending.
     lost: Notify,
     /// When the driver last received anything (a batch), in nanoseconds since
     /// [`EPOCH`] (0: never): on a Client, a sign of life of its server, replies included.
     heard: AtomicU64,
-    /// Signalled by the driver when it has finished.
-    finished: Notify,
-    finished_flag: AtomicBool,
+    /// Cancelled by the driver when it has finished.
+    finished: CancellationToken,
     pub(crate) counters: Counters,
     pub(crate) max_payload: usize,
     /// Where invalid inbound messages are reported (optional).
@@ -103,7 +97,6 @@ impl<L: Link> Conversation<L> {
     ) -> Result<(Arc<Conversation<L>>, T)> {
         let conversation = Arc::new(Conversation {
             link,
-            waiting: AtomicUsize::new(0),
             pending: Mutex::new(Pending {
                 // Start from a random point so ids from a restarted process do not repeat
                 // the previous run's (a late reply must not match a new request); truncated
@@ -115,26 +108,21 @@ impl<L: Link> Conversation<L> {
             handlers_version: AtomicU64::new(0),
             next_id: AtomicU64::new(rand_start()),
             timer_reset: Notify::new(),
-            closing: AtomicBool::new(false),
-            aborting: AtomicBool::new(false),
-            aborted: Abort::default(),
+            closing: CancellationToken::new(),
+            aborted: CancellationToken::new(),
             responders: AtomicUsize::new(0),
             idle: Notify::new(),
-            close_requested: Notify::new(),
             lost: Notify::new(),
             heard: AtomicU64::new(0),
-            finished: Notify::new(),
-            finished_flag: AtomicBool::new(false),
+            finished: CancellationToken::new(),
             counters: Counters::default(),
             max_payload,
             rejected: Mutex::new(None),
         });
-        // On a native socket, messages are dispatched by the connections' drivers
-        // (`direct.rs`; a Client busy with its own requests leaves them to the inbox); the
-        // driver task below then only keeps the deadlines and the close, and takes what
-        // the inbox holds.
+        // Where messages are dispatched: by the connections' drivers (`direct.rs`), or by
+        // the driver task below, which otherwise only keeps the deadlines and the close.
         let direct = Arc::new(direct::Direct(Arc::clone(&conversation)));
-        conversation.link.deliver_to(direct);
+        let receives = !conversation.link.deliver_to(direct);
         let opened = match open(&conversation.link) {
             Ok(opened) => opened,
             Err(error) => {
@@ -144,7 +132,7 @@ impl<L: Link> Conversation<L> {
                 return Err(error.into());
             }
         };
-        tokio::spawn(Arc::clone(&conversation).drive());
+        tokio::spawn(Arc::clone(&conversation).drive(receives));
         Ok((conversation, opened))
     }
 
@@ -180,7 +168,7 @@ impl<L: Link> Conversation<L> {
     }
 
     pub(crate) fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::Acquire)
+        self.closing.is_cancelled()
     }
 
     pub(crate) fn stats(&self) -> Stats {
@@ -223,7 +211,6 @@ impl<L: Link> Conversation<L> {
                     outside_task,
                 },
             );
-            self.waiting.store(pending.table.len(), Ordering::Relaxed);
             if pending.armed.is_none_or(|armed| deadline < armed) {
                 self.timer_reset.notify_one();
             }
@@ -233,7 +220,6 @@ impl<L: Link> Conversation<L> {
         // then unmatched and counted).
         let mut forget = Forget {
             pending: &self.pending,
-            waiting: &self.waiting,
             id,
             armed: true,
         };
@@ -251,12 +237,7 @@ impl<L: Link> Conversation<L> {
                 Ok(sent) => sent?,
                 Err(_) => {
                     // Counted once: unless the driver's timer expired it first (and counted).
-                    let taken = {
-                        let mut pending = self.pending.lock();
-                        let taken = pending.table.take(id);
-                        self.waiting.store(pending.table.len(), Ordering::Relaxed);
-                        taken
-                    };
+                    let taken = self.pending.lock().table.take(id);
                     forget.armed = false;
                     if taken.is_some_and(|waiter| waiter.outcome.is_none()) {
                         self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
@@ -281,7 +262,6 @@ impl<L: Link> Conversation<L> {
                     if let Some(outcome) = waiter.outcome.take() {
                         // Only the outcome moves out; the rest is dropped in place.
                         pending.table.discard(id);
-                        self.waiting.store(pending.table.len(), Ordering::Relaxed);
                         return std::task::Poll::Ready(outcome);
                     }
                     match &mut waiter.waker {
@@ -324,7 +304,6 @@ impl<L: Link> Conversation<L> {
                 waiter.outcome = Some(outcome());
                 wakers.extend(waiter.waker.take());
             });
-            self.waiting.store(pending.table.len(), Ordering::Relaxed);
             count
         };
         wakers.into_iter().for_each(std::task::Waker::wake);
@@ -450,18 +429,10 @@ impl<L: Link> Conversation<L> {
 
     async fn shut_down(&self, abort: bool) {
         if abort {
-            self.aborting.store(true, Ordering::Release);
-            self.aborted.set();
+            self.aborted.cancel();
         }
-        self.closing.store(true, Ordering::Release);
-        self.close_requested.notify_one();
-        loop {
-            let finished = self.finished.notified();
-            if self.finished_flag.load(Ordering::Acquire) {
-                break;
-            }
-            finished.await;
-        }
+        self.closing.cancel();
+        self.finished.cancelled().await;
     }
 
     fn reject(&self, peer: &PeerId, error: Error) {
@@ -494,8 +465,12 @@ impl<L: Link> Conversation<L> {
                 if let (DecodeError::TooLarge { size, max }, Some(id)) = (&e, request_id(frames)) {
                     let refusal = RemoteError::system_error(
                         RemoteError::PAYLOAD_TOO_LARGE,
-                        format!("{size} {max}"),
-                    );
+                        format!("a payload of {size} bytes is over the limit of {max}"),
+                    )
+                    .with_limit(Limit::Payload {
+                        size: *size as u64,
+                        max: *max as u64,
+                    });
                     self.answer(&peer, id, Err(refusal));
                 }
                 self.reject(&peer, Error::InvalidEnvelope(e));
@@ -598,7 +573,6 @@ impl<L: Link> Conversation<L> {
                     });
                     let waker = waiter.waker.take();
                     let outside_task = waiter.outside_task;
-                    self.waiting.store(pending.table.len(), Ordering::Relaxed);
                     // A Dealer's one remote has an empty id: only a Server keeps these.
                     if !peer.0.is_empty() {
                         let at = self.heard.load(Ordering::Relaxed);
@@ -658,7 +632,7 @@ impl<L: Link> Answering for Conversation<L> {
         self.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn abort(&self) -> &Abort {
+    fn abort(&self) -> &CancellationToken {
         &self.aborted
     }
 }

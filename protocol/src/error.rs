@@ -109,6 +109,45 @@ pub struct RemoteError {
     /// wire when false (so a handler's error reply is `{code, message}` as before).
     #[serde(default, skip_serializing_if = "is_false")]
     pub system: bool,
+    /// For a refusal over a limit: the numbers, as data (never written into the message
+    /// and read back). Absent on the wire when `None`, and ignored by a receiver that does
+    /// not know it, so the reply stays readable by older nodes. Boxed: it is rare, and
+    /// every `Result` carrying an error would otherwise grow by its size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<Box<Limit>>,
+}
+
+/// The numbers of a limit a message went over, carried in a [`RemoteError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Limit {
+    /// A payload over the receiver's largest.
+    Payload {
+        /// The payload's size in bytes.
+        size: u64,
+        /// The most bytes the receiver accepts.
+        max: u64,
+    },
+    /// A metadata section over the receiver's limits (user entries and their bytes,
+    /// counted up to the first over).
+    Metadata {
+        /// Entries counted.
+        entries: u64,
+        /// Their bytes.
+        bytes: u64,
+        /// The most entries accepted.
+        max_entries: u64,
+        /// The most bytes accepted.
+        max_bytes: u64,
+    },
+    /// The receiver's handlers were at their bound: the node's, or this caller's share.
+    Handlers {
+        /// The bound that was reached.
+        max: u64,
+        /// Whether it was the caller's own share (`max_handlers_per_peer`) rather than the
+        /// node-wide bound.
+        per_peer: bool,
+    },
 }
 
 /// For `skip_serializing_if`.
@@ -121,10 +160,12 @@ impl RemoteError {
     pub const NO_HANDLER: &'static str = "NO_HANDLER";
     /// Code used when a handler failed without giving a code (or panicked).
     pub const HANDLER_FAILED: &'static str = "HANDLER_ERROR";
+    /// Code sent when the handler panicked (a system error: the framework caught it).
+    pub const PANICKED: &'static str = "HANDLER_PANICKED";
     /// Code sent when the server is closing and refuses new requests.
     pub const SHUTTING_DOWN: &'static str = "SHUTTING_DOWN";
-    /// Code sent for a request whose payload is over the receiver's limit (message:
-    /// `"SIZE MAX"`).
+    /// Code sent for a request whose payload is over the receiver's limit (its numbers in
+    /// [`limit`](Self::limit), [`Limit::Payload`]).
     pub const PAYLOAD_TOO_LARGE: &'static str = "PAYLOAD_TOO_LARGE";
 
     /// An error with a code and a message.
@@ -133,7 +174,14 @@ impl RemoteError {
             code: code.into(),
             message: message.into(),
             system: false,
+            limit: None,
         }
+    }
+
+    /// The same error carrying the numbers of the limit it reports.
+    pub fn with_limit(mut self, limit: Limit) -> RemoteError {
+        self.limit = Some(Box::new(limit));
+        self
     }
 
     /// An error the framework makes (not a handler): [`system`](Self::system) set.

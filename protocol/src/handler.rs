@@ -2,13 +2,13 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
 use transport::{Key, PeerId};
 
 use crate::envelope::{decode_value, Envelope};
@@ -143,36 +143,7 @@ pub(crate) trait Answering: Send + Sync {
     /// Counts a handler that panicked.
     fn panicked(&self);
     /// The conversation's abort signal.
-    fn abort(&self) -> &Abort;
-}
-
-/// Set once when a conversation is aborted (closed without waiting for answers), with a
-/// wake-up for the work that waits on it.
-#[derive(Default)]
-pub(crate) struct Abort {
-    flag: std::sync::atomic::AtomicBool,
-    notify: tokio::sync::Notify,
-}
-
-impl Abort {
-    /// Sets the flag and wakes every waiter.
-    pub(crate) fn set(&self) {
-        self.flag.store(true, std::sync::atomic::Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    /// Whether it is set.
-    pub(crate) fn is_set(&self) -> bool {
-        self.flag.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Resolves once it is set.
-    pub(crate) async fn wait(&self) {
-        let notified = self.notify.notified();
-        if !self.is_set() {
-            notified.await;
-        }
-    }
+    fn abort(&self) -> &CancellationToken;
 }
 
 impl Responder {
@@ -205,12 +176,12 @@ impl Responder {
     /// Whether the socket is being aborted (closed without waiting for answers): work still
     /// running may stop, its answer would go nowhere.
     pub fn is_aborting(&self) -> bool {
-        self.to.abort().is_set()
+        self.to.abort().is_cancelled()
     }
 
     /// Resolves when the socket is aborted (see [`is_aborting`](Self::is_aborting)).
     pub async fn aborted(&self) {
-        self.to.abort().wait().await
+        self.to.abort().cancelled().await
     }
 }
 
@@ -297,7 +268,10 @@ where
                 Err(_) => {
                     tracing::error!(id = responder.id(), "request handler panicked");
                     responder.to.panicked();
-                    responder.answer(Err(RemoteError::handler("the handler panicked")));
+                    responder.answer(Err(RemoteError::system_error(
+                        RemoteError::PANICKED,
+                        "the handler panicked",
+                    )));
                 }
             },
             () = responder.aborted() => {}
@@ -323,30 +297,11 @@ where
     }
 }
 
-/// FNV-1a over an event name: a lookup per message, and names are short, where SipHash's
-/// set-up dominates (about 60 instructions for a 4-byte name, callgrind). Only the names of
-/// registered handlers are ever inserted, so names from the network cannot flood the map
-/// with collisions (what SipHash's keying protects against).
-#[derive(Clone, Copy)]
-pub(crate) struct NameHasher(u64);
-
-impl Default for NameHasher {
-    fn default() -> Self {
-        NameHasher(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for NameHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-}
+/// The handlers' maps hash event names with foldhash (a lookup per message, and names are
+/// short, where SipHash's set-up dominates: about 60 instructions for a 4-byte name,
+/// callgrind). Only the names of registered handlers are ever inserted, so names from the
+/// network cannot flood a map with collisions; foldhash's per-map seed is kept all the same.
+type NameMap<V> = HashMap<Box<[u8]>, V, foldhash::fast::RandomState>;
 
 /// Handlers by exact event name, with an optional catch-all for each kind (the node layer
 /// installs its own dispatcher as the catch-all).
@@ -354,8 +309,8 @@ impl Hasher for NameHasher {
 pub(crate) struct Handlers {
     // Keyed by the name's bytes: a received event name is looked up as it came, without
     // checking its UTF-8 a second time (decoding checked it).
-    requests: HashMap<Box<[u8]>, RequestHandler, BuildHasherDefault<NameHasher>>,
-    ticks: HashMap<Box<[u8]>, TickHandler, BuildHasherDefault<NameHasher>>,
+    requests: NameMap<RequestHandler>,
+    ticks: NameMap<TickHandler>,
     any_request: Option<RequestHandler>,
     any_tick: Option<TickHandler>,
 }

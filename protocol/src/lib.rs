@@ -67,7 +67,7 @@ pub use envelope::{
     decode_value, encode_value, Envelope, Kind, FIXED_HEADER, INLINE_MAX, MAGIC, MAX_EVENT_LEN,
     SYSTEM_PREFIX, VERSION,
 };
-pub use error::{DecodeError, Error, ErrorCode, RemoteError, Result};
+pub use error::{DecodeError, Error, ErrorCode, Limit, RemoteError, Result};
 pub use handler::{
     request_fn, tick_fn, Answer, Incoming, RequestFuture, RequestHandler, Responder, TickFuture,
     TickHandler,

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use protocol::{
-    encode_value, request_fn, tick_fn, Client, Connection, Error, ErrorCode, RemoteError, Server,
+    encode_value, request_fn, tick_fn, Client, Connection, Error, ErrorCode, Limit, RemoteError,
+    Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -200,7 +201,7 @@ async fn a_panicking_handler_becomes_an_error_reply_and_the_server_keeps_serving
         .request("boom", Bytes::new(), SECOND)
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Remote(ref r) if r.code == RemoteError::HANDLER_FAILED));
+    assert!(matches!(err, Error::Remote(ref r) if r.is_system(RemoteError::PANICKED)));
     let reply = client
         .request("echo", Bytes::from_static(b"still here"), SECOND)
         .await
@@ -469,7 +470,13 @@ async fn a_request_over_the_payload_limit_is_answered_with_a_typed_error() {
                 remote.is_system(RemoteError::PAYLOAD_TOO_LARGE),
                 "{remote:?}"
             );
-            assert_eq!(remote.message, "1025 1024");
+            assert_eq!(
+                remote.limit.as_deref(),
+                Some(&Limit::Payload {
+                    size: 1025,
+                    max: 1024
+                })
+            );
         }
         other => panic!("expected a refusal, got {other:?}"),
     }

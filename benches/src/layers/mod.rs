@@ -72,9 +72,9 @@ pub(crate) enum Layer {
     TransportNative,
     /// `protocol::Server` with an echo handler and `protocol::Client`.
     Protocol,
-    /// A `Node` bound with a raw echo handler and a `Node` connected to it (`request_raw`).
+    /// A `Node` bound with a raw echo handler and a `Node` connected to it (`call(..).raw().send(..)`).
     Node,
-    /// One-way ticks from node to node (`tick_raw`), counted by the receiver.
+    /// One-way ticks from node to node (`call(..).raw().tick(..)`), counted by the receiver.
     NodeTick,
     /// The `node` row over CURVE: both nodes with key pairs, `connect_secure` (every
     /// message encrypted and authenticated).

@@ -1,5 +1,5 @@
-//! The node layer: request/reply between two `Node`s (`request_raw` to an
-//! `on_request_service` echo answering `Response::raw`), and one-way ticks (`tick_raw`)
+//! The node layer: request/reply between two `Node`s (`call(..).raw().send(..)` to an
+//! `on_request_service` echo answering `Response::raw`), and one-way ticks (`call(..).raw().tick(..)`)
 //! counted by the receiver; and the CPU-bound rows (`node-cpu-N`), whose handler does
 //! [`cpu_job`] before answering.
 //!
@@ -193,7 +193,9 @@ async fn connect(job: &Job) -> Result<(Node, NodeId)> {
         Some((endpoint, key)) => {
             let server_key = Key::from_z85(key)?;
             let client = builder.curve(KeyPair::generate()?).build().await?;
-            let peer = client.connect_secure(endpoint, server_key).await?;
+            let peer = client
+                .connect_with(endpoint, node::ConnectOptions::new().server_key(server_key))
+                .await?;
             (client, peer)
         }
         None => {
@@ -220,8 +222,8 @@ pub(super) async fn client(job: &Job) -> Result<Point> {
         } else {
             call
         };
-        let reply = call.send_raw(payload.clone()).await?;
-        job.check_reply(reply.len())
+        let reply = call.raw().send(payload.clone()).await?;
+        job.check_reply(reply.payload().len())
     })
     .await?;
     client.close().await;
@@ -314,7 +316,12 @@ async fn send_ticks(
 ) -> Result<()> {
     while Instant::now() < deadline {
         for _ in 0..TICK_BATCH {
-            client.tick_raw(server, "tick", payload.clone()).await?;
+            client
+                .call(server, "tick")
+                .raw()
+                .tick(payload.clone())
+                .await
+                .map(drop)?;
         }
         // Let the node's own tasks run: a send that never waits never yields.
         tokio::task::yield_now().await;
@@ -325,7 +332,9 @@ async fn send_ticks(
 /// The server's tick count, and when its answer arrived.
 async fn tick_count(client: &Node, server: &NodeId) -> Result<(u64, Instant)> {
     let count: u64 = client
-        .request_timeout(server, "ticks", &(), REQUEST_TIMEOUT)
+        .call(server, "ticks")
+        .timeout(REQUEST_TIMEOUT)
+        .send(&())
         .await?;
     Ok((count, Instant::now()))
 }

@@ -2,7 +2,7 @@
 //!
 //! Six `stock` nodes in two warehouses (`group=north`, `group=south`) answer how many of an
 //! item they hold; one of them is slow. A `shop` asks all of them at once under one
-//! deadline (`request_all`: each one's outcome, the slow one's a timeout), then only the
+//! deadline (`gather`: each one's outcome, the slow one's a timeout), then only the
 //! first two answers (`min_replies`), then one node per warehouse (`groups("group")`), and
 //! sends 600 restock ticks to one node of each warehouse: each warehouse gets all 600,
 //! spread over its members by the shop's strategy (round robin).
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use examples::{address, init_tracing, unexpected, Result};
-use node::{Filter, HandlerError, Node, Request, Scope, Strategy, Target};
+use node::{Filter, HandlerError, Node, Request, Strategy, Target};
 
 #[tokio::main]
 async fn main() -> Result {
@@ -54,9 +54,9 @@ async fn main() -> Result {
         shop.connect(&address(&node)?).await?;
         stock.push((node, group.to_string(), restocks));
     }
-    let all_stock = Target::Any(Filter::new().eq("role", "stock"), Scope::Both);
+    let all_stock = Target::all(Filter::new().eq("role", "stock"));
 
-    println!("-- request_all under one 300 ms deadline");
+    println!("-- gather under one 300 ms deadline");
     let mut answers: Vec<(node::NodeId, node::Result<u64>)> = shop
         .call(all_stock.clone(), "count")
         .timeout(Duration::from_millis(300))
@@ -94,13 +94,16 @@ async fn main() -> Result {
 
     println!("-- 600 restocks to one node of each warehouse");
     for _ in 0..600 {
-        let reached = shop
+        let sent = shop
             .call(all_stock.clone(), "restock")
             .groups("group")
-            .tick_all(&())
+            .tick(&())
             .await?;
-        if reached != 2 {
-            return Err(unexpected(format!("a restock reached {reached} nodes")));
+        if sent.nodes != 2 {
+            return Err(unexpected(format!(
+                "a restock went to {} nodes",
+                sent.nodes
+            )));
         }
     }
     examples::within("every restock to arrive", async {

@@ -27,7 +27,7 @@ async fn main() -> Result {
     bank.on_request("withdraw", move |req: Request| {
         let balance = Arc::clone(&balance);
         async move {
-            // A payload that is not a u64 fails here, with the code BAD_REQUEST.
+            // A payload that is not a u64 fails here, with the code INVALID_ARGUMENT.
             let amount: u64 = req.decode()?;
             balance
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| {

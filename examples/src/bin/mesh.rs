@@ -10,7 +10,7 @@
 //!   id;
 //! - each worker asks any gateway for `quota:check` (a request upstream: both ends of a
 //!   connection can send);
-//! - gateways `tick_all` a `config:push` to layer B, workers `tick_all` a `stats:report` to
+//! - gateways tick a `config:push` to all of layer B, workers tick a `stats:report` to
 //!   layer A.
 //!
 //! Every half second it prints the traffic so far and one message as it went by; at the end
@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use examples::{address, init_tracing, unexpected, Result};
-use node::{Filter, HandlerError, Node, Request, Scope, Strategy};
+use node::{Filter, HandlerError, Node, Request, Scope, Strategy, Target};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
@@ -193,7 +193,7 @@ async fn request_lane(
         let began = Instant::now();
         let outcome = match filter {
             Some(filter) => gw
-                .request_any::<_, Done>(filter, Scope::Down, "image:resize", &job)
+                .request::<_, Done>(Target::any(filter.clone()).scope(Scope::Down), "image:resize", &job)
                 .await
                 .map(|done| {
                     let elapsed = began.elapsed();
@@ -443,14 +443,14 @@ async fn main() -> Result {
                 let (node, counters, t, errs) = (&node, &counters, &t, &errs);
                 async move {
                     match node
-                        .tick_all(&t.layer_b, Scope::Down, "config:push", &version)
-                        .await
+                        .tick(Target::all(t.layer_b.clone()).scope(Scope::Down), "config:push", &version)
+                        .await.map(|sent| sent.nodes)
                     {
                         Ok(reached) => {
                             Counters::add(&counters.ticks_sent, reached as u64);
                             t.sampler.offer(Kind::ConfigPush, || {
                                 format!(
-                                    "{} => all {}  tick config:push v{version}, reached {reached} workers",
+                                    "{} => all {}  tick config:push v{version}, sent to {reached} workers",
                                     node.id(),
                                     t.layer_b.to_json().map(|j| j.to_string()).unwrap_or_default()
                                 )
@@ -474,14 +474,14 @@ async fn main() -> Result {
             every(STATS_REPORT_EVERY, t.deadline, || async {
                 let handled = counters.handled.load(Ordering::Relaxed);
                 match node
-                    .tick_all(&t.layer_a, Scope::Up, "stats:report", &handled)
-                    .await
+                    .tick(Target::all(t.layer_a.clone()).scope(Scope::Up), "stats:report", &handled)
+                    .await.map(|sent| sent.nodes)
                 {
                     Ok(reached) => {
                         Counters::add(&counters.ticks_sent, reached as u64);
                         t.sampler.offer(Kind::StatsReport, || {
                             format!(
-                                "{} => all {} up  tick stats:report ({} handled), reached {reached} gateways",
+                                "{} => all {} up  tick stats:report ({} handled), sent to {reached} gateways",
                                 node.id(),
                                 t.layer_a.to_json().map(|j| j.to_string()).unwrap_or_default(),
                                 thousands(handled)
@@ -504,7 +504,7 @@ async fn main() -> Result {
                 Counters::add(&counters.requests_sent, 1);
                 let began = Instant::now();
                 match node
-                    .request_any::<_, String>(&t.layer_a, Scope::Up, "quota:check", &4096u64)
+                    .request::<_, String>(Target::any(t.layer_a.clone()).scope(Scope::Up), "quota:check", &4096u64)
                     .await
                 {
                     Ok(granted_by) => {

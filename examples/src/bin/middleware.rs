@@ -1,87 +1,49 @@
-//! Tower middleware in front of handlers: a timeout, and an auth check.
+//! Middleware in front of handlers: a timeout, and an auth check written as an async
+//! function.
 //!
 //! An `api` node puts `tower::timeout::TimeoutLayer` (200 ms) in front of its `report`
 //! handler, which takes as long as the caller asks: a quick report passes, a slow one comes
-//! back as an error with the code `TIMEOUT`. It also puts a hand-written layer,
-//! `RequireToken`, in front of every event matching `^admin:`: a request without the right
-//! token never reaches the handler and comes back with the code `UNAUTHORIZED`. Events that
-//! do not match (`status`) are not checked.
+//! back as an error with the code `TIMEOUT`. It also puts an auth check, written with
+//! `middleware::from_fn`, in front of every event matching `^admin:`: a request without the
+//! right token never reaches the handler and comes back with the code `UNAUTHORIZED`.
+//! Events that do not match (`status`) are not checked.
 //!
 //! The token travels in the request's metadata (`call(..).meta("token", ..)`), beside the
-//! payload; the layer gives the handler who the token stands for through the request's
-//! extensions, so the handler never sees the token.
+//! payload; the check gives the handler who the token stands for through the request's
+//! extensions, so the handler never sees the token. The expected token is the check's
+//! state (`from_fn_with_state`).
 //!
 //! Run it with `cargo run -p examples --bin middleware`.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use examples::{address, init_tracing, unexpected, Result};
-use futures::future::BoxFuture;
-use node::{BoxError, Error, HandlerError, Node, Request, Response};
+use node::middleware::{from_fn_with_state, Next};
+use node::{Error, HandlerError, Node, Request};
 use regex::Regex;
 use tower::timeout::TimeoutLayer;
-use tower::{Layer, Service};
 
-/// Who a valid token stands for: what the layer hands the handler.
+/// Who a valid token stands for: what the check hands the handler.
 #[derive(Debug, Clone)]
 struct Operator(String);
 
-/// A tower layer that refuses requests whose metadata does not carry `token`.
-#[derive(Clone)]
-struct RequireToken {
+/// Refuses a request whose metadata does not carry `token`; tells the handler who it is.
+async fn require_token(
     token: Arc<str>,
-}
-
-impl<S> Layer<S> for RequireToken {
-    type Service = TokenCheck<S>;
-
-    fn layer(&self, inner: S) -> TokenCheck<S> {
-        TokenCheck {
-            inner,
-            token: Arc::clone(&self.token),
-        }
+    mut req: Request,
+    next: Next,
+) -> std::result::Result<node::Response, node::BoxError> {
+    if req.meta().get_str("token") != Some(&*token) {
+        let refusal = HandlerError::new(
+            "UNAUTHORIZED",
+            format!("{} needs a valid token", req.event()),
+        );
+        return Err(refusal.into());
     }
-}
-
-/// The service [`RequireToken`] wraps around a handler.
-#[derive(Clone)]
-struct TokenCheck<S> {
-    inner: S,
-    token: Arc<str>,
-}
-
-impl<S> Service<Request> for TokenCheck<S>
-where
-    S: Service<Request, Response = Response, Error = BoxError> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, std::result::Result<Response, BoxError>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), BoxError>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request) -> Self::Future {
-        let token = req.meta().get_str("token");
-        if token != Some(&*self.token) {
-            let refusal = HandlerError::new(
-                "UNAUTHORIZED",
-                format!("{} needs a valid token", req.event()),
-            );
-            return Box::pin(async move { Err(refusal.into()) });
-        }
-        req.extensions_mut()
-            .insert(Operator("ops-on-call".to_owned()));
-        // The service that was made ready is the one that must be called (tower's rule);
-        // keep a fresh clone in its place for the next request.
-        let clone = self.inner.clone();
-        let mut ready = std::mem::replace(&mut self.inner, clone);
-        Box::pin(ready.call(req))
-    }
+    req.extensions_mut()
+        .insert(Operator("ops-on-call".to_owned()));
+    next.run(req).await
 }
 
 #[tokio::main]
@@ -96,9 +58,7 @@ async fn main() -> Result {
     api.layer_for("report", TimeoutLayer::new(Duration::from_millis(200)));
     api.layer_for(
         Regex::new("^admin:")?,
-        RequireToken {
-            token: Arc::from("s3cret"),
-        },
+        from_fn_with_state(Arc::<str>::from("s3cret"), require_token),
     );
     api.on_request("report", |req: Request| async move {
         let millis: u64 = req.decode()?;

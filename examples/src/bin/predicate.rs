@@ -2,7 +2,7 @@
 //!
 //! Three `worker-*` nodes advertise `cores` and `load` (the load average). Which of them has
 //! headroom is not a plain comparison of one option but a computation over two: load per
-//! core below 0.5. A `Filter::predicate` closure says exactly that, and `request_any` only
+//! core below 0.5. A `Filter::predicate` closure says exactly that, and a request to it only
 //! reaches the workers it accepts. When a worker's load changes (`set_options`), the same
 //! filter follows. A predicate runs where it was built: it cannot be sent to another node.
 //!
@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use examples::{address, init_tracing, unexpected, wait_for, Result};
 use node::options::{options, Options, Value};
-use node::{Error, Filter, HandlerError, Node, NodeEvent, Request, Scope};
+use node::{Error, Filter, HandlerError, Node, NodeEvent, Request, Scope, Target};
 
 /// The share of its cores a worker may already use and still take work.
 const MAX_LOAD_PER_CORE: f64 = 0.5;
@@ -29,7 +29,7 @@ async fn who_takes_jobs(scheduler: &Node, filter: &Filter) -> Result<BTreeSet<St
     let mut takers = BTreeSet::new();
     for job in 0..10u32 {
         let taker: String = scheduler
-            .request_any(filter, Scope::Down, "job", &job)
+            .request(Target::any(filter.clone()).scope(Scope::Down), "job", &job)
             .await?;
         takers.insert(taker);
     }
@@ -70,7 +70,7 @@ async fn main() -> Result {
     let has_headroom = Filter::predicate(|opts| {
         load_per_core(opts).is_some_and(|per_core| per_core < MAX_LOAD_PER_CORE)
     });
-    let mut peers = scheduler.peers();
+    let mut peers = scheduler.peers().list();
     peers.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
     for peer in &peers {
         println!(

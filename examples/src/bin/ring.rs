@@ -13,7 +13,7 @@
 use std::time::Instant;
 
 use examples::{address, init_tracing, unexpected, Result};
-use node::{Filter, HandlerError, Node, Request, Scope};
+use node::{Filter, HandlerError, Node, Request, Scope, Target};
 use serde::{Deserialize, Serialize};
 
 /// How many nodes form the ring.
@@ -45,9 +45,13 @@ fn pass_on(node: &Node) {
                 return Ok(hop.path);
             }
             println!("  {me}: from {}, passing it on", req.from());
-            this.request_any(&Filter::any(), hop.scope, "ring:pass", &hop)
-                .await
-                .map_err(|e| HandlerError::new("FORWARD_FAILED", format!("{me}: {e}")))
+            this.request(
+                Target::any(Filter::any()).scope(hop.scope),
+                "ring:pass",
+                &hop,
+            )
+            .await
+            .map_err(|e| HandlerError::new("FORWARD_FAILED", format!("{me}: {e}")))
         }
     });
 }
@@ -81,7 +85,7 @@ async fn main() -> Result {
             scope,
         };
         let path: Vec<String> = start
-            .request_any(&Filter::any(), scope, "ring:pass", &hop)
+            .request(Target::any(Filter::any()).scope(scope), "ring:pass", &hop)
             .await?;
         println!(
             "lap {lap}: path {} ({} hops in {:.1?})",

@@ -2,13 +2,13 @@
 //!
 //! Two routers (`east` and `west`) are joined to each other; each has leaves of its own.
 //! A leaf on the east side asks for a leaf on the west side by id and by filter, and sends a
-//! `tick_all` that reaches every matching leaf on both sides exactly once. The handler sees
+//! tick to `Target::all` that reaches every matching leaf on both sides exactly once. The handler sees
 //! the route the message took (`Request::route`).
 //!
 //! Run it with `cargo run -p examples --bin routers`.
 
 use examples::{address, init_tracing, Result};
-use node::{Filter, HandlerError, Node, Request, Scope};
+use node::{Filter, HandlerError, Node, Request, Target};
 
 /// A leaf connected to `router`, answering `where` with its id and the route the request took.
 async fn leaf(id: &str, side: &str, router: &Node) -> Result<Node> {
@@ -72,6 +72,7 @@ async fn main() -> Result {
     println!(
         "east-1 is joined to: {:?}",
         e1.peers()
+            .list()
             .iter()
             .map(|p| p.id.to_string())
             .collect::<Vec<_>>()
@@ -80,30 +81,23 @@ async fn main() -> Result {
     let by_id: String = e1.request("west-2", "where", &()).await?;
     println!("east-1 -> west-2 by id: {by_id}");
     let west_side = Filter::new().eq("side", "west");
-    let by_filter: String = e1
-        .request_any(&west_side, Scope::Both, "where", &())
-        .await?;
+    let by_filter: String = e1.request(&west_side, "where", &()).await?;
     println!("east-1 -> any side=west: {by_filter}");
 
     let stores = Filter::new().eq("role", "store");
-    let reached = e1
-        .tick_all(&stores, Scope::Both, "restock", "coffee")
-        .await?;
+    let sent = e1.tick(Target::all(stores), "restock", "coffee").await?;
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    println!("tick_all reached {reached} stores");
+    println!("a tick to all stores, sent to {} stores", sent.nodes);
 
     let nobody = Filter::new().eq("role", "bank");
-    match e1
-        .request_any::<_, String>(&nobody, Scope::Both, "where", &())
-        .await
-    {
+    match e1.request::<_, String>(&nobody, "where", &()).await {
         Err(e) => println!("no bank anywhere: {e} ({:?})", e.code()),
         Ok(answer) => return Err(examples::unexpected(answer)),
     }
     println!(
         "east forwarded {}, west forwarded {}",
-        east.router_stats().forwarded,
-        west.router_stats().forwarded
+        east.stats().router.forwarded,
+        west.stats().router.forwarded
     );
     for node in [e1, e2, w1, w2, west, east] {
         node.close().await;

@@ -42,7 +42,12 @@ async fn main() -> Result {
         .curve(teller_keys)
         .build()
         .await?;
-    teller.connect_secure(&endpoint, vault_keys.public).await?;
+    teller
+        .connect_with(
+            &endpoint,
+            node::ConnectOptions::new().server_key(vault_keys.public),
+        )
+        .await?;
     let balance: u64 = teller.request("vault", "balance", &()).await?;
     println!("teller: balance {balance} (over an encrypted connection)");
 
@@ -51,7 +56,13 @@ async fn main() -> Result {
         .curve(KeyPair::generate()?)
         .build()
         .await?;
-    match stranger.connect_secure(&endpoint, vault_keys.public).await {
+    match stranger
+        .connect_with(
+            &endpoint,
+            node::ConnectOptions::new().server_key(vault_keys.public),
+        )
+        .await
+    {
         Err(Error::Refused { reason, .. }) => println!("stranger: refused ({reason})"),
         other => return Err(format!("the stranger was not refused: {other:?}").into()),
     }
@@ -61,7 +72,7 @@ async fn main() -> Result {
         other => return Err(format!("plaintext was not refused: {other:?}").into()),
     }
 
-    vault.revoke_key(&teller_key).await?;
+    vault.keys().revoke(&teller_key).await?;
     let after: node::Result<u64> = teller.request("vault", "balance", &()).await;
     match after {
         Err(e) => println!("teller: after revocation: {e}"),

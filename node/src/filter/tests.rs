@@ -577,7 +577,7 @@ mod properties {
         leaf.prop_recursive(2, 8, 3, |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..3).prop_map(Value::List),
-                prop::collection::btree_map("[a-c]", inner, 0..3).prop_map(Value::Map),
+                prop::collection::btree_map("[a-c]", inner, 0..3).prop_map(Value::from),
             ]
         })
     }
@@ -614,8 +614,8 @@ mod properties {
                     let decoded: FilterSpec = rmp_serde::from_slice(&bytes).unwrap();
                     let rebuilt = Filter::from_spec(decoded).unwrap();
                     prop_assert_eq!(rebuilt.to_spec().unwrap(), wire);
-                    for peer in &peers {
-                        prop_assert_eq!(filter.matches(peer), rebuilt.matches(peer));
+                    for peer in peers.iter().cloned().map(Options::from) {
+                        prop_assert_eq!(filter.matches(&peer), rebuilt.matches(&peer));
                     }
                 }
             }

@@ -60,19 +60,20 @@ pub async fn wait_for<T>(
     what: &str,
     mut pick: impl FnMut(&NodeEvent) -> Option<T>,
 ) -> T {
-    within(what, async {
-        loop {
-            match events.recv().await {
-                Some(event) => {
-                    if let Some(found) = pick(&event) {
-                        return found;
-                    }
-                }
-                None => panic!("event stream closed: {what}"),
-            }
-        }
-    })
-    .await
+    let mut found = None;
+    if let Err(e) = events
+        .wait_for(
+            |event| {
+                found = pick(event);
+                found.is_some()
+            },
+            LIMIT,
+        )
+        .await
+    {
+        panic!("{what}: {e}");
+    }
+    found.unwrap_or_else(|| panic!("{what}: picked nothing"))
 }
 
 /// A TCP proxy on loopback that can cut the path silently: while cut, bytes are read and

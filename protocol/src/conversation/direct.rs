@@ -7,9 +7,8 @@
 //! What a message does is the same either way (`Conversation::on_message`): an answer
 //! completes its request, a request or tick goes to its handler, which returns at once.
 //!
-//! A Client with more than [`BUSY`] requests of its own waiting leaves its messages to the
-//! inbox and the driver task (`Link::BUSY_TO_INBOX`; the transport keeps their order
-//! across the switch, and comes back once the inbox has given out all of them).
+//! Only a Server's socket (a Router) takes its messages here; a Client's (a Dealer) takes
+//! them through its inbox and the driver task (`Link::deliver_to`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -22,17 +21,6 @@ use super::helpers::nanos_at;
 use super::{Answered, Conversation};
 use crate::handler::Handlers;
 use crate::link::Link;
-
-/// Requests of its own pending (sent, not yet answered) above which a Client's messages go
-/// through the inbox (the transport's `Delivered::Queued`). Its messages are then mostly
-/// those replies, each waking a caller: on the connection's driver, the callers and the
-/// driver woke each other on one worker thread while the other had little to do (100 in
-/// flight, always direct: 0.76 of the inbox's rate, `benches/ab.sh`); through the inbox the
-/// driver, the conversation's task and the callers spread over both threads. Measured with
-/// 4: one at a time 1.12 with a `block_on` caller, but 0.81 with 4 in flight; with 1, one
-/// at a time 1.18-1.19 and level at 2, 4 and 100 in flight (PERFORMANCE.md, "Why the code
-/// is as it is").
-pub(super) const BUSY: usize = 1;
 
 /// What the socket holds: it makes each connection's receiver.
 pub(super) struct Direct<L: Link>(pub(super) Arc<Conversation<L>>);
@@ -64,12 +52,7 @@ impl<L: Link> Delivery for OnConnection<L> {
         at: Instant,
     ) -> Delivered {
         let conversation = &self.conversation;
-        if L::BUSY_TO_INBOX && conversation.waiting.load(Ordering::Relaxed) > BUSY {
-            return Delivered::Queued;
-        }
-        conversation
-            .heard
-            .store(nanos_at(at), std::sync::atomic::Ordering::Relaxed);
+        conversation.heard.store(nanos_at(at), Ordering::Relaxed);
         conversation.refresh_handlers(&mut self.handlers, &mut self.seen);
         conversation.on_message(
             &self.handlers,

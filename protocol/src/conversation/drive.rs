@@ -1,16 +1,15 @@
-//! The conversation's driver task: the pending table's timer, the close, and (on the
-//! libzmq engine, or for what a busy Client's connection leaves to the inbox) the receive
-//! side of the socket.
+//! The conversation's driver task: the pending table's timer, the close, and (on a socket
+//! that receives from its inbox: a Client's, or any on the libzmq engine) the receive side.
 
 use super::*;
 
 impl<L: Link> Conversation<L> {
-    /// The driver: the only task that receives from the socket's queue (on the native
-    /// engine, only what a busy Client's connection leaves there, `direct.rs`). It decodes, completes
-    /// waiting requests and hands each request and tick to its handler, which returns at
-    /// once (handler work runs as tasks of its own, see `handler.rs`): nothing a handler does
-    /// holds up the socket.
-    pub(super) async fn drive(self: Arc<Self>) {
+    /// The driver. When `receives` (the socket's messages come through its inbox, not
+    /// `direct.rs`), it is the only task that receives from the socket: it decodes,
+    /// completes waiting requests and hands each request and tick to its handler, which
+    /// returns at once (handler work runs as tasks of its own, see `handler.rs`): nothing a
+    /// handler does holds up the socket.
+    pub(super) async fn drive(self: Arc<Self>, receives: bool) {
         let mut closing = false;
         // Every message is received into this one buffer (no allocation per message).
         let mut frames = Vec::with_capacity(4);
@@ -35,14 +34,13 @@ impl<L: Link> Conversation<L> {
             // Registered before the count is read: a release in between is not missed.
             let idle = self.idle.notified();
             if closing
-                && (self.responders.load(Ordering::Acquire) == 0
-                    || self.aborting.load(Ordering::Acquire))
+                && (self.responders.load(Ordering::Acquire) == 0 || self.aborted.is_cancelled())
             {
                 break;
             }
             tokio::select! {
                 biased;
-                received = self.link.recv_into(&mut frames) => match received {
+                received = self.link.recv_into(&mut frames), if receives => match received {
                     Ok((peer, key)) => {
                         self.heard.store(elapsed_nanos(), Ordering::Relaxed);
                         self.refresh_handlers(&mut handlers, &mut handlers_seen);
@@ -102,7 +100,7 @@ impl<L: Link> Conversation<L> {
                     self.expire();
                 }
                 () = self.timer_reset.notified() => {}
-                () = self.close_requested.notified() => closing = true,
+                () = self.closing.cancelled(), if !closing => closing = true,
                 () = self.lost.notified() => {
                     // What arrived before the connection dropped is still in the socket:
                     // replies (and a goodbye) are read first, only what is left unanswered
@@ -111,7 +109,9 @@ impl<L: Link> Conversation<L> {
                     // Bounded: what arrived before the drop is at most a queue's worth; a
                     // peer that keeps sending on the new connection must not hold the
                     // driver here.
-                    for _ in 0..LOST_DRAIN {
+                    // (Nothing to read on a socket whose connections dispatch their own.)
+                    let drain = if receives { LOST_DRAIN } else { 0 };
+                    for _ in 0..drain {
                         match self.link.try_recv_into(&mut frames) {
                             Ok(Some((peer, key))) => {
                                 self.on_message(&handlers, peer, key, &frames, closing, &mut Answered::default());
@@ -126,7 +126,7 @@ impl<L: Link> Conversation<L> {
                 () = idle, if closing => {}
             }
         }
-        if !self.aborting.load(Ordering::Acquire) {
+        if !self.aborted.is_cancelled() {
             // Let the answers still owed go out (only reached when the socket died: a
             // graceful close leaves the loop at zero), unless an abort comes meanwhile.
             loop {
@@ -136,19 +136,18 @@ impl<L: Link> Conversation<L> {
                 }
                 tokio::select! {
                     () = idle => {}
-                    () = self.aborted.wait() => break,
+                    () = self.aborted.cancelled() => break,
                 }
             }
         }
-        self.closing.store(true, Ordering::Release);
+        self.closing.cancel();
         self.fail_all(|| Error::Closed);
         self.link.close().await;
         // Nothing more arrives: let the handlers go (they often hold what holds this
         // conversation) and end whoever listens for rejected messages.
         self.change_handlers(|handlers| *handlers = Handlers::default());
         self.rejected.lock().take();
-        self.finished_flag.store(true, Ordering::Release);
-        self.finished.notify_waiters();
+        self.finished.cancel();
         tracing::debug!("conversation finished");
     }
 

@@ -33,16 +33,8 @@ pub(super) fn nanos_at(at: std::time::Instant) -> u64 {
 
 /// A starting point for request ids that differs between runs.
 pub(super) fn rand_start() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
     // Keep far from wrapping: 2^62 ids remain in any case.
-    hasher.finish() >> 2
+    rand::random::<u64>() >> 2
 }
 
 /// Lets every other task that is ready run before the caller goes on: the task wakes itself

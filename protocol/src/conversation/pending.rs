@@ -2,8 +2,6 @@
 //! once it ended), the table and the driver's timer under one lock, and the guard that
 //! removes an entry when its caller gives up.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use parking_lot::Mutex;
 use transport::PeerId;
 
@@ -58,8 +56,6 @@ pub(super) struct Pending {
 /// end: a dropped request future leaves nothing behind in the table.
 pub(super) struct Forget<'a> {
     pub(super) pending: &'a Mutex<Pending>,
-    /// The conversation's count of pending requests (`Conversation::waiting`).
-    pub(super) waiting: &'a AtomicUsize,
     pub(super) id: u64,
     /// Cleared once the caller took its outcome (nothing left to remove).
     pub(super) armed: bool,
@@ -68,9 +64,7 @@ pub(super) struct Forget<'a> {
 impl Drop for Forget<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let mut pending = self.pending.lock();
-            pending.table.discard(self.id);
-            self.waiting.store(pending.table.len(), Ordering::Relaxed);
+            self.pending.lock().table.discard(self.id);
         }
     }
 }

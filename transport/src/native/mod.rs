@@ -18,7 +18,6 @@ mod link;
 mod stream;
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -304,9 +303,7 @@ impl Socket {
         });
         let allow_list = matches!(options.curve, Some(Curve::Server { .. }))
             .then(|| Arc::new(AllowList::default()));
-        let seed = std::collections::hash_map::RandomState::new()
-            .build_hasher()
-            .finish() as u32;
+        let seed = rand::random::<u32>();
         Ok(Socket {
             shared: Arc::new(Shared {
                 router,

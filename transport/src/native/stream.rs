@@ -180,14 +180,9 @@ fn private_dir() -> io::Result<PathBuf> {
     static MADE: AtomicU32 = AtomicU32::new(0);
     let base = std::env::temp_dir();
     for _ in 0..16 {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
+        let salt = rand::random::<u32>();
         let made = MADE.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!(
-            "zeronode-{}-{made}-{nanos:08x}",
-            std::process::id()
-        ));
+        let dir = base.join(format!("zeronode-{}-{made}-{salt:08x}", std::process::id()));
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             created => return created.map(|()| dir),

@@ -1,16 +1,16 @@
-//! `tick_all`: one tick to every node of one layer, and to no other.
+//! `Target::all`: one tick to every node of one layer, and to no other.
 //!
 //! Two nodes form layer A (`gw-1` binds, `gw-2` connects to it) and three form layer B
 //! (`svc-1..3`, each connected to `gw-1`). Every node advertises `layer=A` or `layer=B` and
-//! every node has a `config:reload` tick handler. `gw-1` sends one `tick_all` to the filter
+//! every node has a `config:reload` tick handler. `gw-1` sends one tick to all nodes matching
 //! `layer=B`: the three B nodes report it; `gw-2`, also joined to `gw-1`, does not.
 //!
-//! Run it with `cargo run -p examples --bin tick_all`.
+//! Run it with `cargo run -p examples --bin all`.
 
 use std::time::Duration;
 
 use examples::{address, init_tracing, unexpected, within, Result};
-use node::{Filter, Node, Request, Scope};
+use node::{Filter, Node, Request, Target};
 use tokio::sync::mpsc;
 
 /// Builds a node in `layer` whose `config:reload` handler reports to `reports`.
@@ -59,6 +59,7 @@ async fn main() -> Result {
     }
     let mut joined: Vec<String> = gw1
         .peers()
+        .list()
         .iter()
         .map(|p| format!("{} (layer {})", p.id, p.options["layer"]))
         .collect();
@@ -67,12 +68,13 @@ async fn main() -> Result {
 
     let layer_b_filter = Filter::new().eq("layer", "B");
     println!(
-        "gw-1: tick_all {} config:reload v7",
+        "gw-1: tick to all {} config:reload v7",
         layer_b_filter.to_json()?
     );
-    let reached = gw1
-        .tick_all(&layer_b_filter, Scope::Both, "config:reload", &7u32)
+    let sent = gw1
+        .tick(Target::all(layer_b_filter), "config:reload", &7u32)
         .await?;
+    let reached = sent.nodes;
     println!("gw-1: the tick went to {reached} nodes");
 
     let mut got = Vec::new();

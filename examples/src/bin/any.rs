@@ -1,4 +1,4 @@
-//! `request_any`: one request to one of several workers, chosen by the options they
+//! A request to any match: one request to one of several workers, chosen by the options they
 //! advertise.
 //!
 //! Four `render-*` workers connect to a `dispatcher`, each advertising a region, whether it
@@ -7,10 +7,10 @@
 //! dispatcher picks round-robin among the matches (the default is random), so the spread is
 //! easy to read. A filter nobody matches is a typed error, not a hang.
 //!
-//! Run it with `cargo run -p examples --bin request_any`.
+//! Run it with `cargo run -p examples --bin any`.
 
 use examples::{address, init_tracing, unexpected, Result};
-use node::{Error, Filter, HandlerError, Node, Request, Scope, Strategy};
+use node::{Error, Filter, HandlerError, Node, Request, Scope, Strategy, Target};
 
 /// Requests sent per filter.
 const CALLS: usize = 6;
@@ -71,7 +71,11 @@ async fn main() -> Result {
         for _ in 0..CALLS {
             frame += 1;
             let reply: String = dispatcher
-                .request_any(filter, Scope::Down, "render", &frame)
+                .request(
+                    Target::any(filter.clone()).scope(Scope::Down),
+                    "render",
+                    &frame,
+                )
                 .await?;
             println!("  {reply}");
             answered_by.push(reply.split(' ').next().unwrap_or_default().to_owned());
@@ -85,7 +89,11 @@ async fn main() -> Result {
     let asia = Filter::new().eq("region", "ap-south");
     println!("\nfilter in Asia: {}", asia.to_json()?);
     match dispatcher
-        .request_any::<_, String>(&asia, Scope::Down, "render", &0u32)
+        .request::<_, String>(
+            Target::any(asia.clone()).scope(Scope::Down),
+            "render",
+            &0u32,
+        )
         .await
     {
         Err(e @ Error::NoNodesMatchFilter) => {
