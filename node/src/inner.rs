@@ -15,8 +15,8 @@
 //!   `upstream.rs`), the heartbeat task (`heartbeat.rs`);
 //! - the node's life, [`Life`] (`phase.rs`, moved by `drain.rs`);
 //! - observability: the events channel, the hooks and metrics ([`Observers`]), the
-//!   rate-limited error reports ([`Reports`], `ratelimit.rs`), and the counters of refused messages (read by
-//!   `stats.rs`).
+//!   rate-limited error reports ([`Reports`], `ratelimit.rs`), and the counters of refused
+//!   messages (read by `stats.rs`).
 //!
 //! Who runs what: on the native engine each connection's driver (in `transport`) receives
 //! and calls the node's dispatchers (`dispatch.rs`), which only decide: a system message is
@@ -150,8 +150,9 @@ impl Inner {
     }
 }
 
-/// The handler runtime reaches the node through this: its own part, the hooks, and the
-/// forward of a router (the job's hold on its node keeps the node alive while it runs).
+/// The handler runtime reaches the node through this: its own part, the hooks, the error
+/// reports, and the forward of a router (the job's hold on its node keeps the node alive
+/// while it runs).
 impl Host for Inner {
     fn runtime(&self) -> &Runtime {
         &self.runtime

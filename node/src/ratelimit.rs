@@ -1,12 +1,12 @@
 //! A limit on how often one kind of report (a log line, an event) is made, so that a flood
 //! of hostile connections cannot flood the logs and the event stream too.
 //!
-//! [`RateLimit`] is pure: time is passed in, it neither sleeps nor logs. The first `burst` reports of each
-//! interval go through; the rest are counted, and the count comes back as one summary
-//! ("suppressed K more in the last S s") with the first report let through after the
-//! interval, or from [`RateLimit::summary`] once the interval is over (for a caller with a
-//! timer, so that the count is told even when the flood stops). [`Reports`] applies it to
-//! a node's error events, one limit per [`ErrorSource`].
+//! [`RateLimit`] is pure: time is passed in, it neither sleeps nor logs. The first `burst`
+//! reports of each interval go through; the rest are counted, and the count comes back as
+//! one summary ("suppressed K more in the last S s") with the first report let through
+//! after the interval, or from [`RateLimit::summary`] once the interval is over (for a
+//! caller with a timer, so that the count is told even when the flood stops). [`Reports`]
+//! applies it to a node's error events, one limit per [`ErrorSource`].
 
 use std::sync::Arc;
 use std::time::Duration;

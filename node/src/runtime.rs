@@ -59,9 +59,10 @@ pub(crate) struct Received {
     pub(crate) arrived: Instant,
 }
 
-/// What the handler runtime needs of the node that owns it: its own part, the hooks, and
-/// a router's forward (`routing.rs`). A job holds its node through this, so the node
-/// lives while its handlers run; the runtime names nothing else of the node.
+/// What the handler runtime needs of the node that owns it: its own part, the hooks, the
+/// error reports, and a router's forward (`routing.rs`). A job holds its node through
+/// this, so the node lives while its handlers run; the runtime names nothing else of the
+/// node.
 pub(crate) trait Host: Send + Sync + 'static {
     /// The runtime part itself.
     fn runtime(&self) -> &Runtime;
