@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::context::{self, call_timeout};
+use crate::context::{self, call_timeout, Outgoing};
 use crate::error::{Error, Result};
 use crate::fanout::Spread;
 use crate::handler::Request;
@@ -226,15 +226,6 @@ pub struct Call<'a, Mode = Typed> {
     /// For `gather`: stop at this many replies.
     min_replies: Option<usize>,
     mode: PhantomData<Mode>,
-}
-
-/// What a call is sent with, once its settings are resolved.
-#[derive(Debug, Clone)]
-pub(crate) struct Outgoing {
-    /// The user's metadata (checked against the limits).
-    pub(crate) meta: Meta,
-    /// The timeout: the call's own, cut to any deadline it has or inherits.
-    pub(crate) timeout: Duration,
 }
 
 impl Node {

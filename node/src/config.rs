@@ -518,12 +518,6 @@ impl NodeBuilder {
             config.reconnect = reconnect;
         })
     }
-
-    /// Builds the node (binding its address if one was given). Must run inside a tokio
-    /// runtime.
-    pub async fn build(self) -> crate::Result<crate::Node> {
-        crate::Node::from_builder(self).await
-    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
+use protocol::Meta;
 use tokio::time::{Instant, Sleep};
 
 /// What calls made while handling a request inherit from it.
@@ -31,6 +32,15 @@ pub(crate) struct Context {
     /// The trace the request belongs to, with its handler's span as the parent of the
     /// calls it makes.
     pub(crate) trace: Option<crate::trace::TraceParent>,
+}
+
+/// What a call is sent with, once its settings are resolved.
+#[derive(Debug, Clone)]
+pub(crate) struct Outgoing {
+    /// The user's metadata (checked against the limits).
+    pub(crate) meta: Meta,
+    /// The timeout: the call's own, cut to any deadline it has or inherits.
+    pub(crate) timeout: Duration,
 }
 
 tokio::task_local! {

@@ -1,9 +1,9 @@
 //! What a node does with each message its sockets receive: the dispatchers the protocol
 //! calls. They run on a driver (for a native server socket each connection's own, so two
 //! peers' messages may be dispatched at once on two threads; else the socket's) and never
-//! wait: a system message
-//! (handshake, heartbeat, options, goodbye) is handled there; a user request or tick is
-//! checked (joined? a handler? closing?) and handed to a handler task (`runtime.rs`).
+//! wait: a system message (handshake, heartbeat, options, goodbye) is handled there; a
+//! user request or tick is checked (joined? a handler? closing?), its deadline computed
+//! and its handler found, once, and handed to the handler runtime (`runtime.rs`).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -16,64 +16,17 @@ use transport::Key;
 
 use crate::codes::system::{BAD_METADATA, NOT_JOINED, NO_HANDLER, SHUTTING_DOWN};
 use crate::context::deadline_of;
-use crate::events::ErrorSource;
+use crate::events::{ErrorSource, LeaveReason, NodeEvent};
 use crate::forward::FORWARD;
-use crate::handler::{to_remote, Request};
-use crate::handshake::{handshake_downstream, DRAINING, HANDSHAKE, HEARTBEAT, REJOIN};
+use crate::handshake::{BYE, DRAINING, HANDSHAKE, HEARTBEAT, OPTIONS, REJOIN};
 use crate::inner::Inner;
-use crate::middleware::First;
+use crate::join::handshake_downstream;
+use crate::link::Link;
+use crate::options::Options;
 use crate::peer::{Direction, NodeId, PeerInfo, PeerWork};
-use crate::runtime::{spawn_request, spawn_tick};
+use crate::runtime::Received;
 
 impl Inner {
-    /// A user request (through `first`, its first step) or a forward (`first` is `None`)
-    /// from a joined peer, as a handler task runs it.
-    pub(crate) async fn handle(
-        &self,
-        from: NodeId,
-        incoming: Incoming,
-        received: Received,
-        first: Option<First>,
-    ) -> std::result::Result<Answer, RemoteError> {
-        let Some(first) = first else {
-            // Boxed: a forward's future is large, and without the box every handler task
-            // would be that large (the task is copied into its allocation at each spawn:
-            // 1.8% of an echo server's time in `memmove` under `spawn`, perf).
-            return Box::pin(self.handle_forward(from, incoming, received)).await;
-        };
-        let request = Request::new(from, incoming, received.meta, received.deadline);
-        match first.run(request).await {
-            Ok(response) => Ok(Answer {
-                metadata: response.meta().as_bytes().clone(),
-                payload: response.payload().clone(),
-            }),
-            Err(error) => Err(to_remote(error)),
-        }
-    }
-
-    /// The tick handlers for a user tick, through the middleware, as a handler task runs
-    /// them.
-    pub(crate) async fn handle_tick(
-        &self,
-        from: NodeId,
-        incoming: Incoming,
-        meta: Meta,
-        first: First,
-    ) -> bool {
-        let event = incoming.event().to_owned();
-        let sender = from.clone();
-        if let Err(error) = first.run(Request::new_tick(from, incoming, meta)).await {
-            tracing::debug!(node = %self.id, %event, cause = %error, "tick refused by its middleware");
-            self.runtime.ticks_refused.fetch_add(1, Ordering::Relaxed);
-            self.report(
-                ErrorSource::TickRefused,
-                format!("tick {event:?} from {sender} refused: {error}"),
-            );
-            return false;
-        }
-        true
-    }
-
     /// A user request from a joined peer: refused at once when closing or when nothing
     /// handles it, else run as a task.
     fn dispatch_request(
@@ -83,7 +36,7 @@ impl Inner {
         responder: Responder,
         arrived: Instant,
     ) {
-        if self.is_closing() {
+        if self.life.is_closing() {
             responder.answer(Err(RemoteError::system_error(
                 SHUTTING_DOWN,
                 "the node is closing and takes no new requests",
@@ -121,7 +74,8 @@ impl Inner {
             };
             Some(first)
         };
-        spawn_request(self, (from, peer), incoming, received, first, responder);
+        self.runtime
+            .spawn_request(self, (from, peer), incoming, received, first, responder);
     }
 
     /// A tick from a joined peer: system ticks here, user ticks as a task.
@@ -133,10 +87,12 @@ impl Inner {
     ) {
         if incoming.envelope().is_system() {
             self.system_tick(&from, direction, &incoming);
-        } else if self.is_closing() {
+        } else if self.life.is_closing() {
         } else if let Some(first) = self.handlers.first(incoming.event(), true) {
             match incoming.meta(&self.config.max_metadata) {
-                Ok(meta) => spawn_tick(self, (from, peer), incoming, meta, first),
+                Ok(meta) => self
+                    .runtime
+                    .spawn_tick(self, (from, peer), incoming, meta, first),
                 Err(refused) => {
                     self.metadata_refused.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(node = %self.id, event = incoming.event(), %refused, "tick dropped");
@@ -160,28 +116,45 @@ impl Inner {
         );
     }
 
-    /// The joined peer behind a routing id of our server and its work, marking it alive.
-    /// (`now` is when the message arrived: the one clock read a request's dispatch takes.)
-    fn downstream_peer(
-        &self,
-        route: &protocol::PeerId,
-        now: Instant,
-    ) -> Option<(NodeId, Arc<PeerWork>)> {
-        let state = self.state.lock();
-        let id = state.routes.get(route)?.clone();
-        let work = state
-            .registry
-            .seen_work(&id, Direction::Downstream, now.into_std())?;
-        Some((id, work))
+    /// A system tick from a joined peer (heartbeat, options, bye, rejoin). Runs on the
+    /// socket's driver: nothing here waits.
+    fn system_tick(&self, from: &NodeId, direction: Direction, incoming: &Incoming) {
+        match incoming.event() {
+            HEARTBEAT => {}
+            OPTIONS => match incoming.decode::<Options>() {
+                Ok(options) => {
+                    self.state
+                        .lock()
+                        .registry
+                        .set_options(from, direction, options.clone());
+                    self.emit(NodeEvent::PeerOptionsChanged {
+                        id: from.clone(),
+                        options,
+                    });
+                }
+                Err(e) => self.report(ErrorSource::Peer, format!("bad options from {from}: {e}")),
+            },
+            BYE => self.peer_left(from, direction, LeaveReason::Stopped),
+            // The peer forgot us (it declared us dead, or restarted): our supervisor
+            // handshakes again; the peer counts as left only if that fails (a rejoin request
+            // that crossed our own new handshake changes nothing).
+            REJOIN if direction == Direction::Upstream => {
+                if let Some(Link::Up { left, .. }) = self
+                    .state
+                    .lock()
+                    .registry
+                    .get_link(from, Direction::Upstream)
+                    .map(|link| &**link)
+                {
+                    left.ask_rejoin();
+                }
+            }
+            other => self.report(
+                ErrorSource::Peer,
+                format!("unknown system event {other:?} from {from}"),
+            ),
+        }
     }
-}
-
-/// What a request brought beside its payload, checked on the driver: its metadata and
-/// the deadline it arrived with.
-pub(crate) struct Received {
-    pub(crate) meta: Meta,
-    pub(crate) deadline: Option<Instant>,
-    pub(crate) arrived: Instant,
 }
 
 /// The refusal of a message from a connection that has not joined.
@@ -223,7 +196,7 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
                 // A closing node takes no new peers (they would join and be dropped at once).
                 let bound = inner.server.lock().clone();
                 let answer = match bound {
-                    Some(server) if !inner.is_stopping() => {
+                    Some(server) if !inner.life.is_stopping() => {
                         handshake_downstream(&inner, &server, &incoming)
                     }
                     _ => Err(RemoteError::system_error(
@@ -236,7 +209,11 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
             }
             // Identity is bound to the connection: no handshake, no service.
             let now = Instant::now();
-            let Some(from) = inner.downstream_peer(&incoming.from, now) else {
+            let found = inner
+                .state
+                .lock()
+                .downstream(&incoming.from, now.into_std());
+            let Some(from) = found else {
                 inner.unjoined("request", &incoming);
                 responder.answer(Err(not_joined()));
                 return;
@@ -252,7 +229,11 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
     let weak = Arc::downgrade(inner);
     server.on_any_tick(Some(Arc::new(move |incoming: Incoming| {
         let Some(inner) = weak.upgrade() else { return };
-        let Some(from) = inner.downstream_peer(&incoming.from, Instant::now()) else {
+        let found = inner
+            .state
+            .lock()
+            .downstream(&incoming.from, Instant::now().into_std());
+        let Some(from) = found else {
             if incoming.event() == HEARTBEAT {
                 // A peer that still believes it is joined: tell it to handshake again
                 // (without waiting on its queue: the driver never waits).

@@ -7,7 +7,6 @@
 //! anything they sent before it), and the sockets close only after the last answer is
 //! written.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,24 +14,11 @@ use tokio::time::Instant;
 
 use crate::codes::system::{NOT_JOINED, SHUTTING_DOWN};
 use crate::events::{LeaveReason, NodeEvent};
-use crate::handshake::DRAINING;
+use crate::handshake::{BYE, DRAINING};
 use crate::inner::Inner;
+use crate::link::Upstream;
 use crate::peer::{Direction, NodeId};
-use crate::upstream::Upstream;
-
-/// Where a node is in its life. Stored as a number in `Inner`; only ever moves forward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[repr(u8)]
-pub(crate) enum Phase {
-    /// Serving.
-    Open = 0,
-    /// `close` began: peers are told, work in progress and on its way is still handled,
-    /// the node's own calls still go out, heartbeats go on; no new peer joins.
-    Draining = 1,
-    /// Requests and ticks from peers are refused (`SHUTTING_DOWN`), the node's own calls
-    /// are refused (`Closed`), heartbeats stop; the sockets are closing.
-    Closing = 2,
-}
+use crate::phase::{Closed, Phase};
 
 /// The longest a draining node waits for its peers to acknowledge `DRAINING` (a peer
 /// answers on its socket's driver at once; one that does not within this is slow or gone,
@@ -42,24 +28,6 @@ const ACK_WAIT: Duration = Duration::from_secs(1);
 /// How long handlers stopped at the end of the grace have to send their `CANCELLED`: they
 /// stop at their next poll, so this is only the time for their tasks to run once.
 const STOP_WAIT: Duration = Duration::from_millis(500);
-
-/// How a graceful close went: what [`Node::close`](crate::Node::close) returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct Closed {
-    /// Handlers still running (or waiting for a slot) when the close grace ran out: they
-    /// were stopped, and their callers got [`Error::Cancelled`](crate::Error::Cancelled)
-    /// (or [`Error::ShuttingDown`](crate::Error::ShuttingDown) for those that had not
-    /// started).
-    pub cancelled: usize,
-}
-
-impl Closed {
-    /// Whether every request the node took was answered by its handler within the grace.
-    pub fn is_complete(&self) -> bool {
-        self.cancelled == 0
-    }
-}
 
 /// Whether a request to a peer picked by a filter that failed with `error` goes to
 /// another pick: only when the failure proves nothing ran there: the peer is stopping and
@@ -84,8 +52,8 @@ impl Inner {
     /// Graceful close (see the module's docs). Idempotent: a second call waits for the
     /// first to finish and returns its report.
     pub(crate) async fn close(&self) -> Closed {
-        if self.begin_draining().is_err() {
-            let mut closed = self.closed_report().subscribe();
+        if self.life.begin_draining().is_err() {
+            let mut closed = self.life.closed_report().subscribe();
             return match closed.wait_for(Option::is_some).await {
                 Ok(report) => report.unwrap_or_default(),
                 Err(_) => Closed::default(),
@@ -93,7 +61,7 @@ impl Inner {
         }
         let report = self.drain().await;
         self.shut().await;
-        self.closed_report().send_replace(Some(report));
+        self.life.closed_report().send_replace(Some(report));
         report
     }
 
@@ -106,7 +74,7 @@ impl Inner {
         // New requests are still taken until the node is idle: requests by id and those
         // sent before a peer saw `DRAINING` are handled, not refused.
         let mut idle = self.runtime.drain_until(grace_end).await;
-        self.set_phase(Phase::Closing);
+        self.life.set_phase(Phase::Closing);
         if idle {
             // Requests taken between the idle moment and the switch.
             idle = self.runtime.drain_until(grace_end).await;
@@ -126,9 +94,21 @@ impl Inner {
     /// Sends `DRAINING` to every joined peer and waits (bounded) for their
     /// acknowledgements: once a peer's is here, everything it sent before marking this
     /// node draining has arrived (one connection keeps its order).
+    /// Tells peers we are leaving (all, or one direction).
+    pub(crate) async fn say_bye(&self, only: Option<Direction>) {
+        let links = self.state.lock().links(only);
+        for link in links {
+            let _ = tokio::time::timeout(
+                Duration::from_millis(200),
+                link.system_tick(BYE, Bytes::new()),
+            )
+            .await;
+        }
+    }
+
     async fn announce_draining(&self, grace_end: Instant) {
         let wait = ACK_WAIT.min(grace_end.saturating_duration_since(Instant::now()));
-        let links = self.links(None);
+        let links = self.state.lock().links(None);
         let acks = links
             .iter()
             .map(|link| link.system_request(DRAINING, &[], Bytes::new(), wait));
@@ -181,19 +161,6 @@ impl Inner {
         self.handlers.clear();
         self.emit(NodeEvent::Stopped);
         tracing::debug!(node = %self.id, "closed");
-    }
-
-    fn begin_draining(&self) -> Result<u8, u8> {
-        self.phase().compare_exchange(
-            Phase::Open as u8,
-            Phase::Draining as u8,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-    }
-
-    fn set_phase(&self, phase: Phase) {
-        self.phase().fetch_max(phase as u8, Ordering::AcqRel);
     }
 }
 

@@ -24,9 +24,10 @@ use protocol::{decode_value, encode_value, Answer, Meta, MetaLimits, MetaValue, 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::call::{Outgoing, Reply};
+use crate::call::Reply;
 use crate::codes::route as code;
 use crate::codes::system::BAD_FORWARD;
+use crate::context::Outgoing;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::forward::{Action, Destination, Forward, FORWARD};
@@ -359,7 +360,7 @@ impl Inner {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<usize> {
-        if self.is_closing() {
+        if self.life.is_closing() {
             return Err(Error::Closed);
         }
         let spread = Spread::Groups(key.to_owned());
@@ -409,7 +410,7 @@ impl Inner {
         payload: Bytes,
         outgoing: Outgoing,
     ) -> Result<Outcomes<'a>> {
-        if self.is_closing() {
+        if self.life.is_closing() {
             return Err(Error::Closed);
         }
         let targets = self.local_targets(filter, scope, &spread, &HashSet::new(), |_| false);

@@ -11,8 +11,10 @@
 //! twice (meshes of routers have cycles) is delivered once.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::codes::route as code;
@@ -176,6 +178,17 @@ impl Seen {
         }
         true
     }
+}
+
+/// What a router keeps: its counters ([`RouterStats`]) and the `tick_all` ids it has seen
+/// (its loop protection). The forwarding itself is `routing.rs`.
+#[derive(Default)]
+pub(crate) struct Routing {
+    pub(crate) forwarded: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) looped: AtomicU64,
+    pub(crate) expired: AtomicU64,
+    pub(crate) seen: Mutex<Seen>,
 }
 
 /// Counters of a router, readable from the node.

@@ -37,6 +37,27 @@ pub struct Request {
     meta: Meta,
     deadline: Option<Instant>,
     extensions: http::Extensions,
+    /// What runs at the end of the middleware, found once when the request arrived
+    /// (`Handlers::first`), so the end of the chain need not look again.
+    resolved: Option<Resolved>,
+}
+
+/// The handler(s) a request or tick was found to have on arrival.
+#[derive(Clone)]
+pub(crate) enum Resolved {
+    /// The request's handler.
+    Handler(HandlerService),
+    /// The tick's handlers.
+    Ticks(Vec<TickHandler>),
+}
+
+impl std::fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Resolved::Handler(_) => "Handler",
+            Resolved::Ticks(_) => "Ticks",
+        })
+    }
 }
 
 impl Request {
@@ -54,7 +75,19 @@ impl Request {
             meta,
             deadline,
             extensions: http::Extensions::new(),
+            resolved: None,
         }
+    }
+
+    /// The request with what runs at the end of its middleware, found on arrival.
+    pub(crate) fn resolved(mut self, resolved: Resolved) -> Request {
+        self.resolved = Some(resolved);
+        self
+    }
+
+    /// Takes what was found to run at the end of the middleware, if anything was.
+    pub(crate) fn take_resolved(&mut self) -> Option<Resolved> {
+        self.resolved.take()
     }
 
     /// A tick (no answer expected): what tick handlers and middleware see.

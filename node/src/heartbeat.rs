@@ -33,11 +33,12 @@ pub(crate) async fn heartbeat_loop(weak: Weak<Inner>) {
     loop {
         ticker.tick().await;
         let Some(inner) = weak.upgrade() else { return };
-        if inner.is_closing() {
+        if inner.life.is_closing() {
             return;
         }
         if beat % 4 == 0 {
-            for link in inner.links(None) {
+            let links = inner.state.lock().links(None);
+            for link in links {
                 if let Err(e) = link.try_system_tick(HEARTBEAT, Bytes::new()).await {
                     tracing::debug!(node = %inner.id, cause = %e, ?link, "heartbeat not sent");
                 }

@@ -52,30 +52,36 @@
 //! crates do).
 //!
 //! ## Layout
+//! The node is a few parts, each owning its state and its methods; `inner.rs` composes
+//! them (no circle of imports larger than a few files: `tests/layers.rs`).
 //! - `node.rs`: the [`Node`] handle and its API, the [`Peers`] and [`Keys`] views;
 //!   `call.rs`: the [`Call`] builder and [`Reply`]; `send.rs`: sending requests and ticks
 //!   (picking, retrying a pick, routers); `caller.rs`: [`Caller`], calls as a tower
 //!   `Service`, and `call_timeout.rs` its timeout layer;
-//! - `inner.rs`: the state the handle and the node's tasks share (registry and routes under
-//!   one lock), peers leaving;
-//! - `drain.rs`: graceful close: draining (peers told, work finished within the grace),
-//!   then the sockets;
-//! - `handshake.rs`: what nodes tell each other when they join and the pure decision to
-//!   admit a peer (`admit`), used by both sides;
+//! - `inner.rs`: the parts together, and what spans them (a peer leaving);
+//! - the peer registry: `peers.rs` (who is joined, by which link; routes; bound keys) on
+//!   `peer.rs` (the registry and the strategies of a pick, pure, tested with simulated
+//!   time);
+//! - the handler runtime: `runtime.rs` (handler work off the socket's driver, with the
+//!   node-wide and per-peer limits and the busy policy, on `protocol::Runners`); `fair.rs`
+//!   (the admission decision and the waiting work's lanes, pure); `middleware.rs` (the
+//!   handler table and the tower layers in front of it); `handler.rs` (requests,
+//!   responses, handler errors);
 //! - `dispatch.rs`: what runs on a socket's driver for each message (decides, never waits);
-//! - `runtime.rs`: handler work off the socket's driver, with the node-wide and per-peer
-//!   limits and the busy policy, on `protocol::Runners` (reusable tasks); `fair.rs`: the
-//!   admission decision and the waiting work's lanes, one per peer served in turn (pure);
-//! - `upstream.rs`: one supervisor task per connection this node made: joining, rejoining
-//!   by the reconnect policy; `heartbeat.rs`: the heartbeat task;
-//! - `routing.rs`: router nodes at run time; `forward.rs`: the forwarded message and the
-//!   pure decisions about it (admission, next hop, retry elsewhere or not);
-//! - `handler.rs`: requests, responses, handler errors; `middleware.rs`: the handler table
-//!   and the tower layers in front of it;
-//! - `peer.rs`: the peer registry and the strategies of a pick (pure, tested with simulated
-//!   time); `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
-//! - `link.rs`: how a peer is reached, and [`Target`]; `config.rs`, `events.rs`,
-//!   `error.rs`.
+//! - joining: `handshake.rs` (what nodes tell each other, and the pure decision to admit
+//!   a peer, used by both sides), `join.rs` (both sides' steps);
+//! - upstream links: `link.rs` (how a peer is reached, and [`Target`]), `upstream.rs` (one
+//!   supervisor task per connection this node made: joining, rejoining by the reconnect
+//!   policy), `heartbeat.rs`, `watch.rs` (the bound socket's monitor);
+//! - routing and forwarding: `forward.rs` (the forwarded message and the pure decisions
+//!   about it), `routing.rs` (router nodes at run time), `fanout.rs` (gathers and group
+//!   ticks);
+//! - the node's life: `phase.rs` (open, draining, closing), `drain.rs` (graceful close);
+//! - observability: `events.rs`, `observe.rs` (hooks, per-request metrics), `metrics.rs`,
+//!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports);
+//! - `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
+//!   `context.rs` (a request's deadline and what calls inherit), `codes.rs` (the codes on
+//!   the wire), `config.rs`, `error.rs`; `breaker.rs` (a client layer).
 
 #![forbid(unsafe_code)]
 // Library code has no `unwrap` or `expect` (an audit found none outside tests; indexing,
@@ -101,6 +107,7 @@ mod handler;
 mod handshake;
 mod heartbeat;
 mod inner;
+mod join;
 mod link;
 mod metrics;
 pub mod middleware;
@@ -110,10 +117,13 @@ pub mod options;
 #[cfg(feature = "otel")]
 mod otel;
 mod peer;
+mod peers;
+mod phase;
 mod ratelimit;
 mod routing;
 mod runtime;
 mod send;
+mod stats;
 mod trace;
 mod upstream;
 mod watch;
@@ -124,7 +134,6 @@ pub use call_timeout::{CallTimeout, CallTimeoutLayer};
 pub use caller::{CallFuture, Caller, Outbound, RetrySafe};
 pub use codes::Code;
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
-pub use drain::Closed;
 pub use error::{Error, ErrorCode, HandlerBound, Result};
 pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent, WaitError};
 pub use filter::Filter;
@@ -137,6 +146,7 @@ pub use node::{Keys, Node, NodeStats, Peers, WeakNode};
 pub use observe::{Called, Handled, Outcome};
 pub use options::{Options, Value};
 pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
+pub use phase::Closed;
 pub use protocol::{Limit, Meta, MetaError, MetaLimits, MetaValue};
 pub use tower::BoxError;
 pub use trace::{TraceParent, TRACEPARENT};

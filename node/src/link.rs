@@ -7,11 +7,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use protocol::{Client, Envelope, PeerId, Server};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::LeaveReason;
 use crate::filter::Filter;
-use crate::peer::{Direction, NodeId, Scope};
+use crate::peer::{Direction, NodeId, PeerInfo, Scope};
 
 /// What the supervisor of an upstream connection is told (see `upstream::supervise`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,6 +259,33 @@ pub(crate) fn check_size(size: usize, max: usize) -> crate::Result<()> {
         return Err(crate::Error::PayloadTooLarge { size, max });
     }
     Ok(())
+}
+
+/// One address this node connected to (its supervisor, `upstream.rs`, keeps it).
+pub(crate) struct Upstream {
+    /// Which `connect` made this entry: it installs its socket only into its own entry (a
+    /// `disconnect` and another `connect` may have replaced it meanwhile).
+    pub(crate) generation: u64,
+    /// The socket, once made (`None` while the first `connect` is making it).
+    pub(crate) connection: Option<(Client, JoinHandle<()>)>,
+    /// Who is joined through it (`None` while not joined). Closed when the connection is
+    /// given up.
+    pub(crate) joined: watch::Receiver<Option<PeerInfo>>,
+}
+
+impl Upstream {
+    /// The client, once made.
+    pub(crate) fn client(&self) -> Option<&Client> {
+        self.connection.as_ref().map(|(client, _)| client)
+    }
+
+    /// Stops the supervisor and closes the socket gracefully.
+    pub(crate) async fn shut(self) {
+        if let Some((client, supervisor)) = self.connection {
+            supervisor.abort();
+            client.close().await;
+        }
+    }
 }
 
 /// Who a call goes to: one node by id, one node matching a filter, or every node matching

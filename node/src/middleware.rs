@@ -76,7 +76,7 @@ use parking_lot::RwLock;
 use tower::{BoxError, Service, ServiceExt};
 
 use crate::handler::{
-    BoxLayer, HandlerService, NoHandler, Pattern, Request, Response, TickHandler,
+    BoxLayer, HandlerService, NoHandler, Pattern, Request, Resolved, Response, TickHandler,
 };
 
 /// One middleware, applied once: its service wraps a `ToNext` to the stage after it.
@@ -175,20 +175,23 @@ impl Handlers {
     /// The first step of a request (or tick) for `event`: the first stage that applies, or
     /// the handler(s) when none does. `None` when no handler matches: a request nobody
     /// handles is answered `NO_HANDLER` at once, before any middleware; a tick nobody handles
-    /// is dropped. Taken on the socket's driver, so the handler task need not look again.
+    /// is dropped. Taken on the socket's driver, with the table looked at once: the
+    /// handler(s) found here travel with the request to the end of the middleware.
     pub(crate) fn first(&self, event: &str, tick: bool) -> Option<First> {
         let table = self.table.read();
-        if tick {
-            if !table.ticks.iter().any(|(p, _)| p.matches(event)) {
+        let resolved = if tick {
+            let handlers = table.tick_handlers(event);
+            if handlers.is_empty() {
                 return None;
             }
-        } else if table.request_handler(event).is_none() {
-            return None;
-        }
-        Some(match table.stage(0, event) {
-            Some((_, service)) => First::Service(service),
-            None if tick => First::Ticks(table.tick_handlers(event)),
-            None => First::Service(table.request_handler(event)?.clone()),
+            Resolved::Ticks(handlers)
+        } else {
+            Resolved::Handler(table.request_handler(event)?.clone())
+        };
+        Some(match (table.stage(0, event), resolved) {
+            (Some((_, stage)), resolved) => First::Stage(stage, resolved),
+            (None, Resolved::Handler(handler)) => First::Service(handler),
+            (None, Resolved::Ticks(handlers)) => First::Ticks(handlers),
         })
     }
 
@@ -212,7 +215,9 @@ impl Handlers {
 
 /// Where a request or tick goes first (see [`Handlers::first`]).
 pub(crate) enum First {
-    /// A stage, or the request's handler.
+    /// A stage, with what runs at the end of the middleware.
+    Stage(HandlerService, Resolved),
+    /// The request's handler (no stage applies).
     Service(HandlerService),
     /// No stage applies to the tick: its handlers.
     Ticks(Vec<TickHandler>),
@@ -222,6 +227,7 @@ impl First {
     /// Runs the request (or tick) from here to its handler(s).
     pub(crate) async fn run(self, request: Request) -> Result<Response, BoxError> {
         match self {
+            First::Stage(stage, resolved) => stage.oneshot(request.resolved(resolved)).await,
             First::Service(service) => service.oneshot(request).await,
             First::Ticks(handlers) => {
                 futures::future::join_all(handlers.iter().map(|h| h(request.clone()))).await;
@@ -266,7 +272,7 @@ impl Service<Request> for ToNext {
 async fn enter(
     table: &Arc<RwLock<Table>>,
     from: usize,
-    request: Request,
+    mut request: Request,
 ) -> Result<Response, BoxError> {
     enum Step {
         Stage(HandlerService),
@@ -277,8 +283,14 @@ async fn enter(
         let table = table.read();
         match table.stage(from, request.event()) {
             Some((_, service)) => Step::Stage(service),
-            None if request.is_tick() => Step::Ticks(table.tick_handlers(request.event())),
-            None => Step::Request(table.request_handler(request.event()).cloned()),
+            // Past the last stage: what `Handlers::first` found when the request arrived.
+            None => match request.take_resolved() {
+                Some(Resolved::Handler(handler)) => Step::Request(Some(handler)),
+                Some(Resolved::Ticks(handlers)) => Step::Ticks(handlers),
+                // A request that did not come through `first`.
+                None if request.is_tick() => Step::Ticks(table.tick_handlers(request.event())),
+                None => Step::Request(table.request_handler(request.event()).cloned()),
+            },
         }
     };
     match step {
@@ -392,6 +404,30 @@ mod tests {
         order.lock().unwrap().clear();
         answer(&handlers, "other").await.unwrap();
         assert_eq!(*order.lock().unwrap(), ["a", "c"]);
+    }
+
+    /// The handler is found once, when the request arrives: a request already inside the
+    /// middleware reaches the handler it arrived for, even if that handler is removed (or
+    /// another one registered) meanwhile; the next request sees the change.
+    #[tokio::test]
+    async fn a_request_in_the_middleware_keeps_the_handler_it_arrived_for() {
+        let handlers = Handlers::default();
+        handlers.add_request(Pattern::from("get"), answering("first"));
+        let table = handlers.clone();
+        handlers.add_layer(
+            None,
+            boxed_layer(layer_fn(move |inner: HandlerService| {
+                let table = table.clone();
+                BoxCloneSyncService::new(tower::service_fn(move |req: Request| {
+                    // What `Node::off_request` and `on_request` do, while this one passes.
+                    table.remove_request(&Pattern::from("get"));
+                    table.add_request(Pattern::from("get"), answering("second"));
+                    inner.clone().oneshot(req)
+                }))
+            })),
+        );
+        assert_eq!(answer(&handlers, "get").await.as_deref(), Some("first"));
+        assert_eq!(answer(&handlers, "get").await.as_deref(), Some("second"));
     }
 
     /// A layer is applied once, when added: registering handlers or layers afterwards never

@@ -16,7 +16,6 @@ use transport::{Curve, Key};
 
 use crate::config::{Config, NodeBuilder};
 use crate::dispatch::install_downstream;
-use crate::drain::Closed;
 use crate::error::{Error, Result};
 use crate::events::{ErrorSource, EventStream, LeaveReason};
 use crate::filter::Filter;
@@ -28,6 +27,7 @@ use crate::inner::Inner;
 use crate::link::Link;
 use crate::options::Options;
 use crate::peer::{Direction, NodeId, PeerInfo, Scope};
+use crate::phase::Closed;
 use crate::upstream::ConnectOptions;
 
 /// What a node has been through, for operators and tests.
@@ -165,7 +165,7 @@ struct Alive {
 impl Drop for Alive {
     fn drop(&mut self) {
         let inner = Arc::clone(&self.inner);
-        if inner.is_stopping() {
+        if inner.life.is_stopping() {
             return;
         }
         // Closing waits (for handlers, for goodbyes to be sent): in a task of its own. With
@@ -185,6 +185,14 @@ impl std::fmt::Debug for Node {
     }
 }
 
+impl NodeBuilder {
+    /// Builds the node (binding its address if one was given). Must run inside a tokio
+    /// runtime.
+    pub async fn build(self) -> Result<Node> {
+        Node::from_builder(self).await
+    }
+}
+
 impl Node {
     /// A builder.
     pub fn builder() -> NodeBuilder {
@@ -201,7 +209,7 @@ impl Node {
         let heartbeat = tokio::spawn(heartbeat_loop(Arc::downgrade(&inner)));
         *inner.heartbeat.lock() = Some(heartbeat);
         if inner.observers.metrics.is_some() {
-            tokio::spawn(crate::observe::sample_metrics(Arc::downgrade(&inner)));
+            tokio::spawn(crate::stats::sample_metrics(Arc::downgrade(&inner)));
         }
         let node = Node {
             alive: Arc::new(Alive {
@@ -268,7 +276,7 @@ impl Node {
     /// address at a time.
     pub async fn bind(&self, address: &str) -> Result<String> {
         let inner = &self.inner;
-        if inner.is_stopping() {
+        if inner.life.is_stopping() {
             return Err(Error::Closed);
         }
         if inner.server.lock().is_some() {
@@ -383,7 +391,8 @@ impl Node {
     pub async fn set_options(&self, options: Options) -> Result<()> {
         *self.inner.options.write() = options.clone();
         let payload = encode_value(&options)?;
-        for link in self.inner.links(None) {
+        let links = self.inner.state.lock().links(None);
+        for link in links {
             if let Err(e) = link.system_tick(OPTIONS, payload.clone()).await {
                 self.inner
                     .report(ErrorSource::Send, format!("sending options failed: {e}"));
@@ -511,7 +520,7 @@ impl Node {
                 looped: r.looped.load(Ordering::Relaxed),
                 expired: r.expired.load(Ordering::Relaxed),
             },
-            closing: self.inner.is_stopping(),
+            closing: self.inner.life.is_stopping(),
             ..self.inner.stats()
         }
     }

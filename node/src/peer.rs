@@ -20,8 +20,57 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::filter::{Filter, SelectionKey};
-use crate::handshake::Ticket;
 use crate::options::Options;
+
+/// A join's ticket (see `Hello::token` in handshake.rs): a secret, so it is compared in constant time,
+/// wiped from memory when dropped, and never printed.
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct Ticket(pub(crate) String);
+
+impl Ticket {
+    /// A new random ticket (128 bits, in hex).
+    pub(crate) fn random() -> Ticket {
+        Ticket(format!("{:032x}", rand::random::<u128>()))
+    }
+
+    /// No ticket (a first join).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `other` is this ticket, in time that does not depend on where they differ
+    /// (a timing probe learns nothing of the ticket byte by byte).
+    pub(crate) fn matches(&self, other: &Ticket) -> bool {
+        bool::from(subtle::ConstantTimeEq::ct_eq(
+            self.0.as_bytes(),
+            other.0.as_bytes(),
+        ))
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_empty() {
+            "Ticket(none)"
+        } else {
+            "Ticket(<hidden>)"
+        })
+    }
+}
+
+#[cfg(test)]
+impl From<&str> for Ticket {
+    fn from(text: &str) -> Ticket {
+        Ticket(text.to_owned())
+    }
+}
 
 /// A node's id: unique in a mesh; the handshake refuses duplicates.
 ///

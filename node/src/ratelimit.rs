@@ -1,15 +1,21 @@
 //! A limit on how often one kind of report (a log line, an event) is made, so that a flood
 //! of hostile connections cannot flood the logs and the event stream too.
 //!
-//! Pure: time is passed in, nothing here sleeps or logs. The first `burst` reports of each
-//! interval go through; the rest are counted, and the count comes back as one summary
-//! ("suppressed K more in the last S s") with the first report let through after the
-//! interval, or from [`RateLimit::summary`] once the interval is over (for a caller with a
-//! timer, so that the count is told even when the flood stops).
+//! [`RateLimit`] is pure: time is passed in, it neither sleeps nor logs. The first `burst`
+//! reports of each interval go through; the rest are counted, and the count comes back as
+//! one summary ("suppressed K more in the last S s") with the first report let through
+//! after the interval, or from [`RateLimit::summary`] once the interval is over (for a
+//! caller with a timer, so that the count is told even when the flood stops). [`Reports`]
+//! applies it to a node's error events, one limit per [`ErrorSource`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
+
+use crate::events::{ErrorSource, EventChannel, NodeEvent};
+use crate::peer::NodeId;
 
 /// How many reports were held back, over how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +126,86 @@ impl RateLimit {
         self.passed = 0;
         self.held = 0;
         told
+    }
+}
+
+/// Error events of one source let through per interval, before they are counted.
+const REPORTS_BURST: u32 = 20;
+const REPORTS_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The event that tells how many errors of `source` were not reported one by one.
+fn summary_event(source: ErrorSource, told: Suppressed) -> NodeEvent {
+    NodeEvent::Error {
+        source,
+        message: format!("{source:?} errors: {told}"),
+    }
+}
+
+/// How many error events each [`ErrorSource`] may make: hostile peers can cause them at
+/// the rate they send, so past a burst they are counted, and one event tells the count.
+pub(crate) struct Reports {
+    limits: [Arc<Mutex<RateLimit>>; 4],
+}
+
+impl Default for Reports {
+    fn default() -> Reports {
+        Reports {
+            limits: std::array::from_fn(|_| {
+                Arc::new(Mutex::new(RateLimit::new(REPORTS_BURST, REPORTS_INTERVAL)))
+            }),
+        }
+    }
+}
+
+impl Reports {
+    /// Reports an error of node `node` as a [`NodeEvent::Error`] on `events`, rate-limited
+    /// per source: past the burst, errors are counted, and one event tells the count when
+    /// the interval is over.
+    pub(crate) fn report(
+        &self,
+        node: &NodeId,
+        events: &EventChannel,
+        source: ErrorSource,
+        message: String,
+    ) {
+        let limit = &self.limits[match source {
+            ErrorSource::Handshake => 0,
+            ErrorSource::Peer => 1,
+            ErrorSource::Send => 2,
+            ErrorSource::TickRefused => 3,
+        }];
+        let (verdict, first_held, due) = {
+            let mut limit = limit.lock();
+            let verdict = limit.check(tokio::time::Instant::now());
+            (verdict, limit.held() == 1, limit.due())
+        };
+        match verdict {
+            Verdict::Report(told) => {
+                if let Some(told) = told {
+                    tracing::debug!(%node, ?source, "error events {told}");
+                    events.send(summary_event(source, told));
+                }
+                tracing::debug!(%node, ?source, %message, "error event");
+                events.send(NodeEvent::Error { source, message });
+            }
+            // The first one held back: tell the count at the interval's end, even if no
+            // error follows to carry it.
+            Verdict::Suppress if first_held => {
+                let (Some(due), Ok(runtime)) = (due, tokio::runtime::Handle::try_current()) else {
+                    return;
+                };
+                let (limit, events, node) = (Arc::clone(limit), events.clone(), node.clone());
+                runtime.spawn(async move {
+                    tokio::time::sleep_until(due).await;
+                    let told = limit.lock().summary(tokio::time::Instant::now());
+                    if let Some(told) = told {
+                        tracing::debug!(%node, ?source, "error events {told}");
+                        events.send(summary_event(source, told));
+                    }
+                });
+            }
+            Verdict::Suppress => {}
+        }
     }
 }
 

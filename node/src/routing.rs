@@ -7,40 +7,28 @@
 //! stays a handler's error, whatever its code). The origin tries another router only when
 //! [`forward::retry_elsewhere`] says the message provably reached no handler.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use protocol::{decode_value, encode_value, Answer, Incoming, Meta, MetaValue, RemoteError};
 use tokio::time::Instant;
 
-use crate::call::Outgoing;
 use crate::codes::route as code;
 use crate::codes::system::{BAD_FORWARD, DEADLINE_EXCEEDED, NO_HANDLER};
-use crate::dispatch::Received;
+use crate::context::Outgoing;
 use crate::drain::pick_again;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::forward::{
-    hop_budget, retry_elsewhere, undelivered, Action, Admission, Destination, Forward, Seen,
-    FORWARD,
+    hop_budget, retry_elsewhere, undelivered, Action, Admission, Destination, Forward, FORWARD,
 };
 use crate::handler::{Route, ROUTE};
 use crate::inner::{millis, Inner};
 use crate::link::{Link, Target};
 use crate::peer::{NodeId, Reach};
-
-/// What a router keeps.
-#[derive(Default)]
-pub(crate) struct Routing {
-    pub(crate) forwarded: AtomicU64,
-    pub(crate) failed: AtomicU64,
-    pub(crate) looped: AtomicU64,
-    pub(crate) expired: AtomicU64,
-    pub(crate) seen: Mutex<Seen>,
-}
+use crate::runtime::Received;
 
 impl Inner {
     /// Sends a message that found no joined destination here through the routers we are

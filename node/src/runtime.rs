@@ -29,6 +29,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use futures::FutureExt;
 use parking_lot::Mutex;
 use protocol::{Answer, Incoming, Limit, Meta, RemoteError, Responder};
@@ -41,14 +42,42 @@ use crate::codes::system::{
 };
 use crate::config::{BusyPolicy, Config};
 use crate::context::{self, Context, Expiry};
-use crate::dispatch::Received;
+use crate::events::ErrorSource;
 use crate::fair::{self, Bounds, Full, Lanes, Slot};
-use crate::inner::Inner;
+use crate::handler::{to_remote, Request};
 use crate::middleware::First;
-use crate::observe::{Outcome, Watch};
+use crate::observe::{Observers, Outcome, Watch};
 use crate::peer::{NodeId, PeerWork, Stop};
 use crate::trace;
 use protocol::Runners;
+
+/// What a request brought beside its payload, checked on the driver: its metadata and
+/// the deadline it arrived with.
+pub(crate) struct Received {
+    pub(crate) meta: Meta,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) arrived: Instant,
+}
+
+/// What the handler runtime needs of the node that owns it: its own part, the hooks, the
+/// error reports, and a router's forward (`routing.rs`). A job holds its node through
+/// this, so the node lives while its handlers run; the runtime names nothing else of the
+/// node.
+pub(crate) trait Host: Send + Sync + 'static {
+    /// The runtime part itself.
+    fn runtime(&self) -> &Runtime;
+    /// The per-request hooks and metrics.
+    fn observers(&self) -> &Observers;
+    /// Reports an error as an event, rate-limited (a tick the middleware refused).
+    fn report(&self, source: ErrorSource, message: String);
+    /// Runs a forward (a request a router passes on) to its answer.
+    fn forward(
+        self: Arc<Self>,
+        from: NodeId,
+        incoming: Incoming,
+        received: Received,
+    ) -> BoxFuture<'static, Result<Answer, RemoteError>>;
+}
 
 /// A peer's work as the key of its lane: the same peer is the same allocation.
 #[derive(Clone)]
@@ -101,6 +130,10 @@ fn take_below(count: &AtomicUsize, bound: usize) -> bool {
 
 /// The node's handler execution: limits and counters.
 pub(crate) struct Runtime {
+    /// The node's id, for its logs.
+    node: NodeId,
+    /// The level of the handlers' spans (`Config::span_level`).
+    span_level: tracing::Level,
     /// Handler slots taken node-wide. A counter taken with a compare-and-swap and given
     /// back with a subtraction, rather than tokio's `Semaphore`, whose release takes its
     /// waiters' lock every time (`add_permits_locked` in a perf profile of an echo server);
@@ -139,12 +172,14 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    pub(crate) fn new(config: &Config) -> Runtime {
+    pub(crate) fn new(config: &Config, node: &NodeId) -> Runtime {
         let queued = match config.when_busy {
             BusyPolicy::Wait { max_queued } => max_queued,
             BusyPolicy::Refuse => 0,
         };
         Runtime {
+            node: node.clone(),
+            span_level: config.span_level,
             taken: AtomicUsize::new(0),
             max: config.max_concurrent_handlers.max(1),
             per_peer: config.max_handlers_per_peer.max(1),
@@ -338,7 +373,8 @@ impl Drop for Runtime {
 /// slots (the node's and its peer's) or its place in line; all are given back however
 /// the task ends.
 pub(crate) struct Work {
-    inner: Arc<Inner>,
+    /// The node (its runtime, hooks and forward), alive while the job is.
+    node: Arc<dyn Host>,
     /// The peer the work is for: its counts, and the signal that it left.
     peer: Arc<PeerWork>,
     hold: Hold,
@@ -357,13 +393,9 @@ enum Hold {
 impl Work {
     /// The hold of a job admitted (with its slots, or a place in line): given back by its
     /// drop even if the job never runs.
-    fn start(inner: &Arc<Inner>, peer: Arc<PeerWork>, hold: Hold) -> Work {
-        inner.runtime.active.fetch_add(1, Ordering::AcqRel);
-        Work {
-            inner: Arc::clone(inner),
-            peer,
-            hold,
-        }
+    fn start(node: Arc<dyn Host>, peer: Arc<PeerWork>, hold: Hold) -> Work {
+        node.runtime().active.fetch_add(1, Ordering::AcqRel);
+        Work { node, peer, hold }
     }
 
     /// Waits for its turn if the job had to queue, unless its peer leaves first (counted
@@ -379,7 +411,7 @@ impl Work {
             // First: a job whose peer left, or whose node's grace ran out, does not start
             // even if it is served at the same moment.
             why = peer.gone() => {
-                self.inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
+                self.node.runtime().cancelled.fetch_add(1, Ordering::Relaxed);
                 Waited::Stopped(why)
             }
             served = &mut waiter.served => match served {
@@ -392,7 +424,7 @@ impl Work {
         };
         if waited == Waited::Slot {
             self.hold = Hold::Slot;
-            if let (Some(metrics), Some(arrived)) = (&self.inner.observers.metrics, arrived) {
+            if let (Some(metrics), Some(arrived)) = (&self.node.observers().metrics, arrived) {
                 metrics.queue_wait(arrived.elapsed());
             }
         } else {
@@ -405,7 +437,7 @@ impl Work {
     /// are kept until the job's end gives them back.
     fn leave_line(&mut self) {
         if let Hold::Waiting(waiter) = &self.hold {
-            let served = self.inner.runtime.leave_line(&self.peer, waiter.ticket);
+            let served = self.node.runtime().leave_line(&self.peer, waiter.ticket);
             self.hold = if served { Hold::Slot } else { Hold::Nothing };
         }
     }
@@ -415,7 +447,7 @@ impl Drop for Work {
     fn drop(&mut self) {
         // Dropped while waiting (the runtime is shutting down): out of the line first.
         self.leave_line();
-        let runtime = &self.inner.runtime;
+        let runtime = self.node.runtime();
         if let Hold::Slot = self.hold {
             runtime.give_back(&self.peer);
         }
@@ -438,8 +470,8 @@ enum Waited {
 }
 
 /// Answers a request whose deadline passed before or while it ran (counted).
-fn expired(inner: &Inner, responder: Responder) -> Outcome {
-    inner.runtime.expired.fetch_add(1, Ordering::Relaxed);
+fn expired(runtime: &Runtime, responder: Responder) -> Outcome {
+    runtime.expired.fetch_add(1, Ordering::Relaxed);
     responder.answer(Err(RemoteError::system_error(
         DEADLINE_EXCEEDED,
         "the request's deadline passed before its handler finished",
@@ -503,6 +535,52 @@ impl protocol::Job for Job {
     }
 }
 
+/// A user request (through `first`, its first step) or a forward (`first` is `None`)
+/// from a joined peer, as a handler job runs it.
+async fn handle(
+    node: &Arc<dyn Host>,
+    from: NodeId,
+    incoming: Incoming,
+    received: Received,
+    first: Option<First>,
+) -> std::result::Result<Answer, RemoteError> {
+    let Some(first) = first else {
+        return Arc::clone(node).forward(from, incoming, received).await;
+    };
+    let request = Request::new(from, incoming, received.meta, received.deadline);
+    match first.run(request).await {
+        Ok(response) => Ok(Answer {
+            metadata: response.meta().as_bytes().clone(),
+            payload: response.payload().clone(),
+        }),
+        Err(error) => Err(to_remote(error)),
+    }
+}
+
+/// The tick handlers for a user tick, through the middleware, as a handler job runs them.
+/// A tick the middleware refuses is counted and reported.
+async fn handle_tick(
+    node: &dyn Host,
+    from: NodeId,
+    incoming: Incoming,
+    meta: Meta,
+    first: First,
+) -> bool {
+    let event = incoming.event().to_owned();
+    let sender = from.clone();
+    if let Err(error) = first.run(Request::new_tick(from, incoming, meta)).await {
+        let runtime = node.runtime();
+        tracing::debug!(node = %runtime.node, %event, cause = %error, "tick refused by its middleware");
+        runtime.ticks_refused.fetch_add(1, Ordering::Relaxed);
+        node.report(
+            ErrorSource::TickRefused,
+            format!("tick {event:?} from {sender} refused: {error}"),
+        );
+        return false;
+    }
+    true
+}
+
 /// Runs one job to its end (on a runner).
 async fn run_job(job: Job) {
     match job {
@@ -518,12 +596,12 @@ async fn run_job(job: Job) {
             // it arrived outlive the handler.
             // Only while a hook or metrics watch (see `Observers::watch`).
             let watched = work
-                .inner
-                .observers
+                .node
+                .observers()
                 .watch(incoming.event(), &from, received.arrived);
             let outcome = run_request(&mut work, from, incoming, received, first, responder).await;
             if let Some(watched) = watched {
-                work.inner.observers.ended(watched, false, outcome);
+                work.node.observers().ended(watched, false, outcome);
             }
         }
         Job::Tick {
@@ -533,12 +611,11 @@ async fn run_job(job: Job) {
             meta,
             first,
         } => {
-            let watched = work
-                .inner
-                .observers
+            let observers = work.node.observers();
+            let watched = observers
                 .active()
                 .then(Instant::now)
-                .and_then(|now| work.inner.observers.watch(incoming.event(), &from, now));
+                .and_then(|now| observers.watch(incoming.event(), &from, now));
             if !matches!(
                 work.slot_before(None, watched.as_ref().map(Watch::arrived))
                     .await,
@@ -546,26 +623,27 @@ async fn run_job(job: Job) {
             ) {
                 return;
             }
-            let (inner, peer) = (&work.inner, &work.peer);
+            let (node, peer) = (&work.node, &work.peer);
+            let runtime = node.runtime();
             let handled =
-                AssertUnwindSafe(inner.handle_tick(from, incoming, meta, first)).catch_unwind();
+                AssertUnwindSafe(handle_tick(&**node, from, incoming, meta, first)).catch_unwind();
             let outcome = tokio::select! {
                 biased;
                 result = handled => match result {
                     Ok(true) => Outcome::Ok,
                     Ok(false) => Outcome::Error,
                     Err(_) => {
-                        tracing::error!(node = %inner.id, "tick handler panicked");
+                        tracing::error!(node = %runtime.node, "tick handler panicked");
                         Outcome::Error
                     }
                 },
                 _ = peer.gone() => {
-                    inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
+                    runtime.cancelled.fetch_add(1, Ordering::Relaxed);
                     Outcome::Cancelled
                 }
             };
             if let Some(watched) = watched {
-                inner.observers.ended(watched, true, outcome);
+                node.observers().ended(watched, true, outcome);
             }
         }
     }
@@ -598,21 +676,18 @@ async fn run_request(
             )));
             return Outcome::Cancelled;
         }
-        Waited::Expired => return expired(&work.inner, responder),
+        Waited::Expired => return expired(work.node.runtime(), responder),
     };
     if passed {
-        return expired(&work.inner, responder);
+        return expired(work.node.runtime(), responder);
     }
-    let (inner, peer) = (&work.inner, &work.peer);
-    let (span, trace) = trace::handle_span(
-        inner.config.span_level,
-        incoming.event(),
-        &from,
-        &received.meta,
-    );
+    let (node, peer) = (&work.node, &work.peer);
+    let runtime = node.runtime();
+    let (span, trace) =
+        trace::handle_span(runtime.span_level, incoming.event(), &from, &received.meta);
     let mut unended = trace::Unended::new(&span);
     let context = Context { deadline, trace };
-    let work = context::scope(context, inner.handle(from, incoming, received, first));
+    let work = context::scope(context, handle(node, from, incoming, received, first));
     // Entered at each poll only when a subscriber records it (entering costs it work).
     let work = if span.is_disabled() {
         futures::future::Either::Left(work)
@@ -624,10 +699,10 @@ async fn run_request(
         biased;
         result = handled => {
             let result = result.unwrap_or_else(|_| {
-                tracing::error!(node = %inner.id, "request handler panicked");
+                tracing::error!(node = %runtime.node, "request handler panicked");
                 Err(RemoteError::system_error(PANICKED, "the handler panicked"))
             });
-            inner.runtime.answered.fetch_add(1, Ordering::Relaxed);
+            runtime.answered.fetch_add(1, Ordering::Relaxed);
             let outcome = match &result {
                 Ok(_) => Outcome::Ok,
                 Err(e) if e.system => Outcome::Refused,
@@ -640,7 +715,7 @@ async fn run_request(
         // handler stops and its memory goes.
         () = responder.aborted() => Outcome::Cancelled,
         why = peer.gone() => {
-            inner.runtime.cancelled.fetch_add(1, Ordering::Relaxed);
+            runtime.cancelled.fetch_add(1, Ordering::Relaxed);
             if why == Stop::Grace {
                 // The caller is still there: it learns the handler was stopped, and why.
                 responder.answer(Err(RemoteError::system_error(
@@ -651,66 +726,70 @@ async fn run_request(
             Outcome::Cancelled
         }
         // Its caller has given up: the same.
-        () = Expiry::new(deadline) => expired(inner, responder),
+        () = Expiry::new(deadline) => expired(runtime, responder),
     };
     unended.ended(outcome);
     outcome
 }
 
-/// Runs a user request (or a forward, on a router) from the joined peer `from` on a runner,
-/// or answers `BUSY` at once. Called on the socket's driver.
-pub(crate) fn spawn_request(
-    inner: &Arc<Inner>,
-    (from, peer): (NodeId, Arc<PeerWork>),
-    incoming: Incoming,
-    received: Received,
-    first: Option<First>,
-    responder: Responder,
-) {
-    let hold = match inner.runtime.admit_for(&peer) {
-        Admitted::Run => Hold::Slot,
-        Admitted::Queued(waiter) => Hold::Waiting(waiter),
-        Admitted::Refused(full) => {
-            inner.runtime.refused.fetch_add(1, Ordering::Relaxed);
-            responder.answer(Err(inner.runtime.busy(full)));
-            return;
-        }
-    };
-    inner.runtime.pool.run(Job::Request {
-        work: Work::start(inner, peer, hold),
-        from,
-        incoming,
-        received,
-        first,
-        responder,
-    });
-}
+impl Runtime {
+    /// Runs a user request (or a forward, on a router) from the joined peer `from` on a runner,
+    /// or answers `BUSY` at once. Called on the socket's driver.
+    pub(crate) fn spawn_request<N: Host>(
+        &self,
+        node: &Arc<N>,
+        (from, peer): (NodeId, Arc<PeerWork>),
+        incoming: Incoming,
+        received: Received,
+        first: Option<First>,
+        responder: Responder,
+    ) {
+        let hold = match self.admit_for(&peer) {
+            Admitted::Run => Hold::Slot,
+            Admitted::Queued(waiter) => Hold::Waiting(waiter),
+            Admitted::Refused(full) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                responder.answer(Err(self.busy(full)));
+                return;
+            }
+        };
+        self.pool.run(Job::Request {
+            work: Work::start(Arc::clone(node) as Arc<dyn Host>, peer, hold),
+            from,
+            incoming,
+            received,
+            first,
+            responder,
+        });
+    }
 
-/// Runs the tick handlers for a user tick from `from` on a runner, or drops the tick
-/// (counted) at the limit. Called on the socket's driver.
-pub(crate) fn spawn_tick(
-    inner: &Arc<Inner>,
-    (from, peer): (NodeId, Arc<PeerWork>),
-    incoming: Incoming,
-    meta: Meta,
-    first: First,
-) {
-    let hold = match inner.runtime.admit_for(&peer) {
-        Admitted::Run => Hold::Slot,
-        Admitted::Queued(waiter) => Hold::Waiting(waiter),
-        Admitted::Refused(full) => {
-            inner.runtime.ticks_dropped.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(node = %inner.id, event = incoming.event(), cause = full.message(), "tick dropped");
-            return;
-        }
-    };
-    inner.runtime.pool.run(Job::Tick {
-        work: Work::start(inner, peer, hold),
-        from,
-        incoming,
-        meta,
-        first,
-    });
+    /// Runs the tick handlers for a user tick from `from` on a runner, or drops the tick
+    /// (counted) at the limit. Called on the socket's driver.
+    pub(crate) fn spawn_tick<N: Host>(
+        &self,
+        node: &Arc<N>,
+        (from, peer): (NodeId, Arc<PeerWork>),
+        incoming: Incoming,
+        meta: Meta,
+        first: First,
+    ) {
+        let hold = match self.admit_for(&peer) {
+            Admitted::Run => Hold::Slot,
+            Admitted::Queued(waiter) => Hold::Waiting(waiter),
+            Admitted::Refused(full) => {
+                self.ticks_dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(node = %self.node, event = incoming.event(), cause = full.message(), "tick dropped");
+                return;
+            }
+        };
+        self.pool.run(Job::Tick {
+            work: Work::start(Arc::clone(node) as Arc<dyn Host>, peer, hold),
+            from,
+            incoming,
+            meta,
+            first,
+        });
+    }
 }
 
 #[cfg(test)]

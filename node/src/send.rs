@@ -8,8 +8,9 @@ use bytes::Bytes;
 use protocol::Answer;
 use serde::Serialize;
 
-use crate::call::{FromReply, Outgoing, Sent};
+use crate::call::{FromReply, Sent};
 use crate::codes::system::{DEADLINE_EXCEEDED, NOT_JOINED};
+use crate::context::Outgoing;
 use crate::drain::pick_again;
 use crate::error::{Error, Result};
 use crate::events::LeaveReason;
@@ -86,7 +87,7 @@ impl Node {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<Answer> {
-        if self.inner.is_closing() {
+        if self.inner.life.is_closing() {
             return Err(Error::Closed);
         }
         if let Target::All(..) = target {
@@ -160,7 +161,7 @@ impl Node {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<()> {
-        if self.inner.is_closing() {
+        if self.inner.life.is_closing() {
             return Err(Error::Closed);
         }
         match self.resolve(target) {
@@ -188,7 +189,7 @@ impl Node {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<usize> {
-        if self.inner.is_closing() {
+        if self.inner.life.is_closing() {
             return Err(Error::Closed);
         }
         let links: Vec<Arc<Link>> = self

@@ -1,6 +1,6 @@
 //! Upstream connections: the nodes this node connected to.
 //!
-//! Each address has one [`Upstream`]: one socket (a protocol `Client`) and one supervisor
+//! Each address has one `Upstream` (link.rs): one socket (a protocol `Client`) and one supervisor
 //! task that owns the connection's joining: it handshakes, publishes who joined (a `watch`
 //! that the connection's dispatchers and every `connect` waiting on it read), and after
 //! every loss decides by the [`Reconnect`] policy whether to handshake again, with a
@@ -15,7 +15,6 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use protocol::{Client, Connection};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use transport::{Curve, Key};
 
@@ -23,9 +22,11 @@ use crate::config::ReconnectPolicy;
 use crate::dispatch::install_upstream;
 use crate::error::{Error, Result};
 use crate::events::{ErrorSource, LeaveReason, NodeEvent};
-use crate::handshake::{handshake_upstream, Ticket, BYE};
+use crate::handshake::BYE;
 use crate::inner::Inner;
-use crate::link::{Left, Link, Signal};
+use crate::join::handshake_upstream;
+use crate::link::{Left, Link, Signal, Upstream};
+use crate::peer::Ticket;
 use crate::peer::{Direction, Entry, PeerInfo, PeerWork, Reach};
 
 /// Generations of upstream entries (see `Upstream::generation`).
@@ -63,33 +64,6 @@ impl ConnectOptions {
     pub fn timeout(mut self, timeout: Duration) -> ConnectOptions {
         self.timeout = Some(timeout);
         self
-    }
-}
-
-/// One address this node connected to.
-pub(crate) struct Upstream {
-    /// Which `connect` made this entry: it installs its socket only into its own entry (a
-    /// `disconnect` and another `connect` may have replaced it meanwhile).
-    generation: u64,
-    /// The socket, once made (`None` while the first `connect` is making it).
-    connection: Option<(Client, JoinHandle<()>)>,
-    /// Who is joined through it (`None` while not joined). Closed when the connection is
-    /// given up.
-    joined: watch::Receiver<Option<PeerInfo>>,
-}
-
-impl Upstream {
-    /// The client, once made.
-    pub(crate) fn client(&self) -> Option<&Client> {
-        self.connection.as_ref().map(|(client, _)| client)
-    }
-
-    /// Stops the supervisor and closes the socket gracefully.
-    pub(crate) async fn shut(self) {
-        if let Some((client, supervisor)) = self.connection {
-            supervisor.abort();
-            client.close().await;
-        }
     }
 }
 
@@ -154,7 +128,7 @@ impl Inner {
         let timeout = options.timeout.unwrap_or(self.config.handshake_timeout);
         let deadline = Instant::now() + timeout;
         loop {
-            if self.is_stopping() {
+            if self.life.is_stopping() {
                 return Err(Error::Closed);
             }
             let found = {
@@ -369,7 +343,7 @@ async fn supervise(
             }
         }
         let Some(inner) = weak.upgrade() else { return };
-        if inner.is_stopping() {
+        if inner.life.is_stopping() {
             return;
         }
         left.clear();

@@ -111,7 +111,7 @@ pub(crate) async fn watch_server(weak: Weak<Inner>, server: Server, mut events: 
                 loop {
                     tokio::time::sleep(pause).await;
                     let Some(inner) = weak.upgrade() else { return };
-                    if inner.is_stopping() {
+                    if inner.life.is_stopping() {
                         return;
                     }
                     match server.resume() {

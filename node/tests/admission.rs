@@ -61,7 +61,7 @@ async fn the_slot_is_refused_while_held_and_free_again_after_a_panic() {
     // otherwise leave the next refused.
     for _ in 0..3 {
         let result = within("boom", ask(&client, "boom")).await;
-        assert!(matches!(result, Err(Error::Handler { .. })), "{result:?}");
+        assert!(matches!(result, Err(Error::HandlerPanicked)), "{result:?}");
     }
     assert_eq!(within("echo", ask(&client, "echo")).await.unwrap(), "echo");
 

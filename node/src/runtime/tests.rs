@@ -21,13 +21,16 @@ fn an_answer_over_the_requesters_limit_becomes_a_typed_error() {
 }
 
 fn runtime(max: usize, per_peer: usize, when_busy: BusyPolicy, queued_per_peer: usize) -> Runtime {
-    Runtime::new(&Config {
-        max_concurrent_handlers: max,
-        max_handlers_per_peer: per_peer,
-        max_queued_per_peer: queued_per_peer,
-        when_busy,
-        ..Config::default()
-    })
+    Runtime::new(
+        &Config {
+            max_concurrent_handlers: max,
+            max_handlers_per_peer: per_peer,
+            max_queued_per_peer: queued_per_peer,
+            when_busy,
+            ..Config::default()
+        },
+        &NodeId::from("test"),
+    )
 }
 
 /// What became of a message, in a word (the waiter kept when it queued).

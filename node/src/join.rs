@@ -1,0 +1,217 @@
+//! Joining: the handshake's two sides as the node runs them (the server side on its
+//! socket's driver, the client side in its connection's supervisor), around the pure
+//! decision of `handshake.rs` (`admit`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use protocol::{encode_value, Answer, Client, Incoming, RemoteError, Server};
+use tokio::time::Instant;
+
+use crate::codes::system::{
+    ALREADY_JOINED, BAD_HANDSHAKE, DUPLICATE_ID, NOT_AUTHORIZED, VERSION_MISMATCH,
+};
+use crate::error::{Error, Result};
+use crate::events::{ErrorSource, NodeEvent};
+use crate::handshake::{admit, Admission, Hello, Holder, Refusal, HANDSHAKE, PROTOCOL_VERSION};
+use crate::inner::Inner;
+use crate::link::Link;
+use crate::peer::{Direction, Entry, PeerWork, Reach, Ticket};
+
+impl Inner {
+    /// Our hello, with no ticket.
+    pub(crate) fn hello(&self) -> Hello {
+        Hello {
+            id: self.id.clone(),
+            instance: self.instance.clone(),
+            version: PROTOCOL_VERSION,
+            options: self.options.read().clone(),
+            router: self.config.router,
+            heartbeat_ms: crate::inner::millis(self.config.heartbeat_interval),
+            max_payload: self.config.max_payload as u64,
+            token: Ticket::default(),
+        }
+    }
+
+    /// How long a peer may stay silent: our dead-peer timeout, stretched to two and a half of
+    /// the peer's own heartbeat intervals when it beats slower than we do.
+    pub(crate) fn dead_after(&self, hello: &Hello) -> Duration {
+        let theirs = Duration::from_millis(hello.heartbeat_ms) * 5 / 2;
+        self.config.dead_peer_timeout.max(theirs)
+    }
+}
+
+/// The server side: admits (or refuses) the hello of a connection and registers its node
+/// as a downstream peer. Runs on the socket's driver (no waiting).
+pub(crate) fn handshake_downstream(
+    inner: &Arc<Inner>,
+    server: &Server,
+    incoming: &Incoming,
+) -> std::result::Result<Answer, RemoteError> {
+    let hello: Hello = incoming
+        .decode()
+        .map_err(|e| RemoteError::system_error(BAD_HANDSHAKE, e.to_string()))?;
+    let key = incoming.peer_key().copied();
+    // The connection passed the allow-list when it was made; the key may have been revoked
+    // since (a revoked peer that tries to rejoin on its old connection).
+    let allowed = key.map(|key| {
+        let still = match server.allowed_keys() {
+            Ok(Some(allowed)) => allowed.contains(&key),
+            _ => true,
+        };
+        (key, still)
+    });
+    let route = incoming.from.clone();
+    // The ticket this join gets: random, sent only on this connection.
+    let ticket = Ticket::random();
+    let joined = {
+        let mut state = inner.state.lock();
+        let held = [Direction::Downstream, Direction::Upstream]
+            .into_iter()
+            .find_map(|d| state.registry.get(&hello.id, d));
+        let holder = held.map(|e| Holder {
+            instance: &e.instance,
+            ticket: e.token.as_ref(),
+            same_connection: matches!(&**e.link(), Link::Down { route: r, .. } if r == &route),
+        });
+        let bound = key.is_none_or(|key| inner.keys.may_claim(&hello.id, &key));
+        let decision = admit(
+            &hello,
+            Admission {
+                ours: &inner.id,
+                holder,
+                connection_joined: state.routes.get(&route),
+                key: allowed.map(|(key, still)| (key, still && bound)),
+            },
+        );
+        decision.and_then(|()| {
+            let limit = hello.limit(inner.config.max_payload);
+            let entry = Entry {
+                reach: Reach::new(
+                    hello.id.clone(),
+                    Direction::Downstream,
+                    Arc::new(Link::Down {
+                        server: server.clone(),
+                        route: route.clone(),
+                        limit,
+                    }),
+                ),
+                options: hello.options.clone(),
+                instance: hello.instance.clone(),
+                token: Some(ticket.clone()),
+                router: hello.router,
+                key,
+                last_seen: Arc::new(Mutex::new(Instant::now().into_std())),
+                dead_after: inner.dead_after(&hello),
+                work: Arc::new(PeerWork::new(limit, inner.runtime.stopping())),
+                draining: false,
+            };
+            state.join_downstream(entry, route)
+        })
+    };
+    if let (Ok(_), Some(key)) = (&joined, key) {
+        inner.keys.bind(&hello.id, key);
+    }
+    match joined {
+        Ok(is_new) => {
+            if is_new {
+                tracing::debug!(node = %inner.id, peer = %hello.id, "downstream peer joined");
+                inner.emit(NodeEvent::PeerJoined {
+                    id: hello.id.clone(),
+                    direction: Direction::Downstream,
+                    options: hello.options.clone(),
+                });
+            }
+            let reply = Hello {
+                token: ticket,
+                ..inner.hello()
+            };
+            encode_value(&reply)
+                .map(Answer::from)
+                .map_err(|e| RemoteError::handler(e.to_string()))
+        }
+        Err(refusal) => {
+            inner.report(
+                ErrorSource::Handshake,
+                format!("refused {}: {refusal}", hello.id),
+            );
+            Err(refusal.to_remote(&hello))
+        }
+    }
+}
+
+/// The client side: sends our hello (with the ticket this server gave us when we joined
+/// it before, if we did), checks the server's. Returns the server's hello, whose `token`
+/// is the ticket of this join.
+pub(crate) async fn handshake_upstream(
+    inner: &Inner,
+    client: &Client,
+    ticket: Option<&Ticket>,
+) -> Result<Hello> {
+    let ours = Hello {
+        token: ticket.cloned().unwrap_or_default(),
+        ..inner.hello()
+    };
+    let payload = encode_value(&ours)?;
+    let reply = match client
+        .system_request(HANDSHAKE, &[], payload, inner.config.handshake_timeout)
+        .await
+    {
+        Ok(reply) => reply,
+        Err(protocol::Error::Remote(remote)) if remote.system => {
+            return Err(match remote.code.as_str() {
+                DUPLICATE_ID | ALREADY_JOINED => Error::DuplicateId {
+                    id: inner.id.to_string(),
+                },
+                NOT_AUTHORIZED => Error::Refused {
+                    endpoint: client.endpoint().to_owned(),
+                    reason: transport::HandshakeFailure::Auth,
+                },
+                VERSION_MISMATCH => Error::VersionMismatch {
+                    ours: PROTOCOL_VERSION,
+                    theirs: remote.message.parse().unwrap_or(0),
+                },
+                _ => Error::HandshakeRefused {
+                    reason: remote.to_string(),
+                },
+            })
+        }
+        Err(protocol::Error::Remote(remote)) => {
+            return Err(Error::HandshakeRefused {
+                reason: remote.to_string(),
+            })
+        }
+        Err(protocol::Error::Timeout { .. }) => {
+            return Err(Error::HandshakeTimeout {
+                endpoint: client.endpoint().to_owned(),
+            })
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let hello: Hello = reply
+        .decode_payload()
+        .map_err(|e| Error::HandshakeRefused {
+            reason: format!("invalid handshake reply: {e}"),
+        })?;
+    // The registry's holder is checked when the entry joins (under its lock).
+    let checked = admit(
+        &hello,
+        Admission {
+            ours: &inner.id,
+            holder: None,
+            connection_joined: None,
+            key: None,
+        },
+    );
+    match checked {
+        Ok(()) => Ok(hello),
+        Err(Refusal::VersionMismatch { theirs }) => Err(Error::VersionMismatch {
+            ours: PROTOCOL_VERSION,
+            theirs,
+        }),
+        Err(_) => Err(Error::DuplicateId {
+            id: hello.id.to_string(),
+        }),
+    }
+}
