@@ -37,8 +37,9 @@
 //!
 //! The rest of a node:
 //!
-//! - handlers by event name or regex ([`Node::on_request`], [`Node::on_tick`]), behind tower
-//!   middleware ([`Node::layer`]);
+//! - handlers by event name or regex ([`Node::on_request`], [`Node::on_tick`]), given shared
+//!   state once with [`with_state`], behind middleware ([`Node::layer`]): an async function
+//!   through [`middleware::from_fn`], or any tower layer;
 //! - a handshake that exchanges ids, options and versions and binds each peer's identity to
 //!   its connection; heartbeats both ways; reconnection and re-handshake after restarts and
 //!   network cuts; an events stream ([`Node::events`]); graceful close; the joined peers
@@ -148,6 +149,7 @@ pub use options::{Options, Value};
 pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
 pub use phase::Closed;
 pub use protocol::{Limit, Meta, MetaError, MetaLimits, MetaValue};
+pub use stats::Hooks;
 pub use tower::BoxError;
 pub use trace::{TraceParent, TRACEPARENT};
 pub use transport::{Engine, HandshakeFailure, Key, KeyPair, SecretKey};

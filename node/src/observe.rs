@@ -66,7 +66,7 @@ impl Outcome {
     }
 }
 
-/// A request or tick this node's handlers ran, for [`Node::on_handled`](crate::Node::on_handled).
+/// A request or tick this node's handlers ran, for [`Hooks::on_handled`](crate::Hooks::on_handled).
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct Handled<'a> {
@@ -82,7 +82,7 @@ pub struct Handled<'a> {
     pub duration: Duration,
 }
 
-/// A request or tick this node sent, for [`Node::on_called`](crate::Node::on_called).
+/// A request or tick this node sent, for [`Hooks::on_called`](crate::Hooks::on_called).
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct Called<'a> {

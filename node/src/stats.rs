@@ -51,25 +51,40 @@ impl Inner {
 }
 
 impl Node {
+    /// The hooks that observe this node's work: each handler run ([`Hooks::on_handled`])
+    /// and each call sent ([`Hooks::on_called`]), for logs and metrics of your own.
+    pub fn hooks(&self) -> Hooks<'_> {
+        Hooks { node: self }
+    }
+}
+
+/// Where to add hooks that observe a node's work ([`Node::hooks`]). Hooks run on the task
+/// that did the work, after it: keep them cheap (count, record, send to a channel).
+#[derive(Debug, Clone, Copy)]
+pub struct Hooks<'a> {
+    node: &'a Node,
+}
+
+impl Hooks<'_> {
     /// Calls `hook` each time one of this node's handlers has run a request or tick: its
     /// event, sender, outcome and duration. The hook runs on the handler's task, after
-    /// the answer went out: keep it cheap (count, record, send to a channel).
+    /// the answer went out.
     ///
     /// ```no_run
     /// # async fn example(node: node::Node) {
-    /// node.on_handled(|handled| {
+    /// node.hooks().on_handled(|handled| {
     ///     println!("{} from {} took {:?}", handled.event, handled.from, handled.duration);
     /// });
     /// # }
     /// ```
     pub fn on_handled(&self, hook: impl Fn(&Handled<'_>) + Send + Sync + 'static) {
-        self.inner.observers.add_handled(Arc::new(hook));
+        self.node.inner.observers.add_handled(Arc::new(hook));
     }
 
     /// Calls `hook` each time a request or tick this node sent has ended, with its round
-    /// trip (on the caller's task: keep it cheap).
+    /// trip (on the caller's task).
     pub fn on_called(&self, hook: impl Fn(&Called<'_>) + Send + Sync + 'static) {
-        self.inner.observers.add_called(Arc::new(hook));
+        self.node.inner.observers.add_called(Arc::new(hook));
     }
 }
 

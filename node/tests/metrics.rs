@@ -88,7 +88,7 @@ async fn traffic_shows_in_the_metrics_and_the_hooks() {
     server.on_tick("note", |_req: Request| async move {});
     let handled = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&handled);
-    server.on_handled(move |h| {
+    server.hooks().on_handled(move |h| {
         seen.lock()
             .unwrap()
             .push((h.event.to_owned(), h.from.to_string(), h.tick, h.outcome))
@@ -96,7 +96,9 @@ async fn traffic_shows_in_the_metrics_and_the_hooks() {
     let client = builder("client").metrics(true).build().await.unwrap();
     let called = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&called);
-    client.on_called(move |c| seen.lock().unwrap().push((c.event.to_owned(), c.outcome)));
+    client
+        .hooks()
+        .on_called(move |c| seen.lock().unwrap().push((c.event.to_owned(), c.outcome)));
     client.connect(&address(&server)).await.unwrap();
 
     for i in 0..5u32 {
