@@ -78,7 +78,8 @@ async fn one_trace_spans_client_router_and_worker_with_correct_parents() {
     drop(
         caller
             .call("worker", "dropped")
-            .send_raw(bytes::Bytes::new()),
+            .raw()
+            .send(bytes::Bytes::new()),
     );
     // Spans end when their futures do; the worker's answers before it ends, so give the
     // nodes a moment (bounded) to close theirs.
