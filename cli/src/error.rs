@@ -131,6 +131,14 @@ pub(crate) fn explain(error: &node::Error) -> String {
         E::Cancelled => "the remote node stopped the handler: its close grace ran out (it may \
              have had effects)"
             .into(),
+        E::HandlerPanicked => {
+            "the remote handler panicked (it may have had effects before it did)".into()
+        }
+        E::DeadlineExceeded => {
+            "the remote node stopped the handler at the request's deadline (it may have had \
+             effects)"
+                .into()
+        }
         E::NotConnected => "the connection to the node is gone".into(),
         E::Closed => "the node is closing".into(),
         E::DuplicateId { id } => {
@@ -238,6 +246,11 @@ mod tests {
 
     #[test]
     fn hints_follow_the_cause() {
+        let e = Error::Send {
+            source: node::Error::HandlerPanicked,
+            hint: None,
+        };
+        assert!(e.to_string().contains("panicked"), "{e}");
         let e = Error::Send {
             source: node::Error::NoNodesMatchFilter,
             hint: Some(" role=x (connected: a)".into()),
