@@ -583,10 +583,12 @@ impl Peers<'_> {
     /// A joined peer by id (upstream preferred when joined both ways).
     pub fn get(&self, id: impl Into<NodeId>) -> Option<PeerInfo> {
         let id = id.into();
-        self.list()
-            .into_iter()
-            .filter(|p| p.id == id)
-            .min_by_key(|p| p.direction != Direction::Upstream)
+        let state = self.node.inner.state.lock();
+        state
+            .registry
+            .get(&id, Direction::Upstream)
+            .or_else(|| state.registry.get(&id, Direction::Downstream))
+            .map(|entry| entry.info())
     }
 
     /// The joined peers that `filter` selects in `scope`: the peers a call to

@@ -233,6 +233,15 @@ impl Runtime {
         self.admit_waiting(peer)
     }
 
+    /// What a new job holds once admitted, or which share refused it.
+    fn hold_for(&self, peer: &Arc<PeerWork>) -> Result<Hold, Full> {
+        match self.admit_for(peer) {
+            Admitted::Run => Ok(Hold::Slot),
+            Admitted::Queued(waiter) => Ok(Hold::Waiting(waiter)),
+            Admitted::Refused(full) => Err(full),
+        }
+    }
+
     /// The rest of [`admit_for`](Self::admit_for), under the lanes' lock.
     fn admit_waiting(&self, peer: &Arc<PeerWork>) -> Admitted {
         let mut lanes = self.lanes.lock();
@@ -744,10 +753,9 @@ impl Runtime {
         first: Option<First>,
         responder: Responder,
     ) {
-        let hold = match self.admit_for(&peer) {
-            Admitted::Run => Hold::Slot,
-            Admitted::Queued(waiter) => Hold::Waiting(waiter),
-            Admitted::Refused(full) => {
+        let hold = match self.hold_for(&peer) {
+            Ok(hold) => hold,
+            Err(full) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 responder.answer(Err(self.busy(full)));
                 return;
@@ -773,10 +781,9 @@ impl Runtime {
         meta: Meta,
         first: First,
     ) {
-        let hold = match self.admit_for(&peer) {
-            Admitted::Run => Hold::Slot,
-            Admitted::Queued(waiter) => Hold::Waiting(waiter),
-            Admitted::Refused(full) => {
+        let hold = match self.hold_for(&peer) {
+            Ok(hold) => hold,
+            Err(full) => {
                 self.ticks_dropped.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(node = %self.node, event = incoming.event(), cause = full.message(), "tick dropped");
                 return;
