@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use transport::{Dealer, Event, HandshakeFailure, Options, PeerId};
 
-use crate::conversation::{Conversation, Rejected, Stats};
+use crate::conversation::{Conversation, Rejected, ReplyStream, Stats, StreamOptions};
 use crate::envelope::{check_system_event, check_user_event, Envelope};
 use crate::error::{Error, Result};
 use crate::handler::{RequestHandler, TickHandler};
@@ -384,6 +384,53 @@ impl Client {
     /// heartbeats say the server is gone).
     pub fn fail_pending(&self, error: impl Fn() -> Error) -> usize {
         self.conversation.fail_all(error)
+    }
+
+    /// Sends a request whose reply comes as a stream of items (see [`ReplyStream`]): the
+    /// server's handler sends them through its [`ItemSink`](crate::ItemSink), at most
+    /// `options.window` ahead of this reader.
+    pub async fn request_stream(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        options: StreamOptions,
+    ) -> Result<ReplyStream> {
+        check_user_event(event)?;
+        self.check_connected()?;
+        self.conversation
+            .request_stream(server(), event, metadata, payload, options)
+            .await
+    }
+
+    /// Sends a request whose body is `items` (an upload), each as the server grants
+    /// credit for it, and waits for the one reply. `options.window` is unused (the server
+    /// sets the window of what it receives).
+    pub async fn upload(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: impl futures::Stream<Item = Bytes> + Send,
+        options: StreamOptions,
+    ) -> Result<Envelope> {
+        check_user_event(event)?;
+        self.check_connected()?;
+        self.conversation
+            .upload(server(), event, metadata, payload, items, options)
+            .await
+    }
+
+    /// Sets the window this client grants for the streamed bodies it receives, and the
+    /// most streamed requests it keeps open at once (new ones over it are refused with
+    /// [`RemoteError::TOO_MANY_STREAMS`](crate::RemoteError::TOO_MANY_STREAMS)).
+    pub fn set_stream_limits(&self, window: u32, max_streams: usize) {
+        self.conversation.set_stream_limits(window, max_streams);
+    }
+
+    /// Streamed requests this client answers that are open now.
+    pub fn open_streams(&self) -> usize {
+        self.conversation.open_streams()
     }
 
     /// Requests waiting for their reply.

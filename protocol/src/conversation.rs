@@ -11,7 +11,7 @@
 //! outcome in the pending table (no channel per request).
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,10 +22,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use transport::{Key, PeerId};
 
-use crate::envelope::{check_event, encode_value, request_id, Encoded, Envelope, Kind};
+use crate::envelope::{
+    check_event, encode_value, kind_and_id, request_id, Encoded, Envelope, Kind,
+};
 use crate::error::{DecodeError, Error, Limit, RemoteError, Result};
 use crate::handler::{
-    Answer, Answering, Handlers, Incoming, RequestHandler, Responder, TickHandler,
+    Answer, Answering, Handlers, Incoming, RequestHandler, Responder, Streamed, TickHandler,
 };
 use crate::link::Link;
 use crate::stats::Counters;
@@ -33,6 +35,8 @@ pub use crate::stats::Stats;
 use crate::table::Table;
 use helpers::{elapsed_nanos, rand_start, remote_error, run_others_first, EPOCH};
 use pending::{Forget, Outcome, Pending, Waiter};
+pub(crate) use streams::{body, sink, Callee};
+pub use streams::{ItemSink, ItemStream, ReplyStream, StreamOptions, DEFAULT_MAX_STREAMS};
 
 /// Messages taken per wake-up of the driver, beyond the first.
 const BATCH: usize = 63;
@@ -78,6 +82,12 @@ pub(crate) struct Conversation<L: Link> {
     finished: CancellationToken,
     pub(crate) counters: Counters,
     pub(crate) max_payload: usize,
+    /// The streams this end answers (see `streams.rs`): at most `max_streams`.
+    callee: Mutex<Callee>,
+    /// The window this end grants for a streamed body.
+    stream_window: AtomicU32,
+    /// The most streamed requests this end keeps open at once.
+    max_streams: AtomicUsize,
     /// Where invalid inbound messages are reported (optional).
     rejected: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Rejected>>>,
 }
@@ -117,6 +127,9 @@ impl<L: Link> Conversation<L> {
             finished: CancellationToken::new(),
             counters: Counters::default(),
             max_payload,
+            callee: Mutex::new(Callee::default()),
+            stream_window: AtomicU32::new(crate::credit::DEFAULT_WINDOW),
+            max_streams: AtomicUsize::new(DEFAULT_MAX_STREAMS),
             rejected: Mutex::new(None),
         });
         // Where messages are dispatched: by the connections' drivers (`direct.rs`), or by
@@ -167,6 +180,17 @@ impl<L: Link> Conversation<L> {
         rx
     }
 
+    /// Sets the window granted for streamed bodies and the most streams kept open.
+    pub(crate) fn set_stream_limits(&self, window: u32, max_streams: usize) {
+        self.stream_window.store(window, Ordering::Relaxed);
+        self.max_streams.store(max_streams, Ordering::Relaxed);
+    }
+
+    /// Streams this end answers that are open now.
+    pub(crate) fn open_streams(&self) -> usize {
+        self.callee.lock().len()
+    }
+
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.is_cancelled()
     }
@@ -209,6 +233,7 @@ impl<L: Link> Conversation<L> {
                     waker: Some(waker),
                     outcome: None,
                     outside_task,
+                    stream: None,
                 },
             );
             if pending.armed.is_none_or(|armed| deadline < armed) {
@@ -303,6 +328,9 @@ impl<L: Link> Conversation<L> {
                 tracing::trace!(id, "request ended");
                 waiter.outcome = Some(outcome());
                 wakers.extend(waiter.waker.take());
+                if let Some(stream) = &waiter.stream {
+                    stream.wake();
+                }
             });
             count
         };
@@ -373,6 +401,7 @@ impl<L: Link> Conversation<L> {
     }
 
     pub(crate) fn fail_pending(&self, peer: &PeerId, error: impl Fn() -> Error) -> usize {
+        self.stop_streams_of(peer);
         self.finish(
             |table, ended| table.end_where(|w| &w.peer == peer, ended),
             || Outcome::Failed(error()),
@@ -408,6 +437,7 @@ impl<L: Link> Conversation<L> {
 
     /// Fails every pending request with `error`.
     pub(crate) fn fail_all(&self, error: impl Fn() -> Error) -> usize {
+        self.stop_all_streams();
         self.finish(
             |table, ended| table.end_all(ended),
             || Outcome::Failed(error()),
@@ -473,12 +503,22 @@ impl<L: Link> Conversation<L> {
                     });
                     self.answer(&peer, id, Err(refusal));
                 }
+                // An item over the limit ends its stream, rather than leave a hole in it.
+                if let (DecodeError::TooLarge { size, max }, Some((Kind::StreamItem, id, flags))) =
+                    (&e, kind_and_id(frames))
+                {
+                    self.item_too_large(&peer, id, flags, *size, *max);
+                }
                 self.reject(&peer, Error::InvalidEnvelope(e));
                 return false;
             }
         };
         tracing::trace!(peer = %peer.short(), kind = ?envelope.kind(), id = envelope.id(), event = envelope.event(), "received");
         match envelope.kind() {
+            Kind::StreamItem | Kind::Credit | Kind::Cancel => {
+                self.on_stream_message(peer, envelope);
+                false
+            }
             Kind::Reply | Kind::Error => {
                 answered.any = true;
                 answered.outside_tasks |= self.on_answer(peer, envelope);
@@ -519,9 +559,21 @@ impl<L: Link> Conversation<L> {
                     self.answer(&peer, id, Err(missing));
                     return false;
                 };
+                let streamed = envelope.reply_streamed() || envelope.body_streamed();
+                if streamed && !self.accept_stream(&peer, &envelope) {
+                    return false;
+                }
                 self.responders.fetch_add(1, Ordering::AcqRel);
                 let to: Arc<dyn Answering> = Arc::clone(self) as Arc<dyn Answering>;
-                let responder = Responder::new(to, peer.clone(), id);
+                let mut responder = Responder::new(to, peer.clone(), id);
+                if streamed {
+                    responder = responder.streamed(Streamed {
+                        reply: envelope.reply_streamed(),
+                        body: envelope.body_streamed(),
+                        event: envelope.event().into(),
+                        budget: crate::meta::budget_of(envelope.metadata()),
+                    });
+                }
                 let incoming = Incoming::new(peer, key, envelope);
                 // A handler that panics drops its responder while unwinding, which answers
                 // the request with an error: the driver goes on.
@@ -571,6 +623,9 @@ impl<L: Link> Conversation<L> {
                         Kind::Error => Outcome::ErrorReply(envelope),
                         _ => Outcome::Reply(envelope),
                     });
+                    if let Some(stream) = &waiter.stream {
+                        stream.wake();
+                    }
                     let waker = waiter.waker.take();
                     let outside_task = waiter.outside_task;
                     // A Dealer's one remote has an empty id: only a Server keeps these.
@@ -635,11 +690,54 @@ impl<L: Link> Answering for Conversation<L> {
     fn abort(&self) -> &CancellationToken {
         &self.aborted
     }
+
+    fn poll_reply_credit(
+        &self,
+        peer: &PeerId,
+        id: u64,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<()>> {
+        Conversation::poll_reply_credit(self, peer, id, cx)
+    }
+
+    fn send_item<'a>(
+        &'a self,
+        peer: &'a PeerId,
+        id: u64,
+        flags: u8,
+        item: &'a [u8],
+    ) -> futures::future::BoxFuture<'a, Result<()>> {
+        streams::Calling::send_item(self, peer, id, flags, item)
+    }
+
+    fn poll_body_item(
+        &self,
+        peer: &PeerId,
+        id: u64,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<(Bytes, Option<u32>)>>> {
+        Conversation::poll_body_item(self, peer, id, cx)
+    }
+
+    fn body_credit(self: Arc<Self>, peer: &PeerId, id: u64, n: u32) {
+        self.control(
+            peer,
+            Kind::Credit,
+            id,
+            crate::envelope::FLAG_BODY_STREAMED,
+            &crate::credit::encode_grant(n),
+        );
+    }
+
+    fn close_stream(&self, peer: &PeerId, id: u64) {
+        self.close_callee(peer, id);
+    }
 }
 
 mod direct;
 mod drive;
 mod helpers;
 mod pending;
+mod streams;
 #[cfg(test)]
 mod tests;

@@ -11,12 +11,23 @@
 //! offset  size  field
 //!      0     1  magic      0x5A ('Z'): not a zeronode peer otherwise
 //!      1     1  version    1
-//!      2     1  kind       1 request, 2 reply, 3 error reply, 4 tick
+//!      2     1  kind       1 request, 2 reply, 3 error reply, 4 tick, 5 stream item,
+//!                          6 credit, 7 cancel
 //!      3     1  flags      bit 0: system message (event in the `_system:` namespace);
 //!                          bit 1: payload inline (after the metadata, in this frame);
+//!                          bit 2 (requests only): reply streamed: the caller wants items
+//!                          back and sends its first credit right after the request;
+//!                          bit 3 (requests only): body streamed: the request's items
+//!                          follow as stream items once the callee grants credit;
+//!                          bit 3 (stream items and credit): belongs to the body (items
+//!                          caller to callee, credit callee to caller); clear: to the
+//!                          reply (items callee to caller, credit caller to callee);
+//!                          bit 4 (stream items only): end of the body (no payload, takes
+//!                          no credit);
 //!                          other bits must be zero
 //!      4     8  id         request id, unique per sender (a u64 counter: no collision at
-//!                          any rate); replies carry the id of their request
+//!                          any rate); replies, stream items, credit and cancel carry the
+//!                          id of their request
 //!     12     2  E          event name length in bytes
 //!     14     E  event      UTF-8
 //!   14+E     4  M          metadata length in bytes (0: none)
@@ -24,6 +35,15 @@
 //! 18+E+M     P  payload    only with the inline flag: the rest of the frame
 //! payload frame (only without the inline flag; absent when empty): the payload, raw
 //! ```
+//!
+//! A stream is a request with bit 2 and/or bit 3 set, then its items (kind 5) one way and
+//! credit (kind 6, payload a u32 big-endian count of items granted) the other way, ended by
+//! the request's ordinary reply or error reply (a streamed reply) or by an end item (a
+//! streamed body). Kind 7 (no payload) says the caller gave up: the callee's handler sees
+//! its stream cancelled. Items are counted in credit, not bytes, and each is bounded by the
+//! payload limit, so a stream holds at most window x max payload bytes at its receiver
+//! (`credit.rs`). A peer that predates streams refuses kinds 5-7 as `UnknownKind` and bits
+//! 2-4 as `UnknownFlags`: a typed error, never a misreading.
 //!
 //! Decoding ([`Envelope::decode`]) checks the header and the event name and stops there: the
 //! metadata and the payload stay `Bytes` slices of what was received until someone asks for
@@ -48,6 +68,14 @@ pub const SYSTEM_PREFIX: &str = "_system:";
 const FLAG_SYSTEM: u8 = 0b0000_0001;
 /// Flag bit: the payload follows the metadata in the header frame.
 const FLAG_INLINE: u8 = 0b0000_0010;
+/// Flag bit (requests): the caller wants the reply as a stream of items.
+pub(crate) const FLAG_REPLY_STREAMED: u8 = 0b0000_0100;
+/// Flag bit (requests): the request's body follows as a stream of items.
+pub(crate) const FLAG_BODY_STREAMED: u8 = 0b0000_1000;
+/// Flag bit (stream items): the last item of a body.
+pub(crate) const FLAG_END: u8 = 0b0001_0000;
+/// The stream flags, as a request or item carries them.
+const STREAM_FLAGS: u8 = FLAG_REPLY_STREAMED | FLAG_BODY_STREAMED | FLAG_END;
 /// Payloads up to this size ride inline in the header frame.
 pub const INLINE_MAX: usize = 4096;
 
@@ -63,6 +91,12 @@ pub enum Kind {
     Error = 3,
     /// A one-way message: no answer.
     Tick = 4,
+    /// One item of a stream: `id` names the request it belongs to, the payload is the item.
+    StreamItem = 5,
+    /// Credit for a stream: the payload is a u32 (big-endian) count of items granted.
+    Credit = 6,
+    /// The caller gave up on a request or stream: its handler sees it cancelled.
+    Cancel = 7,
 }
 
 impl Kind {
@@ -72,6 +106,9 @@ impl Kind {
             2 => Kind::Reply,
             3 => Kind::Error,
             4 => Kind::Tick,
+            5 => Kind::StreamItem,
+            6 => Kind::Credit,
+            7 => Kind::Cancel,
             other => return Err(DecodeError::UnknownKind(other)),
         })
     }
@@ -136,6 +173,8 @@ impl std::fmt::Debug for EventName {
 pub struct Envelope {
     kind: Kind,
     system: bool,
+    /// The stream flag bits (`FLAG_REPLY_STREAMED`, `FLAG_BODY_STREAMED`, `FLAG_END`).
+    stream: u8,
     id: u64,
     /// The event name; checked to be UTF-8 when decoded.
     event: EventName,
@@ -149,6 +188,7 @@ impl Envelope {
         Envelope {
             kind,
             system: event.starts_with(SYSTEM_PREFIX),
+            stream: 0,
             id,
             event: EventName::new(event.as_bytes(), None),
             metadata,
@@ -169,6 +209,29 @@ impl Envelope {
     /// The request id (for replies: the id of the request answered).
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// A request whose caller wants its reply as a stream of items.
+    pub fn reply_streamed(&self) -> bool {
+        self.stream & FLAG_REPLY_STREAMED != 0
+    }
+
+    /// A request whose body follows as a stream of items; on a stream item or credit: it
+    /// belongs to the body (not the reply).
+    pub fn body_streamed(&self) -> bool {
+        self.stream & FLAG_BODY_STREAMED != 0
+    }
+
+    /// A stream item that ends its stream.
+    pub fn is_end(&self) -> bool {
+        self.stream & FLAG_END != 0
+    }
+
+    /// The same envelope with stream flag bits set (crate use: tests and encoders).
+    #[cfg(test)]
+    pub(crate) fn with_stream_flags(mut self, flags: u8) -> Envelope {
+        self.stream = flags & STREAM_FLAGS;
+        self
     }
 
     /// The event name.
@@ -219,7 +282,7 @@ impl Envelope {
                 &self.metadata,
                 Some(payload),
             );
-            vec![header]
+            vec![with_flags(header, self.stream)]
         } else if payload.is_empty() {
             vec![self.encode_header()]
         } else {
@@ -229,7 +292,10 @@ impl Envelope {
 
     /// The header frame alone, for a payload sent as a frame of its own.
     pub fn encode_header(&self) -> Bytes {
-        header(self.kind, self.id, self.event(), &self.metadata, None)
+        with_flags(
+            header(self.kind, self.id, self.event(), &self.metadata, None),
+            self.stream,
+        )
     }
 
     /// Decodes the frames of one message, checking only the header and the event name; the
@@ -263,7 +329,14 @@ impl Envelope {
         }
         let kind = Kind::from_byte(header[2])?;
         let flags = header[3];
-        if flags & !(FLAG_SYSTEM | FLAG_INLINE) != 0 {
+        // Each stream bit is only known on the kind it belongs to.
+        let allowed = match kind {
+            Kind::Request => FLAG_REPLY_STREAMED | FLAG_BODY_STREAMED,
+            Kind::StreamItem => FLAG_END | FLAG_BODY_STREAMED,
+            Kind::Credit => FLAG_BODY_STREAMED,
+            _ => 0,
+        };
+        if flags & !(FLAG_SYSTEM | FLAG_INLINE | allowed) != 0 {
             return Err(DecodeError::UnknownFlags(flags));
         }
         let inline = flags & FLAG_INLINE != 0;
@@ -322,12 +395,23 @@ impl Envelope {
         Ok(Envelope {
             kind,
             system,
+            stream: flags & STREAM_FLAGS,
             id,
             event: EventName::new(event_raw, Some((header, FIXED_HEADER))),
             metadata: header.slice(metadata_start..metadata_end),
             payload,
         })
     }
+}
+
+/// `header` with the stream flag bits `stream` set (rare: only envelopes built by hand).
+fn with_flags(header: Bytes, stream: u8) -> Bytes {
+    if stream == 0 {
+        return header;
+    }
+    let mut header = BytesMut::from(header);
+    header[3] |= stream;
+    header.freeze()
 }
 
 /// Writes a header frame straight from its parts (no intermediate envelope), with `inline`
@@ -426,6 +510,12 @@ impl<'a> Encoded<'a> {
         }
     }
 
+    /// The same message with the stream flag bits `flags` set.
+    pub(crate) fn with_flags(mut self, flags: u8) -> Encoded<'a> {
+        self.fixed[3] |= flags & STREAM_FLAGS;
+        self
+    }
+
     /// The same message carrying the time budget `budget` first in its metadata (a
     /// request: its receiver sees how long its sender will wait).
     pub(crate) fn with_budget(mut self, budget: std::time::Duration) -> Encoded<'a> {
@@ -498,6 +588,18 @@ pub(crate) fn request_id(frames: &[Bytes]) -> Option<u64> {
     }
     let id: [u8; 8] = header.get(4..12)?.try_into().ok()?;
     Some(u64::from_be_bytes(id))
+}
+
+/// The kind, id and flags of a message whose header is readable (magic, version, kind),
+/// for ending the stream an item over the size limit belonged to: `None` for anything else.
+pub(crate) fn kind_and_id(frames: &[Bytes]) -> Option<(Kind, u64, u8)> {
+    let header = frames.first()?;
+    if header.len() < FIXED_HEADER || header[0] != MAGIC || header[1] != VERSION {
+        return None;
+    }
+    let kind = Kind::from_byte(header[2]).ok()?;
+    let id: [u8; 8] = header.get(4..12)?.try_into().ok()?;
+    Some((kind, u64::from_be_bytes(id), header[3]))
 }
 
 /// Encodes a value as MessagePack (maps with field names, as the JavaScript zeronode reads).

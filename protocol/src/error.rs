@@ -88,6 +88,12 @@ pub enum ErrorCode {
     Refused,
     /// The transport failed.
     Transport,
+    /// The other end of a stream gave up on it (the caller dropped it or sent a cancel).
+    Cancelled,
+    /// A stream's next item did not come within its idle timeout.
+    IdleTimeout,
+    /// A peer broke the stream rules (credit, window, size, ids).
+    ProtocolViolation,
 }
 
 /// An error reply: what a remote handler reported, carried back to the caller.
@@ -167,6 +173,10 @@ impl RemoteError {
     /// Code sent for a request whose payload is over the receiver's limit (its numbers in
     /// [`limit`](Self::limit), [`Limit::Payload`]).
     pub const PAYLOAD_TOO_LARGE: &'static str = "PAYLOAD_TOO_LARGE";
+    /// Code sent for a streamed request over the receiver's limit of open streams.
+    pub const TOO_MANY_STREAMS: &'static str = "TOO_MANY_STREAMS";
+    /// Code sent when a handler that streams was called without a stream (or the reverse).
+    pub const NOT_STREAMED: &'static str = "NOT_STREAMED";
 
     /// An error with a code and a message.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> RemoteError {
@@ -277,6 +287,21 @@ pub enum Error {
     /// The transport layer failed.
     #[error(transparent)]
     Transport(#[from] transport::Error),
+    /// The other end of a stream gave up on it: on the callee, the caller dropped its
+    /// stream or sent a cancel; on either end, the stream was stopped by the peer leaving.
+    #[error("stream cancelled")]
+    Cancelled,
+    /// A stream's next item did not come within its idle timeout.
+    #[error("stream {event:?} idle for {idle:?}")]
+    IdleTimeout {
+        /// The stream's event.
+        event: String,
+        /// The idle timeout it was given.
+        idle: Duration,
+    },
+    /// A peer broke the stream rules; the stream ended, the conversation goes on.
+    #[error("stream protocol violation: {0}")]
+    Violation(#[from] crate::credit::Violation),
 }
 
 impl Error {
@@ -296,6 +321,9 @@ impl Error {
             Error::Encode(_) | Error::Decode(_) => ErrorCode::Serialization,
             Error::Transport(transport::Error::Closed) => ErrorCode::Closed,
             Error::Transport(_) => ErrorCode::Transport,
+            Error::Cancelled => ErrorCode::Cancelled,
+            Error::IdleTimeout { .. } => ErrorCode::IdleTimeout,
+            Error::Violation(_) => ErrorCode::ProtocolViolation,
         }
     }
 

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use transport::{Key, PeerId};
 
+use crate::conversation::{ItemSink, ItemStream};
 use crate::envelope::{decode_value, Envelope};
 use crate::error::{RemoteError, Result};
 use crate::meta::{Meta, MetaError, MetaLimits};
@@ -131,6 +132,21 @@ pub struct Responder {
     peer: PeerId,
     id: u64,
     answered: bool,
+    /// Set for a streamed request (boxed: most requests are not).
+    stream: Option<Box<Streamed>>,
+}
+
+/// What a responder knows of its request's streams.
+#[derive(Debug)]
+pub(crate) struct Streamed {
+    /// The caller wants items back: the sink, until taken.
+    pub(crate) reply: bool,
+    /// The body follows as items: its stream, until taken.
+    pub(crate) body: bool,
+    /// The request's event, for the sink's errors.
+    pub(crate) event: Box<str>,
+    /// The caller's time budget: the sink stops waiting for credit after it.
+    pub(crate) budget: Option<std::time::Duration>,
 }
 
 /// The conversation side of a [`Responder`] (a trait object: the conversation is generic
@@ -144,6 +160,32 @@ pub(crate) trait Answering: Send + Sync {
     fn panicked(&self);
     /// The conversation's abort signal.
     fn abort(&self) -> &CancellationToken;
+    /// Takes one credit for the streamed reply of `(peer, id)`, or says why it stopped.
+    fn poll_reply_credit(
+        &self,
+        peer: &PeerId,
+        id: u64,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<()>>;
+    /// Sends one item of a stream (see `Calling::send_item`).
+    fn send_item<'a>(
+        &'a self,
+        peer: &'a PeerId,
+        id: u64,
+        flags: u8,
+        item: &'a [u8],
+    ) -> BoxFuture<'a, Result<()>>;
+    /// The next item of the body of `(peer, id)` and the credit to grant for it.
+    fn poll_body_item(
+        &self,
+        peer: &PeerId,
+        id: u64,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<(Bytes, Option<u32>)>>>;
+    /// Grants `n` items of the body of `(peer, id)`.
+    fn body_credit(self: Arc<Self>, peer: &PeerId, id: u64, n: u32);
+    /// The request of a stream was answered: the stream is closed.
+    fn close_stream(&self, peer: &PeerId, id: u64);
 }
 
 impl Responder {
@@ -154,7 +196,56 @@ impl Responder {
             peer,
             id,
             answered: false,
+            stream: None,
         }
+    }
+
+    /// The responder of a streamed request, whose stream the conversation registered.
+    pub(crate) fn streamed(mut self, streamed: Streamed) -> Responder {
+        self.stream = Some(Box::new(streamed));
+        self
+    }
+
+    /// Whether the caller wants the reply as a stream of items (take the sink with
+    /// [`take_sink`](Self::take_sink)).
+    pub fn is_reply_streamed(&self) -> bool {
+        self.stream.as_ref().is_some_and(|s| s.reply)
+    }
+
+    /// Whether the request's body follows as a stream of items (read it with
+    /// [`take_body`](Self::take_body)).
+    pub fn is_body_streamed(&self) -> bool {
+        self.stream.as_ref().is_some_and(|s| s.body)
+    }
+
+    /// The sink for a streamed reply's items: `Some` once, for a request whose caller asked
+    /// for a stream. The stream ends when this responder answers (the answer is its last
+    /// item: an empty `Ok` ends it cleanly, an error reply reaches the caller as an error).
+    pub fn take_sink(&mut self) -> Option<ItemSink> {
+        let stream = self.stream.as_mut()?;
+        if !std::mem::take(&mut stream.reply) {
+            return None;
+        }
+        Some(crate::conversation::sink(
+            Arc::clone(&self.to),
+            self.peer.clone(),
+            self.id,
+            &stream.event,
+            stream.budget,
+        ))
+    }
+
+    /// The request's streamed body: `Some` once, for a request whose caller streams it.
+    pub fn take_body(&mut self) -> Option<ItemStream> {
+        let stream = self.stream.as_mut()?;
+        if !std::mem::take(&mut stream.body) {
+            return None;
+        }
+        Some(crate::conversation::body(
+            Arc::clone(&self.to),
+            self.peer.clone(),
+            self.id,
+        ))
     }
 
     /// The id of the request this answers.
@@ -171,6 +262,13 @@ impl Responder {
     pub fn answer(mut self, result: Result<Answer, RemoteError>) {
         self.answered = true;
         self.to.answer(&self.peer, self.id, result);
+    }
+
+    /// Closes this request's stream, if it has one (it answered, or it is going).
+    fn close_stream(&mut self) {
+        if self.stream.take().is_some() {
+            self.to.close_stream(&self.peer, self.id);
+        }
     }
 
     /// Whether the socket is being aborted (closed without waiting for answers): work still
@@ -196,6 +294,7 @@ impl Drop for Responder {
                 )),
             );
         }
+        self.close_stream();
         self.to.released();
     }
 }
@@ -226,6 +325,55 @@ where
             responder,
         });
     })
+}
+
+/// Wraps an async function as a [`RequestHandler`] for a streamed reply: it gets the
+/// request and the [`ItemSink`] its items go to, and its result ends the stream (`Ok`: the
+/// stream's end; `Err`: the caller's last item is that error). Run on a runner, as
+/// [`request_fn`]'s are. A request whose caller did not ask for a stream is answered with
+/// the system error [`RemoteError::NOT_STREAMED`].
+pub fn stream_fn<F, Fut>(f: F) -> RequestHandler
+where
+    F: Fn(Incoming, ItemSink) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), RemoteError>> + Send + 'static,
+{
+    let runners = Owned(Runners::new());
+    Arc::new(
+        move |incoming, mut responder: Responder| match responder.take_sink() {
+            Some(sink) => runners.0.run(RequestJob {
+                work: f(incoming, sink).map(|done| done.map(|()| Answer::default())),
+                responder,
+            }),
+            None => responder.answer(Err(RemoteError::system_error(
+                RemoteError::NOT_STREAMED,
+                "this event streams its reply: call it as a stream",
+            ))),
+        },
+    )
+}
+
+/// Wraps an async function as a [`RequestHandler`] for a request whose body is streamed
+/// (an upload): it gets the request and the [`ItemStream`] of its body, and answers once.
+/// A request sent without a streamed body is answered with [`RemoteError::NOT_STREAMED`].
+pub fn upload_fn<F, Fut, A>(f: F) -> RequestHandler
+where
+    F: Fn(Incoming, ItemStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<A, RemoteError>> + Send + 'static,
+    A: Into<Answer> + 'static,
+{
+    let runners = Owned(Runners::new());
+    Arc::new(
+        move |incoming, mut responder: Responder| match responder.take_body() {
+            Some(body) => runners.0.run(RequestJob {
+                work: f(incoming, body),
+                responder,
+            }),
+            None => responder.answer(Err(RemoteError::system_error(
+                RemoteError::NOT_STREAMED,
+                "this event takes a streamed body: call it as an upload",
+            ))),
+        },
+    )
 }
 
 /// Wraps an async function as a [`TickHandler`] that runs each tick on a runner.

@@ -9,6 +9,10 @@
 //! - the conversation: a [`Client`] (over a Dealer) and a [`Server`] (over a Router) that send
 //!   requests and match their replies by id, each with its own deadline, send ticks, run
 //!   handlers concurrently and answer errors with a code and a message;
+//! - streams: a request whose reply comes as a stream of items ([`ReplyStream`],
+//!   [`ItemSink`]), or whose body leaves as one ([`ItemStream`]), with credit-based flow
+//!   control counted in items (`credit.rs`): a stream holds at most its window of items
+//!   (default [`DEFAULT_WINDOW`]) at its receiver, each bounded by the payload limit;
 //! - a reserved `_system:` event namespace that `request` and `tick` refuse, kept for the node
 //!   layer's handshake and heartbeats.
 //!
@@ -17,6 +21,7 @@
 //!
 //! ## Layout
 //! - `envelope.rs`: the wire format, byte by byte, and its decoder (pure);
+//! - `credit.rs`: streams' flow control, credit and windows (pure);
 //! - `table.rs`: the correlation table of pending requests and their deadlines (pure, tested
 //!   with simulated time);
 //! - `conversation.rs`: the driver shared by Client and Server;
@@ -51,6 +56,7 @@
 
 mod client;
 mod conversation;
+pub mod credit;
 mod envelope;
 mod error;
 mod handler;
@@ -62,15 +68,18 @@ mod stats;
 pub mod table;
 
 pub use client::{Client, Connection, DEFAULT_MAX_PAYLOAD};
-pub use conversation::{Rejected, Stats};
+pub use conversation::{
+    ItemSink, ItemStream, Rejected, ReplyStream, Stats, StreamOptions, DEFAULT_MAX_STREAMS,
+};
+pub use credit::{Violation, DEFAULT_WINDOW};
 pub use envelope::{
     decode_value, encode_value, Envelope, Kind, FIXED_HEADER, INLINE_MAX, MAGIC, MAX_EVENT_LEN,
     SYSTEM_PREFIX, VERSION,
 };
 pub use error::{DecodeError, Error, ErrorCode, Limit, RemoteError, Result};
 pub use handler::{
-    request_fn, tick_fn, Answer, Incoming, RequestFuture, RequestHandler, Responder, TickFuture,
-    TickHandler,
+    request_fn, stream_fn, tick_fn, upload_fn, Answer, Incoming, RequestFuture, RequestHandler,
+    Responder, TickFuture, TickHandler,
 };
 pub use meta::{Meta, MetaError, MetaLimits, MetaValue, BUDGET, BUDGET_ENTRY, RESERVED_PREFIX};
 pub use runners::{Job, Runners};

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use transport::{Events, Key, Options, PeerId, Router};
 
 use crate::client::DEFAULT_MAX_PAYLOAD;
-use crate::conversation::{Conversation, Rejected, Stats};
+use crate::conversation::{Conversation, Rejected, ReplyStream, Stats, StreamOptions};
 use crate::envelope::{check_system_event, check_user_event, Envelope};
 use crate::error::{Error, Result};
 use crate::handler::{RequestHandler, TickHandler};
@@ -176,6 +176,51 @@ impl Server {
     /// liveness check calls it periodically.
     pub fn take_answered(&self) -> Vec<(PeerId, std::time::Instant)> {
         self.conversation.take_answered()
+    }
+
+    /// Sends the client `peer` a request whose reply comes as a stream of items (see
+    /// [`ReplyStream`]).
+    pub async fn request_stream(
+        &self,
+        peer: &PeerId,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        options: StreamOptions,
+    ) -> Result<ReplyStream> {
+        check_user_event(event)?;
+        self.conversation
+            .request_stream(peer, event, metadata, payload, options)
+            .await
+    }
+
+    /// Sends the client `peer` a request whose body is `items` (an upload) and waits for
+    /// the one reply (see [`Client::upload`](crate::Client::upload)).
+    pub async fn upload(
+        &self,
+        peer: &PeerId,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: impl futures::Stream<Item = Bytes> + Send,
+        options: StreamOptions,
+    ) -> Result<Envelope> {
+        check_user_event(event)?;
+        self.conversation
+            .upload(peer, event, metadata, payload, items, options)
+            .await
+    }
+
+    /// Sets the window this server grants for the streamed bodies it receives, and the
+    /// most streamed requests it keeps open at once over all its clients (new ones over it
+    /// are refused with [`RemoteError::TOO_MANY_STREAMS`](crate::RemoteError::TOO_MANY_STREAMS)).
+    pub fn set_stream_limits(&self, window: u32, max_streams: usize) {
+        self.conversation.set_stream_limits(window, max_streams);
+    }
+
+    /// Streamed requests this server answers that are open now.
+    pub fn open_streams(&self) -> usize {
+        self.conversation.open_streams()
     }
 
     /// Requests waiting for their reply.

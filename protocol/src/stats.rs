@@ -16,6 +16,14 @@ pub(crate) struct Counters {
     pub(crate) no_handler: AtomicU64,
     pub(crate) handler_panics: AtomicU64,
     pub(crate) replies_dropped: AtomicU64,
+    pub(crate) streams_opened: AtomicU64,
+    pub(crate) streams_accepted: AtomicU64,
+    pub(crate) stream_items_sent: AtomicU64,
+    pub(crate) stream_items_received: AtomicU64,
+    pub(crate) stream_items_dropped: AtomicU64,
+    pub(crate) stream_violations: AtomicU64,
+    pub(crate) streams_cancelled: AtomicU64,
+    pub(crate) streams_refused: AtomicU64,
 }
 
 /// A snapshot of a Client's or Server's counters.
@@ -42,6 +50,22 @@ pub struct Stats {
     /// Answers not delivered because the requester's queue was full (it is not reading) or it
     /// was gone; the requester sees its own timeout.
     pub replies_dropped: u64,
+    /// Streams this end opened as a caller (a streamed reply, a streamed body or both).
+    pub streams_opened: u64,
+    /// Streamed requests this end accepted as a callee (handed to a handler).
+    pub streams_accepted: u64,
+    /// Stream items sent (either direction).
+    pub stream_items_sent: u64,
+    /// Stream items received and queued for a reader.
+    pub stream_items_received: u64,
+    /// Stream items, credit and cancels for an unknown or finished stream (dropped).
+    pub stream_items_dropped: u64,
+    /// Streams ended because their peer broke the rules (credit, window, size, ids).
+    pub stream_violations: u64,
+    /// Streams ended early: cancelled by their caller, a peer that left, or an idle timeout.
+    pub streams_cancelled: u64,
+    /// Streamed requests refused over the limit of open streams.
+    pub streams_refused: u64,
 }
 
 impl Counters {
@@ -59,6 +83,14 @@ impl Counters {
             no_handler: get(&self.no_handler),
             handler_panics: get(&self.handler_panics),
             replies_dropped: get(&self.replies_dropped),
+            streams_opened: get(&self.streams_opened),
+            streams_accepted: get(&self.streams_accepted),
+            stream_items_sent: get(&self.stream_items_sent),
+            stream_items_received: get(&self.stream_items_received),
+            stream_items_dropped: get(&self.stream_items_dropped),
+            stream_violations: get(&self.stream_violations),
+            streams_cancelled: get(&self.streams_cancelled),
+            streams_refused: get(&self.streams_refused),
         }
     }
 }

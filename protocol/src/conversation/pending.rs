@@ -21,11 +21,13 @@ pub(super) struct Waiter {
     /// The caller is no task (the runtime's `block_on` future): see
     /// `Answered::outside_tasks`.
     pub(super) outside_task: bool,
+    /// A stream's state at the caller (boxed: most requests have none).
+    pub(super) stream: Option<Box<super::streams::Ends>>,
 }
 
 /// How a pending request ended, as the driver tells its caller (who turns it into the
 /// caller's error, with the event name and timeout it has at hand).
-pub(super) enum Outcome {
+pub(crate) enum Outcome {
     Reply(Envelope),
     ErrorReply(Envelope),
     TimedOut,

@@ -255,6 +255,63 @@ fn unknown_flags() {
 }
 
 #[test]
+fn stream_kinds_and_flags_are_byte_exact() {
+    let request = sample().with_stream_flags(FLAG_REPLY_STREAMED | FLAG_BODY_STREAMED);
+    let frames = request.encode();
+    // Bit 1 (inline), bit 2 (reply streamed), bit 3 (body streamed).
+    assert_eq!(frames[0][3], 0b0000_1110);
+    let decoded = Envelope::decode(&frames, MAX).unwrap();
+    assert!(decoded.reply_streamed() && decoded.body_streamed() && !decoded.is_end());
+    let end = Envelope::new(Kind::StreamItem, 9, "", Bytes::new(), Bytes::new())
+        .with_stream_flags(FLAG_END);
+    let frames = end.encode();
+    assert_eq!(&frames[0][..4], &[0x5A, 1, 5, 0b0001_0000]);
+    assert!(Envelope::decode(&frames, MAX).unwrap().is_end());
+    let credit = Envelope::new(
+        Kind::Credit,
+        9,
+        "",
+        Bytes::new(),
+        Bytes::from_static(&[0, 0, 0, 32]),
+    );
+    let decoded = Envelope::decode(&credit.encode(), MAX).unwrap();
+    assert_eq!(decoded.kind(), Kind::Credit);
+    assert_eq!(&decoded.payload()[..], &[0, 0, 0, 32]);
+    let encoded = Encoded::new(Kind::Request, 1, "e", &[], &[]).with_flags(FLAG_REPLY_STREAMED);
+    assert_eq!(
+        encoded.pieces().frames().as_slice()[0][0][3],
+        FLAG_REPLY_STREAMED
+    );
+}
+
+/// A stream bit on a kind it does not belong to is refused, as an old peer refuses them all.
+#[test]
+fn stream_flags_on_the_wrong_kind_are_refused() {
+    for (kind, flag) in [
+        (Kind::Reply, FLAG_REPLY_STREAMED),
+        (Kind::Tick, FLAG_BODY_STREAMED),
+        (Kind::Request, FLAG_END),
+        (Kind::Credit, FLAG_END),
+        (Kind::Cancel, FLAG_BODY_STREAMED),
+        (Kind::StreamItem, FLAG_REPLY_STREAMED),
+    ] {
+        let frames = header_with(|h| {
+            h[2] = kind as u8;
+            h[3] |= flag;
+        });
+        assert_eq!(
+            Envelope::decode(&frames, MAX),
+            Err(DecodeError::UnknownFlags(flag)),
+            "{kind:?}"
+        );
+    }
+    assert_eq!(
+        kind_and_id(&header_with(|h| h[2] = 5)),
+        Some((Kind::StreamItem, 0x0102_0304_0506_0708, 0))
+    );
+}
+
+#[test]
 fn event_length_beyond_the_buffer() {
     let frames = header_with(|h| {
         h[12] = 0xff;
@@ -376,7 +433,10 @@ mod properties {
             Just(Kind::Request),
             Just(Kind::Reply),
             Just(Kind::Error),
-            Just(Kind::Tick)
+            Just(Kind::Tick),
+            Just(Kind::StreamItem),
+            Just(Kind::Credit),
+            Just(Kind::Cancel)
         ]
     }
 

@@ -1,0 +1,1116 @@
+//! Streams in the conversation: the state of each open stream at either end, what the
+//! dispatch does with stream items, credit and cancels, and the caller's and callee's
+//! handles ([`ReplyStream`], [`ItemSink`], [`ItemStream`]).
+//!
+//! One mechanism serves both directions. A stream's state ([`Ends`]) has a sending side
+//! (credit, [`Credit`]) and a receiving side (held items, [`Window`]), either or both:
+//!
+//! - the caller's state lives in its request's entry of the pending table, so the request's
+//!   deadline bounds the whole stream and everything that ends a request (its reply, its
+//!   deadline, a peer that left, a lost connection, the close) ends the stream too;
+//! - the callee's state lives in a map keyed by the caller's routing id and the request id,
+//!   from when the request arrives to when its handler answers.
+//!
+//! Which of the two an item or a credit belongs to is in its flags (bit 3: the body, from
+//! the caller; clear: the reply, from the callee), never guessed from the id: the two ends'
+//! ids come from different counters.
+
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use futures::future::BoxFuture;
+
+use super::*;
+use crate::credit::{decode_grant, encode_grant, Credit, Violation, Window, DEFAULT_WINDOW};
+use crate::envelope::{FLAG_BODY_STREAMED, FLAG_END, FLAG_REPLY_STREAMED};
+
+/// Streamed requests a callee keeps open at once by default, over all its peers: each holds
+/// a handler and up to a window of items, so this bounds what many idle streams can hold.
+pub const DEFAULT_MAX_STREAMS: usize = 1024;
+
+/// One stream at one end: what it may send and what it holds.
+#[derive(Default)]
+pub(crate) struct Ends {
+    /// Set when this end sends items: the credit its peer granted.
+    send: Option<Credit>,
+    /// Set when this end receives items.
+    recv: Option<Inbox>,
+    /// The task waiting for credit (when it is not the request's own waker).
+    send_waker: Option<Waker>,
+    /// The task waiting for items (callee side; the caller's waits in its `Waiter`).
+    recv_waker: Option<Waker>,
+    /// Callee side: why the stream stopped before its handler answered.
+    stopped: Option<Stop>,
+}
+
+/// Items received and not consumed yet, bounded by the window.
+pub(crate) struct Inbox {
+    window: Window,
+    items: VecDeque<Bytes>,
+    /// The body's end item arrived.
+    ended: bool,
+}
+
+impl Inbox {
+    fn new(window: u32) -> Inbox {
+        Inbox {
+            window: Window::new(window),
+            items: VecDeque::new(),
+            ended: false,
+        }
+    }
+}
+
+/// Why a callee's stream stopped.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// The caller sent a cancel, or left.
+    Cancelled,
+    /// The conversation closed.
+    Closed,
+    /// The caller broke the rules.
+    Violation(Violation),
+}
+
+impl Stop {
+    fn error(self) -> Error {
+        match self {
+            Stop::Cancelled => Error::Cancelled,
+            Stop::Closed => Error::Closed,
+            Stop::Violation(v) => Error::Violation(v),
+        }
+    }
+}
+
+impl Ends {
+    /// Wakes whoever waits on this stream (without taking the registrations: the next
+    /// poll replaces them).
+    pub(super) fn wake(&self) {
+        for waker in [&self.send_waker, &self.recv_waker].into_iter().flatten() {
+            waker.wake_by_ref();
+        }
+    }
+}
+
+/// The callee's open streams, by caller and request id.
+pub(crate) type Callee = HashMap<(PeerId, u64), Ends, foldhash::fast::RandomState>;
+
+/// How a caller's stream is opened.
+#[derive(Debug, Clone)]
+pub struct StreamOptions {
+    /// Bounds the whole stream, from the request to its last item (or, for an upload, to
+    /// its reply).
+    pub timeout: Duration,
+    /// Items the caller holds at most for a streamed reply (its credit window). Memory per
+    /// stream is at most `window` x the largest payload.
+    pub window: u32,
+    /// The most time to wait for the next item of a streamed reply (`None`: the timeout
+    /// alone bounds it).
+    pub idle_timeout: Option<Duration>,
+}
+
+impl StreamOptions {
+    /// A stream bounded by `timeout`, with the default window and no idle timeout.
+    pub fn new(timeout: Duration) -> StreamOptions {
+        StreamOptions {
+            timeout,
+            window: DEFAULT_WINDOW,
+            idle_timeout: None,
+        }
+    }
+
+    /// The same options with a window of `items`.
+    pub fn window(mut self, items: u32) -> StreamOptions {
+        self.window = items;
+        self
+    }
+
+    /// The same options with an idle timeout.
+    pub fn idle_timeout(mut self, idle: Duration) -> StreamOptions {
+        self.idle_timeout = Some(idle);
+        self
+    }
+}
+
+/// What the caller's handles need from the conversation (a trait object: the conversation
+/// is generic over its socket, the handles are not).
+pub(crate) trait Calling: Send + Sync {
+    /// The next item of the streamed reply of request `id`, or how it ended.
+    fn poll_reply(&self, id: u64, cx: &mut Context<'_>) -> Poll<Next>;
+    /// Takes one credit for the body of request `id`; `Err` with the outcome when the
+    /// request ended first.
+    fn poll_body_credit(&self, id: u64, cx: &mut Context<'_>) -> Poll<Result<(), Outcome>>;
+    /// How request `id` ended, once it did.
+    fn poll_outcome(&self, id: u64, cx: &mut Context<'_>) -> Poll<Outcome>;
+    /// Sends one item (`flags`: body, end) of stream `id` to `peer`, waiting at the
+    /// socket's high-water mark.
+    fn send_item<'a>(
+        &'a self,
+        peer: &'a PeerId,
+        id: u64,
+        flags: u8,
+        item: &'a [u8],
+    ) -> BoxFuture<'a, Result<()>>;
+    /// Sends a credit or cancel, never lost to a full queue (a task waits for room then).
+    fn control(self: Arc<Self>, peer: &PeerId, kind: Kind, id: u64, flags: u8, payload: &[u8]);
+    /// The caller gave up on request `id`: its entry goes, and the callee is told unless
+    /// the request had ended.
+    fn give_up(self: Arc<Self>, peer: &PeerId, id: u64);
+}
+
+/// One step of a streamed reply.
+pub(crate) enum Next {
+    /// An item, and the credit to grant for it, if any.
+    Item(Bytes, Option<u32>),
+    /// The request ended.
+    Ended(Outcome),
+}
+
+impl<L: Link> Conversation<L> {
+    /// Opens a stream to `peer`: sends the request with its stream flags and, for a
+    /// streamed reply, the first credit right behind it (so the first item is one round
+    /// trip away). Returns the request id.
+    pub(crate) async fn open_stream(
+        self: &Arc<Self>,
+        peer: &PeerId,
+        event: &str,
+        metadata: &[u8],
+        payload: &Bytes,
+        options: &StreamOptions,
+        body: bool,
+    ) -> Result<u64> {
+        check_event(event)?;
+        if self.is_closing() {
+            return Err(Error::Closed);
+        }
+        let reply = options.window > 0 && !body;
+        let deadline = (Instant::now() + options.timeout).into_std();
+        let mut ends = Ends::default();
+        let mut grant = None;
+        if reply {
+            let mut inbox = Inbox::new(options.window);
+            grant = Some(inbox.window.open());
+            ends.recv = Some(inbox);
+        }
+        if body {
+            ends.send = Some(Credit::new());
+        }
+        let id = {
+            let mut pending = self.pending.lock();
+            let id = pending.table.insert(
+                deadline,
+                Waiter {
+                    peer: peer.clone(),
+                    waker: None,
+                    outcome: None,
+                    outside_task: false,
+                    stream: Some(Box::new(ends)),
+                },
+            );
+            if pending.armed.is_none_or(|armed| deadline < armed) {
+                self.timer_reset.notify_one();
+            }
+            id
+        };
+        let flags = if body {
+            FLAG_BODY_STREAMED
+        } else {
+            FLAG_REPLY_STREAMED
+        };
+        let encoded = Encoded::new(Kind::Request, id, event, metadata, payload)
+            .with_budget(options.timeout)
+            .with_flags(flags);
+        let sent = match self.send_or_wait(peer, encoded) {
+            Ok(None) => Ok(()),
+            Ok(Some(wait)) => wait.await.map_err(Error::from),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
+            self.pending.lock().table.discard(id);
+            return Err(e);
+        }
+        self.counters.requests_sent.fetch_add(1, Ordering::Relaxed);
+        self.counters.streams_opened.fetch_add(1, Ordering::Relaxed);
+        if let Some(grant) = grant {
+            self.control(peer, Kind::Credit, id, 0, &encode_grant(grant));
+        }
+        Ok(id)
+    }
+
+    /// Sends a credit or a cancel now, or (the queue being full) from a task that waits for
+    /// room: a lost credit would stall its stream for good.
+    pub(super) fn control(
+        self: &Arc<Self>,
+        peer: &PeerId,
+        kind: Kind,
+        id: u64,
+        flags: u8,
+        payload: &[u8],
+    ) {
+        let encoded = Encoded::new(kind, id, "", &[], payload).with_flags(flags);
+        let sent = {
+            let pieces = encoded.pieces();
+            self.link.send_now(peer, pieces.frames().as_slice())
+        };
+        match sent {
+            Ok(()) => {}
+            Err(transport::Error::QueueFull) => {
+                let this = Arc::clone(self);
+                let peer = peer.clone();
+                let payload = payload.to_vec();
+                tokio::spawn(async move {
+                    let encoded = Encoded::new(kind, id, "", &[], &payload).with_flags(flags);
+                    let pieces = encoded.pieces();
+                    if let Err(e) = this.link.send(&peer, pieces.frames().as_slice()).await {
+                        tracing::debug!(peer = %peer.short(), id, cause = %e, "stream control not delivered");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::debug!(peer = %peer.short(), id, cause = %e, "stream control not delivered")
+            }
+        }
+    }
+
+    /// A stream item, credit or cancel arrived (the dispatch's share of streams).
+    pub(super) fn on_stream_message(self: &Arc<Self>, peer: PeerId, envelope: Envelope) {
+        let id = envelope.id();
+        let handled = match (envelope.kind(), envelope.body_streamed()) {
+            (Kind::StreamItem, false) => self.on_reply_item(&peer, id, envelope.into_payload()),
+            (Kind::Credit, true) => self.on_body_credit(&peer, id, envelope.payload()),
+            (Kind::StreamItem, true) => {
+                let end = envelope.is_end();
+                self.on_body_item(&peer, id, end, envelope.into_payload())
+            }
+            (Kind::Credit, false) => self.on_reply_credit(&peer, id, envelope.payload()),
+            (Kind::Cancel, _) => {
+                self.stop_callee(|key| key == &(peer.clone(), id), Stop::Cancelled) > 0
+            }
+            _ => false,
+        };
+        if !handled {
+            self.counters
+                .stream_items_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(peer = %peer.short(), id, "stream message for no open stream; dropped");
+        }
+    }
+
+    /// Caller side: an item of a streamed reply.
+    fn on_reply_item(self: &Arc<Self>, peer: &PeerId, id: u64, item: Bytes) -> bool {
+        let mut pending = self.pending.lock();
+        if !pending.table.is_pending(id) {
+            return false;
+        }
+        let Some(waiter) = pending.table.get_mut(id) else {
+            return false;
+        };
+        if &waiter.peer != peer {
+            return false;
+        }
+        let Some(inbox) = waiter.stream.as_mut().and_then(|s| s.recv.as_mut()) else {
+            return false;
+        };
+        if item.len() > self.max_payload {
+            let violation = Violation::ItemTooLarge {
+                size: item.len(),
+                max: self.max_payload,
+            };
+            drop(pending);
+            self.violated(peer, id, violation);
+            return true;
+        }
+        match inbox.window.arrive() {
+            Ok(()) => {
+                inbox.items.push_back(item);
+                self.counters
+                    .stream_items_received
+                    .fetch_add(1, Ordering::Relaxed);
+                if let Some(waker) = &waiter.waker {
+                    waker.wake_by_ref();
+                }
+            }
+            Err(violation) => {
+                drop(pending);
+                self.violated(peer, id, violation);
+            }
+        }
+        true
+    }
+
+    /// Caller side: credit for the body of request `id`.
+    fn on_body_credit(self: &Arc<Self>, peer: &PeerId, id: u64, payload: &[u8]) -> bool {
+        let mut pending = self.pending.lock();
+        if !pending.table.is_pending(id) {
+            return false;
+        }
+        let Some(waiter) = pending.table.get_mut(id) else {
+            return false;
+        };
+        if &waiter.peer != peer {
+            return false;
+        }
+        let Some(stream) = waiter.stream.as_mut() else {
+            return false;
+        };
+        let Some(credit) = stream.send.as_mut() else {
+            return false;
+        };
+        match decode_grant(payload).and_then(|n| credit.grant(n)) {
+            Ok(()) => match &stream.send_waker {
+                Some(waker) => waker.wake_by_ref(),
+                None => {
+                    if let Some(waker) = &waiter.waker {
+                        waker.wake_by_ref();
+                    }
+                }
+            },
+            Err(violation) => {
+                drop(pending);
+                self.violated(peer, id, violation);
+            }
+        }
+        true
+    }
+
+    /// Caller side: the callee broke the rules on stream `id`: the stream ends with the
+    /// violation and the callee is told to stop.
+    fn violated(self: &Arc<Self>, peer: &PeerId, id: u64, violation: Violation) {
+        tracing::debug!(peer = %peer.short(), id, %violation, "stream ended: protocol violation");
+        self.counters
+            .stream_violations
+            .fetch_add(1, Ordering::Relaxed);
+        let ended = self.finish(
+            |table, ended| match table.complete(id) {
+                Some(waiter) => {
+                    ended(id, waiter);
+                    1
+                }
+                None => 0,
+            },
+            || Outcome::Failed(Error::Violation(violation)),
+        );
+        if ended > 0 {
+            self.control(peer, Kind::Cancel, id, 0, &[]);
+        }
+    }
+
+    /// Callee side: an item of a streamed body.
+    fn on_body_item(&self, peer: &PeerId, id: u64, end: bool, item: Bytes) -> bool {
+        let mut callee = self.callee.lock();
+        let Some(ends) = callee.get_mut(&(peer.clone(), id)) else {
+            return false;
+        };
+        let Some(inbox) = ends.recv.as_mut() else {
+            return false;
+        };
+        if ends.stopped.is_some() || inbox.ended {
+            return false;
+        }
+        let outcome = if end {
+            inbox.ended = true;
+            if item.is_empty() {
+                Ok(())
+            } else {
+                Err(Violation::BadEnd)
+            }
+        } else if item.len() > self.max_payload {
+            Err(Violation::ItemTooLarge {
+                size: item.len(),
+                max: self.max_payload,
+            })
+        } else {
+            inbox.window.arrive().map(|()| {
+                inbox.items.push_back(item);
+                self.counters
+                    .stream_items_received
+                    .fetch_add(1, Ordering::Relaxed);
+            })
+        };
+        if let Err(violation) = outcome {
+            tracing::debug!(peer = %peer.short(), id, %violation, "stream body stopped: protocol violation");
+            self.counters
+                .stream_violations
+                .fetch_add(1, Ordering::Relaxed);
+            ends.stopped = Some(Stop::Violation(violation));
+        }
+        ends.wake();
+        true
+    }
+
+    /// Callee side: credit for a streamed reply.
+    fn on_reply_credit(&self, peer: &PeerId, id: u64, payload: &[u8]) -> bool {
+        let mut callee = self.callee.lock();
+        let Some(ends) = callee.get_mut(&(peer.clone(), id)) else {
+            return false;
+        };
+        let Some(credit) = ends.send.as_mut() else {
+            return false;
+        };
+        if let Err(violation) = decode_grant(payload).and_then(|n| credit.grant(n)) {
+            tracing::debug!(peer = %peer.short(), id, %violation, "streamed reply stopped: protocol violation");
+            self.counters
+                .stream_violations
+                .fetch_add(1, Ordering::Relaxed);
+            ends.stopped.get_or_insert(Stop::Violation(violation));
+        }
+        ends.wake();
+        true
+    }
+
+    /// Callee side: stops the open streams whose key `select` picks (a cancel, a peer that
+    /// left, the close); their handlers see it at their next send or read. Returns how many.
+    fn stop_callee(&self, select: impl Fn(&(PeerId, u64)) -> bool, stop: Stop) -> usize {
+        let mut callee = self.callee.lock();
+        let mut count = 0;
+        for (key, ends) in callee.iter_mut() {
+            if select(key) && ends.stopped.is_none() {
+                ends.stopped = Some(stop);
+                ends.wake();
+                count += 1;
+            }
+        }
+        if count > 0 && matches!(stop, Stop::Cancelled) {
+            self.counters
+                .streams_cancelled
+                .fetch_add(count as u64, Ordering::Relaxed);
+        }
+        count
+    }
+
+    /// An item over the payload limit (refused by the decoder) ends its stream.
+    pub(super) fn item_too_large(
+        self: &Arc<Self>,
+        peer: &PeerId,
+        id: u64,
+        flags: u8,
+        size: usize,
+        max: usize,
+    ) {
+        let violation = Violation::ItemTooLarge { size, max };
+        if flags & FLAG_BODY_STREAMED != 0 {
+            let stopped =
+                self.stop_callee(|key| key == &(peer.clone(), id), Stop::Violation(violation));
+            if stopped > 0 {
+                self.counters
+                    .stream_violations
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        } else {
+            let ours = {
+                let pending = self.pending.lock();
+                pending.table.is_pending(id)
+                    && pending
+                        .table
+                        .get(id)
+                        .is_some_and(|w| &w.peer == peer && w.stream.is_some())
+            };
+            if ours {
+                self.violated(peer, id, violation);
+            }
+        }
+    }
+
+    /// Callee side: stops every open stream of `peer` (it left).
+    pub(super) fn stop_streams_of(&self, peer: &PeerId) {
+        self.stop_callee(|(p, _)| p == peer, Stop::Cancelled);
+    }
+
+    /// Callee side: stops every open stream (the conversation ends).
+    pub(super) fn stop_all_streams(&self) {
+        self.stop_callee(|_| true, Stop::Closed);
+    }
+
+    /// Callee side: a streamed request arrived. Registers its stream (granting the body's
+    /// window at once) and says whether its handler may run; a refusal is answered or
+    /// dropped here.
+    pub(super) fn accept_stream(self: &Arc<Self>, peer: &PeerId, envelope: &Envelope) -> bool {
+        let id = envelope.id();
+        let mut ends = Ends::default();
+        let mut grant = None;
+        if envelope.reply_streamed() {
+            ends.send = Some(Credit::new());
+        }
+        if envelope.body_streamed() {
+            let mut inbox = Inbox::new(self.stream_window.load(Ordering::Relaxed));
+            grant = Some(inbox.window.open());
+            ends.recv = Some(inbox);
+        }
+        {
+            let mut callee = self.callee.lock();
+            let key = (peer.clone(), id);
+            if callee.contains_key(&key) {
+                drop(callee);
+                // The open stream is left alone: the reuse is the sender's fault, and
+                // answering it would end the open one.
+                self.counters
+                    .stream_violations
+                    .fetch_add(1, Ordering::Relaxed);
+                self.reject(peer, Error::Violation(Violation::ReusedId));
+                return false;
+            }
+            let max = self.max_streams.load(Ordering::Relaxed);
+            if callee.len() >= max {
+                drop(callee);
+                self.counters
+                    .streams_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                let refusal = RemoteError::system_error(
+                    RemoteError::TOO_MANY_STREAMS,
+                    format!("{max} streams are open; no more accepted"),
+                );
+                self.answer(peer, id, Err(refusal));
+                return false;
+            }
+            callee.insert(key, ends);
+        }
+        self.counters
+            .streams_accepted
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(grant) = grant {
+            self.control(
+                peer,
+                Kind::Credit,
+                id,
+                FLAG_BODY_STREAMED,
+                &encode_grant(grant),
+            );
+        }
+        true
+    }
+
+    /// Callee side: takes one credit for the streamed reply of `(peer, id)`, or says why
+    /// the stream stopped.
+    pub(super) fn poll_reply_credit(
+        &self,
+        peer: &PeerId,
+        id: u64,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<()>> {
+        if self.aborted.is_cancelled() {
+            return Poll::Ready(Err(Error::Closed));
+        }
+        let mut callee = self.callee.lock();
+        let Some(ends) = callee.get_mut(&(peer.clone(), id)) else {
+            return Poll::Ready(Err(Error::Closed));
+        };
+        if let Some(stop) = ends.stopped {
+            return Poll::Ready(Err(stop.error()));
+        }
+        match ends.send.as_mut() {
+            Some(credit) if credit.available() > 0 => {
+                credit.take();
+                Poll::Ready(Ok(()))
+            }
+            Some(_) => {
+                match &mut ends.send_waker {
+                    Some(waker) if waker.will_wake(cx.waker()) => {}
+                    slot => *slot = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+            None => Poll::Ready(Err(Error::Closed)),
+        }
+    }
+
+    /// Callee side: the next item of the body of `(peer, id)`, `None` after its end, and
+    /// the credit to grant for it.
+    pub(super) fn poll_body_item(
+        &self,
+        peer: &PeerId,
+        id: u64,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<(Bytes, Option<u32>)>>> {
+        let mut callee = self.callee.lock();
+        let Some(ends) = callee.get_mut(&(peer.clone(), id)) else {
+            return Poll::Ready(Some(Err(Error::Closed)));
+        };
+        let Some(inbox) = ends.recv.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Some(item) = inbox.items.pop_front() {
+            let grant = inbox.window.consume();
+            return Poll::Ready(Some(Ok((item, grant))));
+        }
+        if let Some(stop) = ends.stopped {
+            return Poll::Ready(Some(Err(stop.error())));
+        }
+        if inbox.ended {
+            return Poll::Ready(None);
+        }
+        match &mut ends.recv_waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// Callee side: the handler answered (or its responder went): the stream is closed.
+    pub(super) fn close_callee(&self, peer: &PeerId, id: u64) {
+        self.callee.lock().remove(&(peer.clone(), id));
+    }
+}
+
+impl<L: Link> Calling for Conversation<L> {
+    fn poll_reply(&self, id: u64, cx: &mut Context<'_>) -> Poll<Next> {
+        let mut pending = self.pending.lock();
+        let Some(waiter) = pending.table.get_mut(id) else {
+            return Poll::Ready(Next::Ended(Outcome::Failed(Error::Closed)));
+        };
+        if let Some(inbox) = waiter.stream.as_mut().and_then(|s| s.recv.as_mut()) {
+            if let Some(item) = inbox.items.pop_front() {
+                let grant = inbox.window.consume();
+                return Poll::Ready(Next::Item(item, grant));
+            }
+        }
+        if let Some(outcome) = waiter.outcome.take() {
+            pending.table.discard(id);
+            return Poll::Ready(Next::Ended(outcome));
+        }
+        match &mut waiter.waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    fn poll_body_credit(&self, id: u64, cx: &mut Context<'_>) -> Poll<Result<(), Outcome>> {
+        let mut pending = self.pending.lock();
+        let Some(waiter) = pending.table.get_mut(id) else {
+            return Poll::Ready(Err(Outcome::Failed(Error::Closed)));
+        };
+        if waiter.outcome.is_some() {
+            // Ended first (an early answer, a deadline): the caller takes it next.
+            return Poll::Ready(Err(Outcome::Failed(Error::Closed)));
+        }
+        if let Some(credit) = waiter.stream.as_mut().and_then(|s| s.send.as_mut()) {
+            if credit.take() {
+                return Poll::Ready(Ok(()));
+            }
+        }
+        match &mut waiter.waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    fn poll_outcome(&self, id: u64, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let mut pending = self.pending.lock();
+        let Some(waiter) = pending.table.get_mut(id) else {
+            return Poll::Ready(Outcome::Failed(Error::Closed));
+        };
+        if let Some(outcome) = waiter.outcome.take() {
+            pending.table.discard(id);
+            return Poll::Ready(outcome);
+        }
+        match &mut waiter.waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    fn send_item<'a>(
+        &'a self,
+        peer: &'a PeerId,
+        id: u64,
+        flags: u8,
+        item: &'a [u8],
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let encoded = Encoded::new(Kind::StreamItem, id, "", &[], item).with_flags(flags);
+            {
+                let pieces = encoded.pieces();
+                if self.link.send_now(peer, pieces.frames().as_slice()).is_ok() {
+                    self.counters
+                        .stream_items_sent
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+            }
+            // Full (or failing): wait as the socket's policy says; a producer faster than
+            // the network waits here rather than buffering.
+            let pieces = encoded.pieces();
+            self.link.send(peer, pieces.frames().as_slice()).await?;
+            self.counters
+                .stream_items_sent
+                .fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+    }
+
+    fn control(self: Arc<Self>, peer: &PeerId, kind: Kind, id: u64, flags: u8, payload: &[u8]) {
+        Conversation::control(&self, peer, kind, id, flags, payload);
+    }
+
+    fn give_up(self: Arc<Self>, peer: &PeerId, id: u64) {
+        let was_pending = {
+            let mut pending = self.pending.lock();
+            let was_pending = pending.table.is_pending(id);
+            pending.table.discard(id);
+            was_pending
+        };
+        if was_pending {
+            self.counters
+                .streams_cancelled
+                .fetch_add(1, Ordering::Relaxed);
+            Conversation::control(&self, peer, Kind::Cancel, id, 0, &[]);
+        }
+    }
+}
+
+/// Turns how a request ended into its caller's result.
+fn outcome_result(outcome: Outcome, event: &str, timeout: Duration) -> Result<Envelope> {
+    match outcome {
+        Outcome::Reply(reply) => Ok(reply),
+        Outcome::ErrorReply(reply) => Err(remote_error(&reply, event)),
+        Outcome::TimedOut => Err(Error::Timeout {
+            event: event.to_owned(),
+            timeout,
+        }),
+        Outcome::Failed(error) => Err(error),
+    }
+}
+
+/// A streamed reply, as its caller reads it: each item as it arrives, then the end. The
+/// handler's error (or the deadline, a peer that left, a protocol violation) comes as the
+/// last item, an `Err`; a final reply with a payload gives that payload as the last item.
+///
+/// It holds at most its window of items: the callee sends one per credit, and credit is
+/// granted back as the items are read (half a window at a time), so a slow reader slows
+/// the handler. Dropping it before the end cancels the handler (its sink reports
+/// [`Error::Cancelled`]).
+pub struct ReplyStream {
+    core: Arc<dyn Calling>,
+    peer: PeerId,
+    id: u64,
+    event: Box<str>,
+    timeout: Duration,
+    idle: Option<(Duration, Pin<Box<tokio::time::Sleep>>)>,
+    /// The stream ended (its last item was given): nothing more, nothing to cancel.
+    done: bool,
+}
+
+impl ReplyStream {
+    /// The request id of this stream.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Ends the stream here, telling the handler (as dropping it does).
+    pub fn cancel(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if !std::mem::replace(&mut self.done, true) {
+            Arc::clone(&self.core).give_up(&self.peer, self.id);
+        }
+    }
+}
+
+impl futures::Stream for ReplyStream {
+    type Item = Result<Bytes>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.core.poll_reply(self.id, cx) {
+            Poll::Ready(Next::Item(item, grant)) => {
+                if let Some(grant) = grant {
+                    Arc::clone(&self.core).control(
+                        &self.peer,
+                        Kind::Credit,
+                        self.id,
+                        0,
+                        &encode_grant(grant),
+                    );
+                }
+                if let Some((idle, sleep)) = &mut self.idle {
+                    let at = Instant::now() + *idle;
+                    sleep.as_mut().reset(at);
+                }
+                Poll::Ready(Some(Ok(item)))
+            }
+            Poll::Ready(Next::Ended(outcome)) => {
+                self.done = true;
+                match outcome_result(outcome, &self.event, self.timeout) {
+                    Ok(reply) if reply.payload().is_empty() => Poll::Ready(None),
+                    Ok(reply) => Poll::Ready(Some(Ok(reply.into_payload()))),
+                    Err(e) => Poll::Ready(Some(Err(e))),
+                }
+            }
+            Poll::Pending => {
+                let expired = match &mut self.idle {
+                    Some((idle, sleep)) => std::future::Future::poll(sleep.as_mut(), cx)
+                        .is_ready()
+                        .then_some(*idle),
+                    None => None,
+                };
+                match expired {
+                    Some(idle) => {
+                        self.stop();
+                        Poll::Ready(Some(Err(Error::IdleTimeout {
+                            event: self.event.to_string(),
+                            idle,
+                        })))
+                    }
+                    None => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ReplyStream {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl std::fmt::Debug for ReplyStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplyStream")
+            .field("id", &self.id)
+            .field("event", &self.event)
+            .finish()
+    }
+}
+
+/// Removes an upload's entry (and tells the callee) if its caller stops waiting early.
+struct GiveUp {
+    core: Arc<dyn Calling>,
+    peer: PeerId,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for GiveUp {
+    fn drop(&mut self) {
+        if self.armed {
+            Arc::clone(&self.core).give_up(&self.peer, self.id);
+        }
+    }
+}
+
+impl<L: Link> Conversation<L> {
+    /// Opens a streamed reply (see [`ReplyStream`]).
+    pub(crate) async fn request_stream(
+        self: &Arc<Self>,
+        peer: &PeerId,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        options: StreamOptions,
+    ) -> Result<ReplyStream> {
+        let id = self
+            .open_stream(peer, event, metadata, &payload, &options, false)
+            .await?;
+        let idle = options.idle_timeout.map(|idle| {
+            (
+                idle,
+                Box::pin(tokio::time::sleep_until(Instant::now() + idle)),
+            )
+        });
+        Ok(ReplyStream {
+            core: Arc::clone(self) as Arc<dyn Calling>,
+            peer: peer.clone(),
+            id,
+            event: event.into(),
+            timeout: options.timeout,
+            idle,
+            done: false,
+        })
+    }
+
+    /// Sends a request whose body is `items`, one per credit the callee grants, then waits
+    /// for its one reply. The callee may answer before the body's end (a refusal): the
+    /// upload stops there.
+    pub(crate) async fn upload(
+        self: &Arc<Self>,
+        peer: &PeerId,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: impl futures::Stream<Item = Bytes> + Send,
+        options: StreamOptions,
+    ) -> Result<Envelope> {
+        let id = self
+            .open_stream(peer, event, metadata, &payload, &options, true)
+            .await?;
+        let core = Arc::clone(self) as Arc<dyn Calling>;
+        let mut guard = GiveUp {
+            core: Arc::clone(&core),
+            peer: peer.clone(),
+            id,
+            armed: true,
+        };
+        let mut items = std::pin::pin!(items);
+        let early = loop {
+            // The next item, unless the request ends first.
+            let next = std::future::poll_fn(|cx| {
+                if let Poll::Ready(outcome) = core.poll_outcome(id, cx) {
+                    return Poll::Ready(Err(outcome));
+                }
+                items.as_mut().poll_next(cx).map(Ok)
+            })
+            .await;
+            let item = match next {
+                Ok(item) => item,
+                Err(outcome) => break Some(outcome),
+            };
+            let credit = std::future::poll_fn(|cx| core.poll_body_credit(id, cx)).await;
+            if credit.is_err() {
+                // Ended while waiting: its outcome is taken below.
+                break None;
+            }
+            match item {
+                Some(item) => {
+                    core.send_item(peer, id, FLAG_BODY_STREAMED, &item).await?;
+                }
+                None => {
+                    core.send_item(peer, id, FLAG_BODY_STREAMED | FLAG_END, &[])
+                        .await?;
+                    break None;
+                }
+            }
+        };
+        let outcome = match early {
+            Some(outcome) => outcome,
+            None => std::future::poll_fn(|cx| core.poll_outcome(id, cx)).await,
+        };
+        guard.armed = false;
+        outcome_result(outcome, event, options.timeout)
+    }
+}
+
+/// Where a streaming handler sends its items. [`send`](Self::send) waits for credit (the
+/// caller reads slower than the handler produces) and for room in the socket's queue (the
+/// network is slower), so a handler never buffers more than the caller's window.
+///
+/// A send fails with [`Error::Cancelled`] once the caller dropped its stream, sent a
+/// cancel or left, with [`Error::Closed`] when the conversation closes or the request was
+/// answered already, and with [`Error::Violation`] when the caller broke the credit rules:
+/// the handler should stop then. The stream ends when the handler answers its request.
+pub struct ItemSink {
+    core: Arc<dyn Answering>,
+    peer: PeerId,
+    id: u64,
+    /// When the caller stops waiting (its time budget from the request's arrival).
+    deadline: Option<Instant>,
+    event: Box<str>,
+    budget: Duration,
+}
+
+impl ItemSink {
+    /// Sends one item, waiting for credit and for room in the queue.
+    pub async fn send(&mut self, item: Bytes) -> Result<()> {
+        let wait = std::future::poll_fn(|cx| self.core.poll_reply_credit(&self.peer, self.id, cx));
+        match self.deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, wait).await {
+                Ok(credit) => credit?,
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        event: self.event.to_string(),
+                        timeout: self.budget,
+                    })
+                }
+            },
+            None => wait.await?,
+        }
+        self.core.send_item(&self.peer, self.id, 0, &item).await
+    }
+
+    /// The request id of this stream.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl std::fmt::Debug for ItemSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ItemSink").field("id", &self.id).finish()
+    }
+}
+
+/// A request's streamed body, as its handler reads it: each item as it arrives, `None`
+/// after the caller's last. Credit is granted back as the handler reads (half a window at a
+/// time), so the caller never sends more than the window ahead of the handler. A caller
+/// that cancels or leaves ends it with an `Err` ([`Error::Cancelled`]).
+pub struct ItemStream {
+    core: Arc<dyn Answering>,
+    peer: PeerId,
+    id: u64,
+    done: bool,
+}
+
+impl ItemStream {
+    /// The request id of this stream.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl futures::Stream for ItemStream {
+    type Item = Result<Bytes>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.core.poll_body_item(&self.peer, self.id, cx) {
+            Poll::Ready(Some(Ok((item, grant)))) => {
+                if let Some(grant) = grant {
+                    Arc::clone(&self.core).body_credit(&self.peer, self.id, grant);
+                }
+                Poll::Ready(Some(Ok(item)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                self.done = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl std::fmt::Debug for ItemStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ItemStream").field("id", &self.id).finish()
+    }
+}
+
+/// Made by a [`Responder`](crate::Responder) of a streamed request.
+pub(crate) fn sink(
+    core: Arc<dyn Answering>,
+    peer: PeerId,
+    id: u64,
+    event: &str,
+    budget: Option<Duration>,
+) -> ItemSink {
+    ItemSink {
+        core,
+        peer,
+        id,
+        deadline: budget.map(|b| Instant::now() + b),
+        event: event.into(),
+        budget: budget.unwrap_or_default(),
+    }
+}
+
+/// Made by a [`Responder`](crate::Responder) of a request with a streamed body.
+pub(crate) fn body(core: Arc<dyn Answering>, peer: PeerId, id: u64) -> ItemStream {
+    ItemStream {
+        core,
+        peer,
+        id,
+        done: false,
+    }
+}
