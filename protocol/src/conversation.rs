@@ -715,7 +715,7 @@ impl<L: Link> Answering for Conversation<L> {
         peer: &PeerId,
         id: u64,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<(Bytes, Option<u32>)>>> {
+    ) -> std::task::Poll<Option<Result<crate::handler::BodyItem>>> {
         Conversation::poll_body_item(self, peer, id, cx)
     }
 

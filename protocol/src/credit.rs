@@ -293,11 +293,7 @@ mod tests {
         for _ in 0..10_000 {
             seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
             match (seed >> 16) % 3 {
-                0 => {
-                    if credit.take() {
-                        in_flight += 1;
-                    }
-                }
+                0 if credit.take() => in_flight += 1,
                 1 if in_flight > 0 => {
                     in_flight -= 1;
                     window.arrive().unwrap();

@@ -136,6 +136,9 @@ pub struct Responder {
     stream: Option<Box<Streamed>>,
 }
 
+/// An item of a streamed body and the credit to grant for it, if any.
+pub(crate) type BodyItem = (Bytes, Option<u32>);
+
 /// What a responder knows of its request's streams.
 #[derive(Debug)]
 pub(crate) struct Streamed {
@@ -181,7 +184,7 @@ pub(crate) trait Answering: Send + Sync {
         peer: &PeerId,
         id: u64,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<(Bytes, Option<u32>)>>>;
+    ) -> std::task::Poll<Option<Result<BodyItem>>>;
     /// Grants `n` items of the body of `(peer, id)`.
     fn body_credit(self: Arc<Self>, peer: &PeerId, id: u64, n: u32);
     /// The request of a stream was answered: the stream is closed.

@@ -621,7 +621,7 @@ impl<L: Link> Conversation<L> {
         peer: &PeerId,
         id: u64,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<(Bytes, Option<u32>)>>> {
+    ) -> Poll<Option<Result<crate::handler::BodyItem>>> {
         let mut callee = self.callee.lock();
         let Some(ends) = callee.get_mut(&(peer.clone(), id)) else {
             return Poll::Ready(Some(Err(Error::Closed)));
