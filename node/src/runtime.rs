@@ -68,8 +68,6 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn runtime(&self) -> &Runtime;
     /// The per-request hooks and metrics.
     fn observers(&self) -> &Observers;
-    /// Reports an error as an event, rate-limited (a tick the middleware refused).
-    fn report(&self, source: ErrorSource, message: String);
     /// Runs a forward (a request a router passes on) to its answer.
     fn forward(
         self: Arc<Self>,
@@ -581,7 +579,7 @@ async fn handle_tick(
         let runtime = node.runtime();
         tracing::debug!(node = %runtime.node, %event, cause = %error, "tick refused by its middleware");
         runtime.ticks_refused.fetch_add(1, Ordering::Relaxed);
-        node.report(
+        node.observers().report(
             ErrorSource::TickRefused,
             format!("tick {event:?} from {sender} refused: {error}"),
         );
