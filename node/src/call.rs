@@ -36,6 +36,7 @@ use crate::link::Target;
 use crate::node::Node;
 use crate::observe::{Called, Outcome};
 use crate::peer::NodeId;
+use crate::routing::Relay;
 use crate::trace;
 
 /// When a call started, if a hook or metrics watch the node: otherwise the clock is not
@@ -353,8 +354,7 @@ impl<'a, Mode> Call<'a, Mode> {
                 })
             }
         };
-        node.inner
-            .gather(&filter, scope, spread, event, payload, outgoing)
+        Relay::of(&node.inner).gather(&filter, scope, spread, event, payload, outgoing)
     }
 
     /// Scatter-gather, collected (up to `min_replies` successes).
@@ -397,7 +397,7 @@ impl<'a, Mode> Call<'a, Mode> {
             let started = watch_from(node);
             let result = match groups {
                 Some(key) => {
-                    node.inner
+                    Relay::of(&node.inner)
                         .tick_groups(&filter, scope, &key, event, payload, &outgoing)
                         .await
                 }

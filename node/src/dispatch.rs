@@ -51,7 +51,9 @@ impl Inner {
             match incoming.meta(&self.config.max_metadata) {
                 Ok(meta) => meta,
                 Err(refused) => {
-                    self.metadata_refused.fetch_add(1, Ordering::Relaxed);
+                    self.observers
+                        .metadata_refused
+                        .fetch_add(1, Ordering::Relaxed);
                     responder.answer(Err(metadata_refusal(&refused)));
                     return;
                 }
@@ -94,7 +96,9 @@ impl Inner {
                     .runtime
                     .spawn_tick(self, (from, peer), incoming, meta, first),
                 Err(refused) => {
-                    self.metadata_refused.fetch_add(1, Ordering::Relaxed);
+                    self.observers
+                        .metadata_refused
+                        .fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(node = %self.id, event = incoming.event(), %refused, "tick dropped");
                 }
             }
@@ -105,9 +109,10 @@ impl Inner {
 
     /// A message from a connection that never joined: counted, reported, refused.
     fn unjoined(&self, kind: &str, incoming: &Incoming) {
-        self.unjoined
+        self.observers
+            .unjoined
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.report(
+        self.observers.report(
             ErrorSource::Peer,
             format!(
                 "{kind} {:?} from a connection that has not joined",
@@ -127,12 +132,14 @@ impl Inner {
                         .lock()
                         .registry
                         .set_options(from, direction, options.clone());
-                    self.emit(NodeEvent::PeerOptionsChanged {
+                    self.observers.emit(NodeEvent::PeerOptionsChanged {
                         id: from.clone(),
                         options,
                     });
                 }
-                Err(e) => self.report(ErrorSource::Peer, format!("bad options from {from}: {e}")),
+                Err(e) => self
+                    .observers
+                    .report(ErrorSource::Peer, format!("bad options from {from}: {e}")),
             },
             BYE => self.peer_left(from, direction, LeaveReason::Stopped),
             // The peer forgot us (it declared us dead, or restarted): our supervisor
@@ -149,7 +156,7 @@ impl Inner {
                     left.ask_rejoin();
                 }
             }
-            other => self.report(
+            other => self.observers.report(
                 ErrorSource::Peer,
                 format!("unknown system event {other:?} from {from}"),
             ),
@@ -194,7 +201,7 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
             };
             if incoming.event() == HANDSHAKE {
                 // A closing node takes no new peers (they would join and be dropped at once).
-                let bound = inner.server.lock().clone();
+                let bound = inner.links.server.lock().clone();
                 let answer = match bound {
                     Some(server) if !inner.life.is_stopping() => {
                         handshake_downstream(&inner, &server, &incoming)
@@ -238,9 +245,10 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
                 // A peer that still believes it is joined: tell it to handshake again
                 // (without waiting on its queue: the driver never waits).
                 inner
+                    .observers
                     .unjoined
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if let Some(server) = inner.server.lock().clone() {
+                if let Some(server) = inner.links.server.lock().clone() {
                     tokio::spawn(async move {
                         let _ = server
                             .try_system_tick(&incoming.from, REJOIN, Bytes::new())

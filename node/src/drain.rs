@@ -68,7 +68,7 @@ impl Inner {
     /// Tells the peers, then lets the work finish within the grace; what outlives it stops.
     async fn drain(&self) -> Closed {
         let grace_end = Instant::now() + self.config.close_grace;
-        self.emit(NodeEvent::Draining);
+        self.observers.emit(NodeEvent::Draining);
         tracing::debug!(node = %self.id, grace = ?self.config.close_grace, "draining");
         self.announce_draining(grace_end).await;
         // New requests are still taken until the node is idle: requests by id and those
@@ -121,7 +121,7 @@ impl Inner {
     pub(crate) fn peer_draining(&self, id: &NodeId, direction: Direction) {
         if self.state.lock().registry.set_draining(id, direction) {
             tracing::debug!(node = %self.id, peer = %id, ?direction, "peer draining");
-            self.emit(NodeEvent::PeerDraining {
+            self.observers.emit(NodeEvent::PeerDraining {
                 id: id.clone(),
                 direction,
             });
@@ -132,14 +132,20 @@ impl Inner {
     /// writes what is queued first), `Stopped`.
     async fn shut(&self) {
         self.say_bye(None).await;
-        if let Some(heartbeat) = self.heartbeat.lock().take() {
+        if let Some(heartbeat) = self.links.heartbeat.lock().take() {
             heartbeat.abort();
         }
-        let upstreams: Vec<Upstream> = self.upstreams.lock().drain().map(|(_, u)| u).collect();
+        let upstreams: Vec<Upstream> = self
+            .links
+            .upstreams
+            .lock()
+            .drain()
+            .map(|(_, u)| u)
+            .collect();
         for upstream in upstreams {
             upstream.shut().await;
         }
-        let server = self.server.lock().take();
+        let server = self.links.server.lock().take();
         if let Some(server) = server {
             server.close().await;
         }
@@ -150,7 +156,7 @@ impl Inner {
         };
         for entry in left {
             entry.link().fail_pending();
-            self.emit(NodeEvent::PeerLeft {
+            self.observers.emit(NodeEvent::PeerLeft {
                 id: entry.id().clone(),
                 direction: entry.direction(),
                 reason: LeaveReason::Local,
@@ -159,7 +165,7 @@ impl Inner {
         // Handlers often hold their node (to send from a handler): dropping them here
         // breaks that cycle, so a closed node is freed.
         self.handlers.clear();
-        self.emit(NodeEvent::Stopped);
+        self.observers.emit(NodeEvent::Stopped);
         tracing::debug!(node = %self.id, "closed");
     }
 }

@@ -31,10 +31,11 @@ use crate::context::Outgoing;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::forward::{Action, Destination, Forward, FORWARD};
-use crate::inner::{millis, Inner};
+use crate::inner::millis;
 use crate::link::{Link, Target};
 use crate::options::Options;
 use crate::peer::{NodeId, Scope, Strategy};
+use crate::routing::Relay;
 
 /// Who of the matches gets the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +150,7 @@ type Targets = Vec<(NodeId, Arc<Link>, Option<String>)>;
 /// A gather's stream of outcomes.
 pub(crate) type Outcomes<'a> = BoxStream<'a, (NodeId, Result<Reply>)>;
 
-impl Inner {
+impl Relay<'_> {
     /// The local targets of a fan-out to `filter` in `scope`, leaving out what `exclude`
     /// rules out and the groups already `served`.
     fn local_targets(
@@ -171,7 +172,7 @@ impl Inner {
             .iter()
             .map(|e| (&e.options, e.in_flight()))
             .collect();
-        let turn = self.fan_turn.fetch_add(1, Ordering::Relaxed);
+        let turn = self.routing.fan_turn.fetch_add(1, Ordering::Relaxed);
         plan(
             &candidates,
             spread,
@@ -191,7 +192,7 @@ impl Inner {
         let routers = self.state.lock().registry.routers();
         routers
             .into_iter()
-            .filter(|(id, _)| *id != self.id && !exclude(id))
+            .filter(|(id, _)| id != self.id && !exclude(id))
             .collect()
     }
 
@@ -308,7 +309,7 @@ impl Inner {
                 .served
                 .extend(targets.iter().filter_map(|(_, _, g)| g.clone()));
         }
-        let mut next = forward.next_hop(&self.id, left);
+        let mut next = forward.next_hop(self.id, left);
         next.skip
             .extend(targets.iter().map(|(id, _, _)| id.clone()));
         next.served.extend(fanned.served.iter().cloned());
@@ -398,11 +399,13 @@ impl Inner {
         }
         Ok(delivered)
     }
+}
 
+impl<'a> Relay<'a> {
     /// A gather: each target's outcome as it comes, here and through the routers (whose
     /// outcomes come as each router answers).
-    pub(crate) fn gather<'a>(
-        &'a self,
+    pub(crate) fn gather(
+        self,
         filter: &Filter,
         scope: Scope,
         spread: Spread,

@@ -180,10 +180,14 @@ impl Seen {
     }
 }
 
-/// What a router keeps: its counters ([`RouterStats`]) and the `tick_all` ids it has seen
-/// (its loop protection). The forwarding itself is `routing.rs`.
+/// What routing keeps: a router's counters ([`RouterStats`]), the `tick_all` ids it has
+/// seen (its loop protection), and the fan-outs' turn. The forwarding itself is
+/// `routing.rs`.
 #[derive(Default)]
 pub(crate) struct Routing {
+    /// The round-robin turn of group fan-outs (one step per fan-out, so the members of
+    /// each group take turns).
+    pub(crate) fan_turn: std::sync::atomic::AtomicUsize,
     pub(crate) forwarded: AtomicU64,
     pub(crate) failed: AtomicU64,
     pub(crate) looped: AtomicU64,

@@ -46,7 +46,7 @@ pub(crate) async fn heartbeat_loop(weak: Weak<Inner>) {
         }
         beat = beat.wrapping_add(1);
         // Replies from downstream peers to our requests, since the last check.
-        let bound = inner.server.lock().clone();
+        let bound = inner.links.server.lock().clone();
         let answered = bound
             .map(|server| server.take_answered())
             .unwrap_or_default();

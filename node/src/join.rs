@@ -117,7 +117,7 @@ pub(crate) fn handshake_downstream(
         Ok(is_new) => {
             if is_new {
                 tracing::debug!(node = %inner.id, peer = %hello.id, "downstream peer joined");
-                inner.emit(NodeEvent::PeerJoined {
+                inner.observers.emit(NodeEvent::PeerJoined {
                     id: hello.id.clone(),
                     direction: Direction::Downstream,
                     options: hello.options.clone(),
@@ -132,7 +132,7 @@ pub(crate) fn handshake_downstream(
                 .map_err(|e| RemoteError::handler(e.to_string()))
         }
         Err(refusal) => {
-            inner.report(
+            inner.observers.report(
                 ErrorSource::Handshake,
                 format!("refused {}: {refusal}", hello.id),
             );

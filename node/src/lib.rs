@@ -59,7 +59,8 @@
 //!   `call.rs`: the [`Call`] builder and [`Reply`]; `send.rs`: sending requests and ticks
 //!   (picking, retrying a pick, routers); `caller.rs`: [`Caller`], calls as a tower
 //!   `Service`, and `call_timeout.rs` its timeout layer;
-//! - `inner.rs`: the parts together, and what spans them (a peer leaving);
+//! - `inner.rs`: the parts together, and what spans them (a peer leaving); `host.rs`:
+//!   how the handler runtime reaches the node;
 //! - the peer registry: `peers.rs` (who is joined, by which link; routes; bound keys) on
 //!   `peer.rs` (the registry and the strategies of a pick, pure, tested with simulated
 //!   time);
@@ -75,8 +76,8 @@
 //!   supervisor task per connection this node made: joining, rejoining by the reconnect
 //!   policy), `heartbeat.rs`, `watch.rs` (the bound socket's monitor);
 //! - routing and forwarding: `forward.rs` (the forwarded message and the pure decisions
-//!   about it), `routing.rs` (router nodes at run time), `fanout.rs` (gathers and group
-//!   ticks);
+//!   about it), `routing.rs` (`Relay`: router nodes at run time), `fanout.rs` (gathers and
+//!   group ticks);
 //! - the node's life: `phase.rs` (open, draining, closing), `drain.rs` (graceful close);
 //! - observability: `events.rs`, `observe.rs` (hooks, per-request metrics), `metrics.rs`,
 //!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports);
@@ -107,6 +108,7 @@ mod forward;
 mod handler;
 mod handshake;
 mod heartbeat;
+mod host;
 mod inner;
 mod join;
 mod link;

@@ -391,3 +391,14 @@ impl From<&NodeId> for Target {
         Target::Id(id.clone())
     }
 }
+
+/// The node's connections: its bound server, its upstream links by address, and the
+/// heartbeat task that keeps them alive.
+#[derive(Default)]
+pub(crate) struct Connections {
+    /// Our bound server, once bound.
+    pub(crate) server: Mutex<Option<protocol::Server>>,
+    /// Upstream connections by address.
+    pub(crate) upstreams: Mutex<std::collections::HashMap<String, Upstream>>,
+    pub(crate) heartbeat: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}

@@ -207,7 +207,7 @@ impl Node {
             config,
         ));
         let heartbeat = tokio::spawn(heartbeat_loop(Arc::downgrade(&inner)));
-        *inner.heartbeat.lock() = Some(heartbeat);
+        *inner.links.heartbeat.lock() = Some(heartbeat);
         if inner.observers.metrics.is_some() {
             tokio::spawn(crate::stats::sample_metrics(Arc::downgrade(&inner)));
         }
@@ -244,6 +244,7 @@ impl Node {
     /// The address this node is bound to (the real one, port resolved), if bound.
     pub fn address(&self) -> Option<String> {
         self.inner
+            .links
             .server
             .lock()
             .as_ref()
@@ -259,7 +260,7 @@ impl Node {
     /// new stream that sees events from now on; one that falls more than 1,024 events
     /// behind gets [`NodeEvent::Lagged`](crate::NodeEvent::Lagged) with the count it lost.
     pub fn events(&self) -> EventStream {
-        EventStream::new(self.inner.events.subscribe())
+        EventStream::new(self.inner.observers.events.subscribe())
     }
 
     /// The joined peers: all of them, one by id or address, the ones a filter selects.
@@ -279,7 +280,7 @@ impl Node {
         if inner.life.is_stopping() {
             return Err(Error::Closed);
         }
-        if inner.server.lock().is_some() {
+        if inner.links.server.lock().is_some() {
             return Err(Error::Bind("this node is already bound"));
         }
         if inner.config.allowed_keys.is_some() && inner.config.curve.is_none() {
@@ -307,7 +308,7 @@ impl Node {
         tokio::spawn(async move {
             while let Some((route, error)) = rejected.recv().await {
                 let Some(inner) = weak.upgrade() else { break };
-                inner.report(
+                inner.observers.report(
                     ErrorSource::Peer,
                     format!("from {}: {error}", route.short()),
                 );
@@ -315,7 +316,7 @@ impl Node {
         });
         let endpoint = server.endpoint().to_owned();
         let raced = {
-            let mut slot = inner.server.lock();
+            let mut slot = inner.links.server.lock();
             if slot.is_some() {
                 true
             } else {
@@ -335,6 +336,7 @@ impl Node {
     pub async fn unbind(&self) -> Result<()> {
         let server = self
             .inner
+            .links
             .server
             .lock()
             .take()
@@ -395,6 +397,7 @@ impl Node {
         for link in links {
             if let Err(e) = link.system_tick(OPTIONS, payload.clone()).await {
                 self.inner
+                    .observers
                     .report(ErrorSource::Send, format!("sending options failed: {e}"));
             }
         }
@@ -672,6 +675,7 @@ impl Keys<'_> {
             return Err(Error::NoKeys);
         }
         inner
+            .links
             .server
             .lock()
             .clone()

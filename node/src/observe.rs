@@ -4,14 +4,16 @@
 //!
 //! Both are off until asked for, and cost one relaxed load per request while off.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
 
+use crate::events::{ErrorSource, EventChannel, NodeEvent};
 use crate::metrics::Metrics;
 use crate::peer::NodeId;
+use crate::ratelimit::Reports;
 
 /// How a request or tick ended, as hooks and metrics see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -126,6 +128,17 @@ pub(crate) struct Observers {
     handled: RwLock<Vec<HandledHook>>,
     called: RwLock<Vec<CalledHook>>,
     pub(crate) metrics: Option<Metrics>,
+    /// The node's id, for its logs.
+    node: NodeId,
+    /// The node's events, to every [`EventStream`](crate::EventStream).
+    pub(crate) events: EventChannel,
+    /// How many error events each [`ErrorSource`] may make: hostile peers can cause them
+    /// at the rate they send.
+    reports: Reports,
+    /// Messages refused because their connection had not joined.
+    pub(crate) unjoined: AtomicU64,
+    /// Messages refused for their metadata (over the limits, or malformed).
+    pub(crate) metadata_refused: AtomicU64,
 }
 
 impl Observers {
@@ -137,7 +150,33 @@ impl Observers {
             handled: RwLock::new(Vec::new()),
             called: RwLock::new(Vec::new()),
             metrics: metrics.then(|| Metrics::new(node)),
+            node: node.clone(),
+            events: EventChannel::default(),
+            reports: Reports::default(),
+            unjoined: AtomicU64::new(0),
+            metadata_refused: AtomicU64::new(0),
         }
+    }
+
+    /// Sends an event to the node's streams (and counts it in the metrics).
+    pub(crate) fn emit(&self, event: NodeEvent) {
+        if let Some(metrics) = &self.metrics {
+            match &event {
+                NodeEvent::PeerJoined { .. } => metrics.joined(),
+                NodeEvent::PeerLeft { reason, .. } => metrics.left(reason.as_str()),
+                NodeEvent::ConnectionRefused { .. } => metrics.refused_connection(),
+                NodeEvent::AcceptPaused { .. } => metrics.accept_paused(),
+                _ => {}
+            }
+        }
+        self.events.send(event);
+    }
+
+    /// Reports an error as a [`NodeEvent::Error`], rate-limited per source (see
+    /// [`Reports`]).
+    pub(crate) fn report(&self, source: ErrorSource, message: String) {
+        self.reports
+            .report(&self.node, &self.events, source, message);
     }
 
     /// Whether anything watches: when not, callers skip reading the clock.

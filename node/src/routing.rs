@@ -16,21 +16,102 @@ use protocol::{decode_value, encode_value, Answer, Incoming, Meta, MetaValue, Re
 use tokio::time::Instant;
 
 use crate::codes::route as code;
-use crate::codes::system::{BAD_FORWARD, DEADLINE_EXCEEDED, NO_HANDLER};
+use crate::codes::system::{BAD_FORWARD, DEADLINE_EXCEEDED, NOT_JOINED, NO_HANDLER};
+use crate::config::Config;
 use crate::context::Outgoing;
 use crate::drain::pick_again;
 use crate::error::{Error, Result};
+use crate::events::LeaveReason;
 use crate::filter::Filter;
+use crate::forward::Routing;
 use crate::forward::{
     hop_budget, retry_elsewhere, undelivered, Action, Admission, Destination, Forward, FORWARD,
 };
 use crate::handler::{Route, ROUTE};
 use crate::inner::{millis, Inner};
 use crate::link::{Link, Target};
+use crate::peer::Direction;
 use crate::peer::{NodeId, Reach};
+use crate::peers::State;
+use crate::phase::Life;
 use crate::runtime::Received;
 
-impl Inner {
+/// Routing and forwarding at run time: the node's [`Routing`] (its counters, the ids it
+/// has seen, the fan-outs' turn) with what it reads of the rest of the node. The node makes
+/// one per use (`Inner::relay`); its methods are here and in `fanout.rs`.
+#[derive(Clone, Copy)]
+pub(crate) struct Relay<'a> {
+    pub(crate) id: &'a NodeId,
+    pub(crate) config: &'a Config,
+    /// The peer registry: where messages can go.
+    pub(crate) state: &'a parking_lot::Mutex<State>,
+    pub(crate) life: &'a Life,
+    pub(crate) routing: &'a Routing,
+    /// Told when a peer turns out to count us as gone.
+    pub(crate) departures: &'a dyn Departures,
+}
+
+/// What forwarding tells the node: a peer turned out to count us as gone.
+pub(crate) trait Departures: Sync {
+    /// Forget `id` in `direction`, fail what waits on it, tell its supervisor, say so.
+    fn peer_left(&self, id: &NodeId, direction: Direction, reason: LeaveReason);
+}
+
+impl Departures for Inner {
+    fn peer_left(&self, id: &NodeId, direction: Direction, reason: LeaveReason) {
+        Inner::peer_left(self, id, direction, reason);
+    }
+}
+
+impl<'a> Relay<'a> {
+    /// The node's routing, with what it reads of `node`.
+    pub(crate) fn of(node: &'a Inner) -> Relay<'a> {
+        Relay {
+            id: &node.id,
+            config: &node.config,
+            state: &node.state,
+            life: &node.life,
+            routing: &node.routing,
+            departures: node,
+        }
+    }
+
+    /// The caller's error for a request to the joined peer `id` (through `link`) that
+    /// failed with `error`.
+    pub(crate) fn link_error(
+        self,
+        id: &NodeId,
+        link: &Link,
+        event: &str,
+        timeout: Duration,
+        error: protocol::Error,
+    ) -> Error {
+        match error {
+            // The peer's connection dropped (before or while waiting): for the caller the
+            // peer left, whether or not the node has noticed it yet.
+            protocol::Error::ConnectionLost | protocol::Error::NotConnected => {
+                Error::PeerLeft { id: id.to_string() }
+            }
+            protocol::Error::Remote(remote) if remote.is_system(NOT_JOINED) => {
+                // The peer no longer counts us as joined (it declared us dead, or it
+                // restarted): it left, as far as we are concerned, and the connection's
+                // supervisor joins again.
+                self.departures
+                    .peer_left(id, link.direction(), LeaveReason::Disconnected);
+                Error::PeerLeft { id: id.to_string() }
+            }
+            protocol::Error::Remote(remote) if remote.is_system(DEADLINE_EXCEEDED) => {
+                Error::Timeout {
+                    event: event.to_owned(),
+                    timeout,
+                }
+            }
+            e => e.into(),
+        }
+    }
+}
+
+impl Relay<'_> {
     /// Sends a message that found no joined destination here through the routers we are
     /// joined to. `local` is the error when there is no router. Returns the reply payload
     /// (requests) and how many nodes were reached (ticks).
@@ -89,7 +170,7 @@ impl Inner {
         let mut delivered = 0usize;
         let mut last: Option<RemoteError> = None;
         for (id, link) in routers {
-            if forward.excludes(&id) || id == self.id {
+            if forward.excludes(&id) || id == *self.id {
                 continue;
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -182,8 +263,8 @@ impl Inner {
         let mut user = received.meta.user_only();
         // Every hop from here carries the trace on under this router's span.
         crate::trace::inject(&mut user);
-        let routing = &self.routing;
-        let admission = forward.admit(&self.id, &mut routing.seen.lock());
+        let routing = self.routing;
+        let admission = forward.admit(self.id, &mut routing.seen.lock());
         let left = match admission {
             Admission::Accept(left) => left,
             Admission::Duplicate if fans_out(&forward) => {
@@ -260,7 +341,7 @@ impl Inner {
             let local = self.pick_for(forward, from, &tried)?;
             let left = deadline.saturating_duration_since(Instant::now());
             let Some(reach) = local else {
-                let next = forward.next_hop(&self.id, left);
+                let next = forward.next_hop(self.id, left);
                 let routers = self.state.lock().registry.routers();
                 let routers = routers.into_iter().filter(|(id, _)| id != from).collect();
                 let (reply, reached) = self
@@ -342,7 +423,7 @@ impl Inner {
             }
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        let next = forward.next_hop(&self.id, left);
+        let next = forward.next_hop(self.id, left);
         let routers: Vec<(NodeId, Arc<Link>)> = self
             .state
             .lock()

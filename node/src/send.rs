@@ -2,14 +2,13 @@
 //! through a router when no joined peer fits.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use protocol::Answer;
 use serde::Serialize;
 
 use crate::call::{FromReply, Sent};
-use crate::codes::system::{DEADLINE_EXCEEDED, NOT_JOINED};
+use crate::codes::system::NOT_JOINED;
 use crate::context::Outgoing;
 use crate::drain::pick_again;
 use crate::error::{Error, Result};
@@ -19,41 +18,7 @@ use crate::forward::Action;
 use crate::link::{Link, Target};
 use crate::node::Node;
 use crate::peer::{NodeId, Reach, Scope};
-
-impl crate::inner::Inner {
-    /// The caller's error for a request to the joined peer `id` (through `link`) that
-    /// failed with `error`.
-    pub(crate) fn link_error(
-        &self,
-        id: &NodeId,
-        link: &Link,
-        event: &str,
-        timeout: Duration,
-        error: protocol::Error,
-    ) -> Error {
-        match error {
-            // The peer's connection dropped (before or while waiting): for the caller the
-            // peer left, whether or not the node has noticed it yet.
-            protocol::Error::ConnectionLost | protocol::Error::NotConnected => {
-                Error::PeerLeft { id: id.to_string() }
-            }
-            protocol::Error::Remote(remote) if remote.is_system(NOT_JOINED) => {
-                // The peer no longer counts us as joined (it declared us dead, or it
-                // restarted): it left, as far as we are concerned, and the connection's
-                // supervisor joins again.
-                self.peer_left(id, link.direction(), LeaveReason::Disconnected);
-                Error::PeerLeft { id: id.to_string() }
-            }
-            protocol::Error::Remote(remote) if remote.is_system(DEADLINE_EXCEEDED) => {
-                Error::Timeout {
-                    event: event.to_owned(),
-                    timeout,
-                }
-            }
-            e => e.into(),
-        }
-    }
-}
+use crate::routing::Relay;
 
 impl Node {
     /// Sends a request and decodes the reply (or keeps it whole: `R` = [`Reply`]), with the
@@ -106,8 +71,7 @@ impl Node {
             let reach = match self.resolve_except(target, &tried) {
                 Ok(found) => found,
                 Err(local) => {
-                    return self
-                        .inner
+                    return Relay::of(&self.inner)
                         .forward_from_here(Action::Request, target, event, payload, outgoing, local)
                         .await
                         .map(|(reply, _)| reply)
@@ -145,9 +109,13 @@ impl Node {
                     timeout = outgoing.timeout.saturating_sub(spent);
                 }
                 Err(e) => {
-                    return Err(self
-                        .inner
-                        .link_error(&reach.id, &reach.link, event, timeout, e))
+                    return Err(Relay::of(&self.inner).link_error(
+                        &reach.id,
+                        &reach.link,
+                        event,
+                        timeout,
+                        e,
+                    ))
                 }
             }
         }
@@ -172,8 +140,7 @@ impl Node {
                     .await
                     .map_err(Error::from)
             }
-            Err(local) => self
-                .inner
+            Err(local) => Relay::of(&self.inner)
                 .forward_from_here(Action::Tick, target, event, payload, outgoing, local)
                 .await
                 .map(|_| ()),
@@ -204,8 +171,7 @@ impl Node {
         if links.is_empty() {
             // Nobody here: the routers we are joined to deliver to their side of the mesh.
             let target = Target::Any(filter.clone(), scope);
-            return self
-                .inner
+            return Relay::of(&self.inner)
                 .forward_from_here(
                     Action::TickAll,
                     &target,

@@ -23,12 +23,13 @@ impl Inner {
             handlers_queued: self.runtime.queued(),
             handlers_cancelled: self.runtime.cancelled.load(Ordering::Relaxed),
             handlers_expired: self.runtime.expired.load(Ordering::Relaxed),
-            metadata_refused: self.metadata_refused.load(Ordering::Relaxed),
-            unjoined_messages: self.unjoined.load(Ordering::Relaxed),
+            metadata_refused: self.observers.metadata_refused.load(Ordering::Relaxed),
+            unjoined_messages: self.observers.unjoined.load(Ordering::Relaxed),
             ..NodeStats::default()
         };
-        let server = self.server.lock().clone();
+        let server = self.links.server.lock().clone();
         let clients: Vec<protocol::Client> = self
+            .links
             .upstreams
             .lock()
             .values()

@@ -132,7 +132,7 @@ impl Inner {
                 return Err(Error::Closed);
             }
             let found = {
-                let mut upstreams = self.upstreams.lock();
+                let mut upstreams = self.links.upstreams.lock();
                 match upstreams.get(address) {
                     Some(upstream) => Found::Shared(upstream.joined.clone()),
                     None => {
@@ -196,7 +196,7 @@ impl Inner {
     ) -> Result<PeerInfo> {
         // Removes our entry (not one a later `connect` made).
         let forget = |inner: &Inner| {
-            let mut upstreams = inner.upstreams.lock();
+            let mut upstreams = inner.links.upstreams.lock();
             if upstreams
                 .get(address)
                 .is_some_and(|u| u.generation == generation)
@@ -237,7 +237,7 @@ impl Inner {
             outcome_tx,
         ));
         let kept = {
-            let mut upstreams = self.upstreams.lock();
+            let mut upstreams = self.links.upstreams.lock();
             match upstreams.get_mut(address) {
                 Some(upstream) if upstream.generation == generation => {
                     upstream.connection = Some((client.clone(), supervisor));
@@ -283,7 +283,8 @@ impl Inner {
     /// Drops the connection to `address`: the peer leaves (reason: local).
     pub(crate) async fn disconnect(&self, address: &str) -> Result<()> {
         let upstream =
-            self.upstreams
+            self.links
+                .upstreams
                 .lock()
                 .remove(address)
                 .ok_or_else(|| Error::NotConnectedTo {
@@ -332,7 +333,7 @@ async fn supervise(
                 // The server refused a reconnection (it restarted with another key or
                 // allow-list): libzmq does not retry after an authentication refusal.
                 if let Some(inner) = weak.upgrade() {
-                    inner.report(
+                    inner.observers.report(
                         ErrorSource::Handshake,
                         format!("{} refused the connection: {reason}", client.endpoint()),
                     );
@@ -362,7 +363,9 @@ async fn supervise(
                 return;
             }
             (Err(e), None) => {
-                inner.report(ErrorSource::Handshake, format!("re-handshake failed: {e}"));
+                inner
+                    .observers
+                    .report(ErrorSource::Handshake, format!("re-handshake failed: {e}"));
                 if matches!(e, Error::Refused { .. }) {
                     // Our key was revoked: retrying cannot help. Give the connection up.
                     give_up(&inner, &client).await;
@@ -408,7 +411,9 @@ async fn supervise(
                             joined.send_replace(Some(again));
                         }
                         Err(e) => {
-                            inner.report(ErrorSource::Handshake, format!("rejoin failed: {e}"));
+                            inner
+                                .observers
+                                .report(ErrorSource::Handshake, format!("rejoin failed: {e}"));
                             inner.peer_left(
                                 &peer.id,
                                 Direction::Upstream,
@@ -502,7 +507,7 @@ async fn join(
         Ok(Some(_)) => {}
         Ok(None) => {
             tracing::debug!(node = %inner.id, peer = %hello.id, "upstream peer joined");
-            inner.emit(NodeEvent::PeerJoined {
+            inner.observers.emit(NodeEvent::PeerJoined {
                 id: hello.id.clone(),
                 direction: Direction::Upstream,
                 options: hello.options.clone(),
@@ -524,7 +529,7 @@ async fn join(
 /// still this one), socket closed.
 async fn give_up(inner: &Inner, client: &Client) {
     let removed = {
-        let mut upstreams = inner.upstreams.lock();
+        let mut upstreams = inner.links.upstreams.lock();
         let ours = upstreams
             .get(client.endpoint())
             .and_then(Upstream::client)

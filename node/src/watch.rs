@@ -82,7 +82,9 @@ pub(crate) async fn watch_server(weak: Weak<Inner>, server: Server, mut events: 
                     refusals_summary(&inner, &endpoint, told);
                 }
                 tracing::info!(node = %inner.id, %endpoint, %reason, "connection refused");
-                inner.emit(NodeEvent::ConnectionRefused { endpoint, reason });
+                inner
+                    .observers
+                    .emit(NodeEvent::ConnectionRefused { endpoint, reason });
             }
             Event::Accepted { .. } => previous = None,
             Event::Listening { .. } => paused = false,
@@ -98,7 +100,7 @@ pub(crate) async fn watch_server(weak: Weak<Inner>, server: Server, mut events: 
                 previous = Some(pause);
                 paused = true;
                 pause_warning(&inner, &mut warnings, &endpoint, pause);
-                inner.emit(NodeEvent::AcceptPaused {
+                inner.observers.emit(NodeEvent::AcceptPaused {
                     endpoint: endpoint.clone(),
                     retry_in: pause,
                 });
@@ -124,7 +126,7 @@ pub(crate) async fn watch_server(weak: Weak<Inner>, server: Server, mut events: 
                             pause = accept_pause(EMFILE, Some(pause)).unwrap_or(MAX_PAUSE);
                             previous = Some(pause);
                             pause_warning(&inner, &mut warnings, &endpoint, pause);
-                            inner.emit(NodeEvent::AcceptPaused {
+                            inner.observers.emit(NodeEvent::AcceptPaused {
                                 endpoint: endpoint.clone(),
                                 retry_in: pause,
                             });
@@ -149,7 +151,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 fn refusals_summary(inner: &Inner, endpoint: &str, told: crate::ratelimit::Suppressed) {
     let message = format!("connections refused on {endpoint}: {told}");
     tracing::info!(node = %inner.id, "{message}");
-    inner.emit(NodeEvent::Error {
+    inner.observers.emit(NodeEvent::Error {
         source: ErrorSource::Handshake,
         message,
     });
