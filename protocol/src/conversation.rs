@@ -27,7 +27,7 @@ use crate::envelope::{
 };
 use crate::error::{DecodeError, Error, Limit, RemoteError, Result};
 use crate::handler::{
-    Answer, Answering, Handlers, Incoming, RequestHandler, Responder, Streamed, TickHandler,
+    Answer, Answering, Handlers, Incoming, RequestHandler, Responder, TickHandler,
 };
 use crate::link::Link;
 use crate::stats::Counters;
@@ -35,7 +35,7 @@ pub use crate::stats::Stats;
 use crate::table::Table;
 use helpers::{elapsed_nanos, rand_start, remote_error, run_others_first, EPOCH};
 use pending::{Forget, Outcome, Pending, Waiter};
-pub(crate) use streams::{body, sink, Callee};
+pub(crate) use streams::Callee;
 pub use streams::{ItemSink, ItemStream, ReplyStream, StreamOptions, DEFAULT_MAX_STREAMS};
 
 /// Messages taken per wake-up of the driver, beyond the first.
@@ -565,16 +565,13 @@ impl<L: Link> Conversation<L> {
                 }
                 self.responders.fetch_add(1, Ordering::AcqRel);
                 let to: Arc<dyn Answering> = Arc::clone(self) as Arc<dyn Answering>;
-                let mut responder = Responder::new(to, peer.clone(), id);
+                let mut responder = Responder::new(Arc::clone(&to), peer.clone(), id);
+                let mut incoming = Incoming::new(peer.clone(), key, envelope);
                 if streamed {
-                    responder = responder.streamed(Streamed {
-                        reply: envelope.reply_streamed(),
-                        body: envelope.body_streamed(),
-                        event: envelope.event().into(),
-                        budget: crate::meta::budget_of(envelope.metadata()),
-                    });
+                    responder = responder.streamed();
+                    let slots = streams::slots(to, peer, incoming.envelope());
+                    incoming = incoming.with_streams(slots);
                 }
-                let incoming = Incoming::new(peer, key, envelope);
                 // A handler that panics drops its responder while unwinding, which answers
                 // the request with an error: the driver goes on.
                 if std::panic::catch_unwind(AssertUnwindSafe(|| handler(incoming, responder)))

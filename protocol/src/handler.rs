@@ -25,6 +25,21 @@ pub struct Incoming {
     pub from: PeerId,
     key: Option<Key>,
     envelope: Envelope,
+    /// A streamed request's sink and body, until a handler takes them (shared by the
+    /// clones of this request: middleware may clone it, one handler takes them).
+    streams: Option<Arc<Slots>>,
+}
+
+/// The streams of a streamed request, each taken once.
+pub(crate) struct Slots {
+    pub(crate) sink: parking_lot::Mutex<Option<ItemSink>>,
+    pub(crate) body: parking_lot::Mutex<Option<ItemStream>>,
+}
+
+impl std::fmt::Debug for Slots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slots").finish_non_exhaustive()
+    }
 }
 
 impl Incoming {
@@ -39,7 +54,37 @@ impl Incoming {
             from,
             key,
             envelope,
+            streams: None,
         }
+    }
+
+    /// The same request carrying its streams (made by the conversation).
+    pub(crate) fn with_streams(mut self, slots: Slots) -> Incoming {
+        self.streams = Some(Arc::new(slots));
+        self
+    }
+
+    /// Whether the caller wants the reply as a stream of items ([`take_sink`](Self::take_sink)).
+    pub fn is_reply_streamed(&self) -> bool {
+        self.envelope.reply_streamed()
+    }
+
+    /// Whether the request's body follows as a stream of items ([`take_body`](Self::take_body)).
+    pub fn is_body_streamed(&self) -> bool {
+        self.envelope.body_streamed()
+    }
+
+    /// The sink for a streamed reply's items: `Some` once (over all clones of this
+    /// request), for a request whose caller asked for a stream. The stream ends when the
+    /// request is answered: an empty reply ends it cleanly, an error reply reaches the
+    /// caller as its last item.
+    pub fn take_sink(&self) -> Option<ItemSink> {
+        self.streams.as_ref()?.sink.lock().take()
+    }
+
+    /// The request's streamed body: `Some` once, for a request whose caller streams it.
+    pub fn take_body(&self) -> Option<ItemStream> {
+        self.streams.as_ref()?.body.lock().take()
     }
 
     /// The sender's CURVE public key, as libzmq authenticated it during the handshake: set
@@ -132,25 +177,12 @@ pub struct Responder {
     peer: PeerId,
     id: u64,
     answered: bool,
-    /// Set for a streamed request (boxed: most requests are not).
-    stream: Option<Box<Streamed>>,
+    /// A streamed request: its stream closes with the answer.
+    stream: bool,
 }
 
 /// An item of a streamed body and the credit to grant for it, if any.
 pub(crate) type BodyItem = (Bytes, Option<u32>);
-
-/// What a responder knows of its request's streams.
-#[derive(Debug)]
-pub(crate) struct Streamed {
-    /// The caller wants items back: the sink, until taken.
-    pub(crate) reply: bool,
-    /// The body follows as items: its stream, until taken.
-    pub(crate) body: bool,
-    /// The request's event, for the sink's errors.
-    pub(crate) event: Box<str>,
-    /// The caller's time budget: the sink stops waiting for credit after it.
-    pub(crate) budget: Option<std::time::Duration>,
-}
 
 /// The conversation side of a [`Responder`] (a trait object: the conversation is generic
 /// over its socket, the responder is not).
@@ -199,56 +231,15 @@ impl Responder {
             peer,
             id,
             answered: false,
-            stream: None,
+            stream: false,
         }
     }
 
-    /// The responder of a streamed request, whose stream the conversation registered.
-    pub(crate) fn streamed(mut self, streamed: Streamed) -> Responder {
-        self.stream = Some(Box::new(streamed));
+    /// The responder of a streamed request, whose stream the conversation registered (and
+    /// closes when this answers or goes).
+    pub(crate) fn streamed(mut self) -> Responder {
+        self.stream = true;
         self
-    }
-
-    /// Whether the caller wants the reply as a stream of items (take the sink with
-    /// [`take_sink`](Self::take_sink)).
-    pub fn is_reply_streamed(&self) -> bool {
-        self.stream.as_ref().is_some_and(|s| s.reply)
-    }
-
-    /// Whether the request's body follows as a stream of items (read it with
-    /// [`take_body`](Self::take_body)).
-    pub fn is_body_streamed(&self) -> bool {
-        self.stream.as_ref().is_some_and(|s| s.body)
-    }
-
-    /// The sink for a streamed reply's items: `Some` once, for a request whose caller asked
-    /// for a stream. The stream ends when this responder answers (the answer is its last
-    /// item: an empty `Ok` ends it cleanly, an error reply reaches the caller as an error).
-    pub fn take_sink(&mut self) -> Option<ItemSink> {
-        let stream = self.stream.as_mut()?;
-        if !std::mem::take(&mut stream.reply) {
-            return None;
-        }
-        Some(crate::conversation::sink(
-            Arc::clone(&self.to),
-            self.peer.clone(),
-            self.id,
-            &stream.event,
-            stream.budget,
-        ))
-    }
-
-    /// The request's streamed body: `Some` once, for a request whose caller streams it.
-    pub fn take_body(&mut self) -> Option<ItemStream> {
-        let stream = self.stream.as_mut()?;
-        if !std::mem::take(&mut stream.body) {
-            return None;
-        }
-        Some(crate::conversation::body(
-            Arc::clone(&self.to),
-            self.peer.clone(),
-            self.id,
-        ))
     }
 
     /// The id of the request this answers.
@@ -269,7 +260,7 @@ impl Responder {
 
     /// Closes this request's stream, if it has one (it answered, or it is going).
     fn close_stream(&mut self) {
-        if self.stream.take().is_some() {
+        if std::mem::take(&mut self.stream) {
             self.to.close_stream(&self.peer, self.id);
         }
     }
@@ -342,7 +333,7 @@ where
 {
     let runners = Owned(Runners::new());
     Arc::new(
-        move |incoming, mut responder: Responder| match responder.take_sink() {
+        move |incoming: Incoming, responder: Responder| match incoming.take_sink() {
             Some(sink) => runners.0.run(RequestJob {
                 work: f(incoming, sink).map(|done| done.map(|()| Answer::default())),
                 responder,
@@ -366,7 +357,7 @@ where
 {
     let runners = Owned(Runners::new());
     Arc::new(
-        move |incoming, mut responder: Responder| match responder.take_body() {
+        move |incoming: Incoming, responder: Responder| match incoming.take_body() {
             Some(body) => runners.0.run(RequestJob {
                 work: f(incoming, body),
                 responder,

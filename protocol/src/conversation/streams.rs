@@ -24,6 +24,7 @@ use futures::future::BoxFuture;
 use super::*;
 use crate::credit::{decode_grant, encode_grant, Credit, Violation, Window, DEFAULT_WINDOW};
 use crate::envelope::{FLAG_BODY_STREAMED, FLAG_END, FLAG_REPLY_STREAMED};
+use crate::handler::Slots;
 
 /// Streamed requests a callee keeps open at once by default, over all its peers: each holds
 /// a handler and up to a window of items, so this bounds what many idle streams can hold.
@@ -1087,8 +1088,27 @@ impl std::fmt::Debug for ItemStream {
     }
 }
 
-/// Made by a [`Responder`](crate::Responder) of a streamed request.
-pub(crate) fn sink(
+/// The sink and body of a streamed request, for its [`Incoming`].
+pub(crate) fn slots(core: Arc<dyn Answering>, peer: PeerId, envelope: &Envelope) -> Slots {
+    let id = envelope.id();
+    let sink = envelope.reply_streamed().then(|| {
+        sink(
+            Arc::clone(&core),
+            peer.clone(),
+            id,
+            envelope.event(),
+            crate::meta::budget_of(envelope.metadata()),
+        )
+    });
+    let body = envelope.body_streamed().then(|| body(core, peer, id));
+    Slots {
+        sink: parking_lot::Mutex::new(sink),
+        body: parking_lot::Mutex::new(body),
+    }
+}
+
+/// The sink of a streamed reply.
+fn sink(
     core: Arc<dyn Answering>,
     peer: PeerId,
     id: u64,
@@ -1105,8 +1125,8 @@ pub(crate) fn sink(
     }
 }
 
-/// Made by a [`Responder`](crate::Responder) of a request with a streamed body.
-pub(crate) fn body(core: Arc<dyn Answering>, peer: PeerId, id: u64) -> ItemStream {
+/// The body of a request that streams it.
+fn body(core: Arc<dyn Answering>, peer: PeerId, id: u64) -> ItemStream {
     ItemStream {
         core,
         peer,
