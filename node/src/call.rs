@@ -46,11 +46,11 @@ fn watch_from(node: &Node) -> Option<std::time::Instant> {
 }
 
 /// A call ready to go: see [`Call::prepare`].
-struct Prepared<'a> {
-    node: &'a Node,
-    to: Target,
-    event: &'a str,
-    outgoing: Outgoing,
+pub(crate) struct Prepared<'a> {
+    pub(crate) node: &'a Node,
+    pub(crate) to: Target,
+    pub(crate) event: &'a str,
+    pub(crate) outgoing: Outgoing,
     /// The call's span: `cancelled` if the call is dropped before it ends.
     span: trace::Unended<tracing::Span>,
     started: Option<std::time::Instant>,
@@ -58,7 +58,7 @@ struct Prepared<'a> {
 
 impl Prepared<'_> {
     /// Records how the call ended: in its span, and for the hooks and metrics.
-    fn finished<T>(&mut self, tick: bool, result: &Result<T>) {
+    pub(crate) fn finished<T>(&mut self, tick: bool, result: &Result<T>) {
         let outcome = Outcome::of(result);
         self.span.ended(outcome);
         if let Some(started) = self.started {
@@ -336,7 +336,7 @@ impl<'a, Mode> Call<'a, Mode> {
     }
 
     /// Scatter-gather to the target's matches, each outcome as it arrives.
-    fn stream(
+    fn replies(
         mut self,
         payload: Bytes,
     ) -> Result<impl futures::Stream<Item = (NodeId, Result<Reply>)> + 'a> {
@@ -360,7 +360,7 @@ impl<'a, Mode> Call<'a, Mode> {
     /// Scatter-gather, collected (up to `min_replies` successes).
     async fn collect(self, payload: Bytes) -> Result<Vec<(NodeId, Result<Reply>)>> {
         let wanted = self.min_replies;
-        let mut stream = self.stream(payload)?;
+        let mut stream = self.replies(payload)?;
         let mut all = Vec::new();
         let mut replies = 0;
         while let Some((id, outcome)) = futures::StreamExt::next(&mut stream).await {
@@ -427,7 +427,7 @@ impl<'a, Mode> Call<'a, Mode> {
 
     /// The call resolved (metadata checked, timeout cut), its span made and its trace
     /// context taken.
-    fn prepare(mut self) -> Result<Prepared<'a>> {
+    pub(crate) fn prepare(mut self) -> Result<Prepared<'a>> {
         let span = trace::call_span(self.node.inner.config.span_level, self.event, &self.to);
         // With `otel`, the span is current while the call is resolved and its trace
         // context taken (so the call carries it as the parent of the receiver's span);
@@ -564,7 +564,7 @@ impl<'a> Call<'a, Typed> {
         self,
         data: &T,
     ) -> Result<impl futures::Stream<Item = (NodeId, Result<Reply>)> + 'a> {
-        self.stream(encode_value(data)?)
+        self.replies(encode_value(data)?)
     }
 
     /// Sends a tick (no answer) with `data` encoded as MessagePack, where the target says:
@@ -596,7 +596,7 @@ impl<'a> Call<'a, Raw> {
         self,
         payload: Bytes,
     ) -> Result<impl futures::Stream<Item = (NodeId, Result<Reply>)> + 'a> {
-        self.stream(payload)
+        self.replies(payload)
     }
 
     /// The typed [`tick`](Call::tick) with a raw payload.

@@ -60,6 +60,7 @@ pub enum ErrorCode {
     /// The remote node is closing and takes no new requests.
     ShuttingDown,
     /// The remote node stopped the handler before it answered: its close grace ran out.
+    /// Also a stream's sink, on the handler's side, once its caller gave up on the stream.
     Cancelled,
     /// The remote handler panicked.
     HandlerPanicked,
@@ -351,8 +352,11 @@ impl Error {
                     ErrorCode::InvalidEvent
                 }
                 protocol::ErrorCode::Serialization => ErrorCode::Serialization,
-                protocol::ErrorCode::InvalidEnvelope => ErrorCode::InvalidEnvelope,
+                protocol::ErrorCode::InvalidEnvelope | protocol::ErrorCode::ProtocolViolation => {
+                    ErrorCode::InvalidEnvelope
+                }
                 protocol::ErrorCode::Closed => ErrorCode::Closed,
+                protocol::ErrorCode::Cancelled => ErrorCode::Cancelled,
                 protocol::ErrorCode::NotConnected | protocol::ErrorCode::ConnectionLost => {
                     ErrorCode::NotConnected
                 }
@@ -418,6 +422,11 @@ impl From<protocol::Error> for Error {
             protocol::Error::NotConnected => Error::NotConnected,
             protocol::Error::Closed => Error::Closed,
             protocol::Error::Refused { endpoint, reason } => Error::Refused { endpoint, reason },
+            // A stream's wait for its next item ran out: a timeout, with the idle bound.
+            protocol::Error::IdleTimeout { event, idle } => Error::Timeout {
+                event,
+                timeout: idle,
+            },
             other => Error::Protocol(other),
         }
     }

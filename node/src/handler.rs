@@ -170,6 +170,12 @@ impl Request {
         decode_value(route.as_bytes()).ok()
     }
 
+    /// The request as the protocol layer gave it (a streamed request's sink and body
+    /// travel with it).
+    pub(crate) fn incoming(&self) -> &Incoming {
+        &self.incoming
+    }
+
     /// Decodes the payload from MessagePack into `T`.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
         decode_value(self.incoming.payload())

@@ -73,6 +73,8 @@ pub struct NodeStats {
     pub metadata_refused: u64,
     /// Forwarding counters (all zero unless this node is a router).
     pub router: RouterStats,
+    /// Stream counters: opened, items, violations (see [`Node::on_stream`]).
+    pub streams: crate::StreamStats,
     /// Whether [`close`](Node::close) has started (the node drains, or is past that).
     pub closing: bool,
 }

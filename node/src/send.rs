@@ -205,7 +205,7 @@ impl Node {
     }
 
     /// Finds the joined peer a target names, or picks one.
-    fn resolve(&self, target: &Target) -> Result<Arc<Reach<Arc<Link>>>> {
+    pub(crate) fn resolve(&self, target: &Target) -> Result<Arc<Reach<Arc<Link>>>> {
         self.resolve_except(target, &[])
     }
 

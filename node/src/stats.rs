@@ -46,6 +46,7 @@ impl Inner {
             stats.requests_sent += c.requests_sent;
             stats.ticks_sent += c.ticks_sent;
             stats.ticks_received += c.ticks_handled;
+            stats.streams.add(&c);
         }
         stats
     }
