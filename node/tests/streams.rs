@@ -1,0 +1,318 @@
+//! Streams between nodes over loopback: typed and raw streamed replies and uploads, by id
+//! and by filter, both directions of a connection, through middleware; cancellation, the
+//! handler's error as the last item, a caller that leaves, a close that ends open streams.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use node::middleware::{from_fn, Next};
+use node::{Body, ErrorCode, Filter, HandlerError, Node, Request, Sink};
+use support::*;
+
+/// A node serving `count` (a streamed reply of 0..n) and `sum` (an upload of numbers).
+async fn serving(id: &str) -> Node {
+    let node = builder(id)
+        .option("role", "counter")
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    serve(&node);
+    node
+}
+
+fn serve(node: &Node) {
+    node.on_stream("count", |req: Request, mut sink: Sink| async move {
+        let up_to: u32 = req.decode()?;
+        for i in 0..up_to {
+            sink.send(&i).await?;
+        }
+        Ok(())
+    });
+    node.on_upload("sum", |_req: Request, mut body: Body| async move {
+        let mut total = 0u64;
+        while let Some(n) = body.next_as::<u64>().await {
+            total += n?;
+        }
+        Ok::<_, HandlerError>(total)
+    });
+}
+
+#[tokio::test]
+async fn a_typed_stream_by_id_and_by_filter() {
+    let server = serving("counter-1").await;
+    let caller = client("caller").await;
+    caller.connect(&address(&server)).await.unwrap();
+    let items: Vec<u32> = within(
+        "by id",
+        caller
+            .call("counter-1", "count")
+            .stream::<u32>(&100u32)
+            .window(4)
+            .map(Result::unwrap)
+            .collect(),
+    )
+    .await;
+    assert_eq!(items, (0..100).collect::<Vec<u32>>());
+    let shards = Filter::new().eq("role", "counter");
+    let items = within(
+        "by filter",
+        caller.call(&shards, "count").stream::<u32>(&10u32).count(),
+    )
+    .await;
+    assert_eq!(items, 10);
+    let stats = caller.stats().streams;
+    assert_eq!(stats.opened, 2);
+    assert_eq!(stats.items_received, 110);
+    assert_eq!(server.stats().streams.items_sent, 110);
+}
+
+/// The bound node calls the node that connected to it: streams go both ways.
+#[tokio::test]
+async fn a_bound_node_streams_from_and_uploads_to_the_node_that_connected() {
+    let server = server("hub").await;
+    let worker = client("worker").await;
+    serve(&worker);
+    worker.connect(&address(&server)).await.unwrap();
+    let items: Vec<u32> = within(
+        "downstream stream",
+        server
+            .call("worker", "count")
+            .stream::<u32>(&20u32)
+            .map(Result::unwrap)
+            .collect(),
+    )
+    .await;
+    assert_eq!(items.len(), 20);
+    let total: u64 = within(
+        "downstream upload",
+        server
+            .call("worker", "sum")
+            .upload(futures::stream::iter(1..=100u64)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(total, 5050);
+}
+
+#[tokio::test]
+async fn raw_items_and_a_raw_upload() {
+    let server = server("files").await;
+    server.on_stream("chunks", |req: Request, mut sink: Sink| async move {
+        let size = req.payload().len();
+        for _ in 0..8 {
+            sink.send_raw(Bytes::from(vec![7u8; size])).await?;
+        }
+        Ok(())
+    });
+    server.on_upload("store", |req: Request, mut body: Body| async move {
+        let name = req.meta().get_str("name").unwrap_or_default().to_owned();
+        let mut bytes = 0;
+        while let Some(chunk) = body.next().await {
+            bytes += chunk?.len();
+        }
+        Ok::<_, HandlerError>((name, bytes))
+    });
+    let caller = client("caller").await;
+    caller.connect(&address(&server)).await.unwrap();
+    let chunks: Vec<Bytes> = within(
+        "raw stream",
+        caller
+            .call("files", "chunks")
+            .raw()
+            .stream(Bytes::from(vec![0u8; 64 * 1024]))
+            .map(Result::unwrap)
+            .collect(),
+    )
+    .await;
+    assert_eq!(chunks.len(), 8);
+    assert!(chunks.iter().all(|c| c.len() == 64 * 1024 && c[0] == 7));
+    let body = futures::stream::iter((0..64).map(|_| Bytes::from(vec![1u8; 64 * 1024])));
+    let reply = within(
+        "raw upload",
+        caller
+            .call("files", "store")
+            .meta("name", "blob.bin")
+            .raw()
+            .upload(body),
+    )
+    .await
+    .unwrap();
+    let (name, bytes): (String, usize) = reply.decode().unwrap();
+    assert_eq!((name.as_str(), bytes), ("blob.bin", 64 * 64 * 1024));
+}
+
+#[tokio::test]
+async fn the_handlers_error_is_the_last_item() {
+    let server = server("flaky").await;
+    server.on_stream("items", |_req: Request, mut sink: Sink| async move {
+        sink.send(&"one").await?;
+        Err(HandlerError::not_found("no two"))
+    });
+    let caller = client("caller").await;
+    caller.connect(&address(&server)).await.unwrap();
+    let all: Vec<_> = within(
+        "stream",
+        caller.call("flaky", "items").stream::<String>(&()).collect(),
+    )
+    .await;
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].as_ref().unwrap(), "one");
+    let error = all[1].as_ref().unwrap_err();
+    assert_eq!(error.code(), ErrorCode::HandlerError);
+    assert!(error.to_string().contains("no two"), "{error}");
+}
+
+/// A plain request to a streaming handler, and a stream from a plain handler: a typed
+/// refusal, not a hang.
+#[tokio::test]
+async fn calling_a_stream_as_a_request_is_refused_with_a_code() {
+    let server = serving("counter-1").await;
+    let caller = client("caller").await;
+    caller.connect(&address(&server)).await.unwrap();
+    let refused = caller
+        .request::<_, u32>("counter-1", "count", &3u32)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("FAILED_PRECONDITION"), "{refused}");
+}
+
+#[tokio::test]
+async fn dropping_the_stream_cancels_the_handler() {
+    let server = server("forever").await;
+    let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel();
+    server.on_stream("ticks", move |_req: Request, mut sink: Sink| {
+        let ended_tx = ended_tx.clone();
+        async move {
+            loop {
+                if let Err(e) = sink.send(&"tick").await {
+                    ended_tx.send(e.code()).unwrap();
+                    return Ok(());
+                }
+            }
+        }
+    });
+    let caller = client("caller").await;
+    caller.connect(&address(&server)).await.unwrap();
+    let mut items = caller
+        .call("forever", "ticks")
+        .stream::<String>(&())
+        .window(2);
+    for _ in 0..5 {
+        within("item", items.next()).await.unwrap().unwrap();
+    }
+    drop(items);
+    assert_eq!(
+        within("handler told", ended_rx.recv()).await,
+        Some(ErrorCode::Cancelled)
+    );
+}
+
+/// Middleware sees a streamed request as any other: it can refuse it, or let it through.
+#[tokio::test]
+async fn streams_go_through_middleware() {
+    let server = serving("counter-1").await;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&seen);
+    server.layer(from_fn(move |req: Request, next: Next| {
+        let counted = Arc::clone(&counted);
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            if req.meta().get_str("tenant").is_none() {
+                return Err(HandlerError::unauthenticated("no tenant").into());
+            }
+            next.run(req).await
+        }
+    }));
+    let caller = client("caller").await;
+    caller.connect(&address(&server)).await.unwrap();
+    let refused: Vec<_> = within(
+        "refused",
+        caller.call("counter-1", "count").stream::<u32>(&5u32).collect(),
+    )
+    .await;
+    assert_eq!(refused.len(), 1);
+    assert!(refused[0].as_ref().unwrap_err().to_string().contains("no tenant"));
+    let allowed = within(
+        "allowed",
+        caller
+            .call("counter-1", "count")
+            .meta("tenant", "acme")
+            .stream::<u32>(&5u32)
+            .count(),
+    )
+    .await;
+    assert_eq!(allowed, 5);
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+}
+
+/// The caller's node closing ends the stream on its side and the handler on the other.
+#[tokio::test]
+async fn a_caller_that_leaves_cancels_the_handler() {
+    let server = server("forever").await;
+    let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel();
+    server.on_stream("ticks", move |_req: Request, mut sink: Sink| {
+        let ended_tx = ended_tx.clone();
+        async move {
+            while sink.send(&"tick").await.is_ok() {}
+            ended_tx.send(()).unwrap();
+            Ok(())
+        }
+    });
+    let caller = client("caller").await;
+    caller.connect(&address(&server)).await.unwrap();
+    let mut items = caller.call("forever", "ticks").stream::<String>(&());
+    within("item", items.next()).await.unwrap().unwrap();
+    within("caller closed", caller.close()).await;
+    // What the caller still holds ends (with an error, or simply ends).
+    let rest: Vec<_> = within("rest", items.collect()).await;
+    assert!(rest.len() <= 33, "{} items after the close", rest.len());
+    within("handler ended", ended_rx.recv()).await.unwrap();
+}
+
+/// A close drains open streams within its grace, then ends them with a typed error.
+#[tokio::test]
+async fn a_close_ends_open_streams_after_its_grace() {
+    let server = builder("forever")
+        .close_grace(Duration::from_millis(300))
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    server.on_stream("ticks", |_req: Request, mut sink: Sink| async move {
+        loop {
+            sink.send(&"tick").await?;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    let caller = client("caller").await;
+    caller.connect(&address(&server)).await.unwrap();
+    let mut items = caller.call("forever", "ticks").stream::<String>(&());
+    within("item", items.next()).await.unwrap().unwrap();
+    let closing = tokio::spawn({
+        let server = server.clone();
+        async move { server.close().await }
+    });
+    let last = within("the stream's end", async {
+        let mut last = None;
+        while let Some(item) = items.next().await {
+            last = Some(item);
+        }
+        last
+    })
+    .await;
+    let error = last.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            error.code(),
+            ErrorCode::Cancelled | ErrorCode::PeerLeft | ErrorCode::ShuttingDown
+        ),
+        "{error:?}"
+    );
+    within("closed", closing).await.unwrap();
+}
