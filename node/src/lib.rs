@@ -146,14 +146,14 @@ pub use handler::{with_state, HandlerError, HandlerService, Pattern, Request, Re
 pub use handshake::PROTOCOL_VERSION;
 pub use link::Target;
 pub use metrics::MAX_EVENT_LABELS;
-pub use node::{Keys, Node, NodeStats, Peers, WeakNode};
+pub use node::{Keys, Node, NodeStats, Peers, StreamStats, WeakNode};
 pub use observe::{Called, Handled, Outcome};
 pub use options::{Options, Value};
 pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
 pub use phase::Closed;
 pub use protocol::{Limit, Meta, MetaError, MetaLimits, MetaValue};
 pub use stats::Hooks;
-pub use stream::{Body, Items, Sink, StreamStats};
+pub use stream::{Body, Items, Sink};
 pub use tower::BoxError;
 pub use trace::{TraceParent, TRACEPARENT};
 pub use transport::{Engine, HandshakeFailure, Key, KeyPair, SecretKey};

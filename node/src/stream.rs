@@ -571,39 +571,3 @@ async fn upload_raw(
     prepared.finished(false, &result);
     result
 }
-
-/// A node's stream counters ([`NodeStats::streams`](crate::NodeStats::streams)), over its
-/// bound socket and every connection it made.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StreamStats {
-    /// Streams this node opened as a caller.
-    pub opened: u64,
-    /// Streamed requests this node's handlers took.
-    pub accepted: u64,
-    /// Items sent, either direction.
-    pub items_sent: u64,
-    /// Items received and queued for a reader.
-    pub items_received: u64,
-    /// Items, credit and cancels for no open stream (dropped).
-    pub items_dropped: u64,
-    /// Streams ended because the peer broke the stream rules.
-    pub violations: u64,
-    /// Streams ended early (a caller gave up, a peer left, an idle timeout).
-    pub cancelled: u64,
-    /// Streamed requests refused over the limit of open streams.
-    pub refused: u64,
-}
-
-impl StreamStats {
-    /// Adds one conversation's counters.
-    pub(crate) fn add(&mut self, stats: &protocol::Stats) {
-        self.opened += stats.streams_opened;
-        self.accepted += stats.streams_accepted;
-        self.items_sent += stats.stream_items_sent;
-        self.items_received += stats.stream_items_received;
-        self.items_dropped += stats.stream_items_dropped;
-        self.violations += stats.stream_violations;
-        self.cancelled += stats.streams_cancelled;
-        self.refused += stats.streams_refused;
-    }
-}

@@ -158,7 +158,10 @@ async fn the_handlers_error_is_the_last_item() {
     caller.connect(&address(&server)).await.unwrap();
     let all: Vec<_> = within(
         "stream",
-        caller.call("flaky", "items").stream::<String>(&()).collect(),
+        caller
+            .call("flaky", "items")
+            .stream::<String>(&())
+            .collect(),
     )
     .await;
     assert_eq!(all.len(), 2);
@@ -179,7 +182,10 @@ async fn calling_a_stream_as_a_request_is_refused_with_a_code() {
         .request::<_, u32>("counter-1", "count", &3u32)
         .await
         .unwrap_err();
-    assert!(refused.to_string().contains("FAILED_PRECONDITION"), "{refused}");
+    assert!(
+        refused.to_string().contains("FAILED_PRECONDITION"),
+        "{refused}"
+    );
 }
 
 #[tokio::test]
@@ -233,11 +239,18 @@ async fn streams_go_through_middleware() {
     caller.connect(&address(&server)).await.unwrap();
     let refused: Vec<_> = within(
         "refused",
-        caller.call("counter-1", "count").stream::<u32>(&5u32).collect(),
+        caller
+            .call("counter-1", "count")
+            .stream::<u32>(&5u32)
+            .collect(),
     )
     .await;
     assert_eq!(refused.len(), 1);
-    assert!(refused[0].as_ref().unwrap_err().to_string().contains("no tenant"));
+    assert!(refused[0]
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .contains("no tenant"));
     let allowed = within(
         "allowed",
         caller
