@@ -5,11 +5,11 @@
 //! and connects to any number of nodes. Once two nodes are joined, either can call the
 //! other. Every call is one of three, to one of three kinds of [`Target`]:
 //!
-//! | to | request (one reply) | tick (no reply) | gather (a reply from each) |
-//! |---|---|---|---|
-//! | an id | `node.request("db-1", "get", &key).await?` | `node.tick("db-1", "hit", &key).await?` | (an id is one node: use request) |
-//! | any match | `node.request(&shards, "get", &key).await?` | `node.tick(&shards, "hit", &key).await?` | `node.call(&shards, "count").gather(&()).await?` |
-//! | all matches | (one reply: use gather) | `node.tick(Target::all(shards), "flush", &()).await?` | `node.call(Target::all(shards), "count").gather(&()).await?` |
+//! | to | request (one reply) | tick (no reply) | gather (a reply from each) | stream (items as they come) |
+//! |---|---|---|---|---|
+//! | an id | `node.request("db-1", "get", &key).await?` | `node.tick("db-1", "hit", &key).await?` | (an id is one node: use request) | `node.call("db-1", "scan").stream::<Row>(&query)` |
+//! | any match | `node.request(&shards, "get", &key).await?` | `node.tick(&shards, "hit", &key).await?` | `node.call(&shards, "count").gather(&()).await?` | `node.call(&shards, "scan").stream::<Row>(&query)` |
+//! | all matches | (one reply: use gather) | `node.tick(Target::all(shards), "flush", &()).await?` | `node.call(Target::all(shards), "count").gather(&()).await?` | (a stream comes from one node) |
 //!
 //! Here `shards` is a [`Filter`] (`Filter::new().eq("role", "shard")`); a filter is any
 //! match, in both directions ([`Target::scope`] narrows it to upstream or downstream
@@ -35,6 +35,16 @@
 //! calling side (retry, timeout, concurrency limits), [`Node::caller`] is the same call as a
 //! tower `Service`.
 //!
+//! A stream ([`Call::stream`], handled by [`Node::on_stream`]) is a `futures::Stream` of
+//! typed items ending with the handler's result; an upload ([`Call::upload`], handled by
+//! [`Node::on_upload`]) sends a stream of items as a request's body and gets one reply. Both
+//! have credit-based flow control counted in items: the receiver holds at most its window
+//! (32 items by default, [`Items::window`]), each bounded by the payload limit, so a stream
+//! costs at most window x `max_payload` bytes at its receiver, and a slow reader slows its
+//! producer. Dropping a stream cancels its handler; the call's timeout bounds the whole
+//! stream, [`Items::idle_timeout`] each item. Streams go to a joined peer (not yet through
+//! router nodes).
+//!
 //! The rest of a node:
 //!
 //! - handlers by event name or regex ([`Node::on_request`], [`Node::on_tick`]), given shared
@@ -56,7 +66,8 @@
 //! The node is a few parts, each owning its state and its methods; `inner.rs` composes
 //! them (no circle of imports larger than a few files: `tests/layers.rs`).
 //! - `node.rs`: the [`Node`] handle and its API, the [`Peers`] and [`Keys`] views;
-//!   `call.rs`: the [`Call`] builder and [`Reply`]; `send.rs`: sending requests and ticks
+//!   `call.rs`: the [`Call`] builder and [`Reply`]; `stream.rs`: streamed replies and
+//!   uploads ([`Items`], [`Sink`], [`Body`]); `send.rs`: sending requests and ticks
 //!   (picking, retrying a pick, routers); `caller.rs`: [`Caller`], calls as a tower
 //!   `Service`, and `call_timeout.rs` its timeout layer;
 //! - `inner.rs`: the parts together, and what spans them (a peer leaving); `host.rs`:
