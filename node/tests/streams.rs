@@ -329,3 +329,86 @@ async fn a_close_ends_open_streams_after_its_grace() {
     );
     within("closed", closing).await.unwrap();
 }
+
+/// An idle timeout ends a stream whose next item is late, and tells the handler.
+#[tokio::test]
+async fn an_idle_timeout_ends_the_stream() {
+    let server = server("slow").await;
+    let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel();
+    server.on_stream("items", move |_req: Request, mut sink: Sink| {
+        let ended_tx = ended_tx.clone();
+        async move {
+            sink.send(&"first").await?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            ended_tx
+                .send(sink.send(&"late").await.map_err(|e| e.code()))
+                .unwrap();
+            Ok(())
+        }
+    });
+    let caller = client("caller").await;
+    caller.connect(&address(&server)).await.unwrap();
+    let all: Vec<_> = within(
+        "stream",
+        caller
+            .call("slow", "items")
+            .stream::<String>(&())
+            .idle_timeout(Duration::from_millis(100))
+            .collect(),
+    )
+    .await;
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[0].as_ref().unwrap(), "first");
+    assert_eq!(
+        all[1].as_ref().unwrap_err().code(),
+        ErrorCode::RequestTimeout
+    );
+    assert_eq!(
+        within("handler told", ended_rx.recv()).await,
+        Some(Err(ErrorCode::Cancelled))
+    );
+}
+
+/// A network cut: the peer is declared gone by its heartbeats, and the stream ends with
+/// `PeerLeft` on the caller while the handler on the other side is stopped.
+#[tokio::test]
+async fn a_peer_gone_ends_the_stream_with_peer_left() {
+    let server = server("forever").await;
+    let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel();
+    /// Says when the handler ends, whether it returns or the node drops it.
+    struct Ended(tokio::sync::mpsc::UnboundedSender<()>);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+    server.on_stream("ticks", move |_req: Request, mut sink: Sink| {
+        let ended = Ended(ended_tx.clone());
+        async move {
+            let _ended = ended;
+            loop {
+                sink.send(&"tick").await?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
+    let proxy = Proxy::start(&address(&server)).await;
+    let caller = client("caller").await;
+    caller.connect(&proxy.address).await.unwrap();
+    let mut items = caller
+        .call("forever", "ticks")
+        .timeout(Duration::from_secs(60))
+        .stream::<String>(&());
+    within("item", items.next()).await.unwrap().unwrap();
+    proxy.set_cut(true);
+    let last = within("the stream's end", async {
+        let mut last = None;
+        while let Some(item) = items.next().await {
+            last = Some(item);
+        }
+        last
+    })
+    .await;
+    assert_eq!(last.unwrap().unwrap_err().code(), ErrorCode::PeerLeft);
+    within("handler stopped", ended_rx.recv()).await.unwrap();
+}

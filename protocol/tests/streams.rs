@@ -411,6 +411,22 @@ fn frame(kind: Kind, flags: u8, id: u64, event: &str, payload: &[u8]) -> Vec<Byt
     vec![Bytes::from(header)]
 }
 
+/// A request carrying a time budget (the metadata's first entry, as `meta.rs` lays it out).
+fn request_with_budget(flags: u8, id: u64, event: &str, budget: Duration) -> Vec<Bytes> {
+    let mut entry = vec![protocol::BUDGET.len() as u8];
+    entry.extend_from_slice(protocol::BUDGET.as_bytes());
+    entry.push(1); // kind: bytes
+    entry.extend_from_slice(&8u32.to_be_bytes());
+    entry.extend_from_slice(&(budget.as_micros() as u64).to_be_bytes());
+    let mut header = vec![0x5A, 1, Kind::Request as u8, flags];
+    header.extend_from_slice(&id.to_be_bytes());
+    header.extend_from_slice(&(event.len() as u16).to_be_bytes());
+    header.extend_from_slice(event.as_bytes());
+    header.extend_from_slice(&(entry.len() as u32).to_be_bytes());
+    header.extend_from_slice(&entry);
+    vec![Bytes::from(header)]
+}
+
 async fn raw_peer(server: &Server) -> transport::Dealer {
     let raw = transport::Dealer::new().unwrap();
     raw.connect(server.endpoint()).unwrap();
@@ -555,6 +571,43 @@ async fn credit_beyond_the_window_stops_the_sink() {
     );
     assert_eq!(server.stats().stream_violations, 1);
     still_serves(&server).await;
+}
+
+/// A caller that never grants credit holds the handler no longer than its own budget.
+#[tokio::test]
+async fn credit_never_granted_ends_with_the_callers_budget() {
+    let server = Server::bind("tcp://127.0.0.1:0").await.unwrap();
+    let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel();
+    server.on_request(
+        "items",
+        stream_fn(move |_req, mut sink| {
+            let ended_tx = ended_tx.clone();
+            async move {
+                let sent = sink.send(Bytes::from_static(b"x")).await;
+                ended_tx.send(sent.map_err(|e| e.code())).unwrap();
+                Ok(())
+            }
+        }),
+    );
+    let raw = raw_peer(&server).await;
+    raw.send(request_with_budget(
+        REPLY_STREAMED,
+        1,
+        "items",
+        Duration::from_millis(200),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        within("handler stopped", ended_rx.recv()).await,
+        Some(Err(ErrorCode::RequestTimeout))
+    );
+    within("stream closed", async {
+        while server.open_streams() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
 }
 
 /// A streamed request reusing the id of an open stream is dropped; the open one goes on.
