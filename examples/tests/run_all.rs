@@ -154,6 +154,17 @@ fn middleware_times_out_and_refuses_without_token() {
 }
 
 #[test]
+fn tokens_stream_through_a_gateway_and_stop_when_dropped() {
+    run(
+        env!("CARGO_BIN_EXE_tokens"),
+        &[
+            "app: THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG <END>",
+            "app: stopped after 3 tokens; the worker made fewer than 20 of 10001",
+        ],
+    );
+}
+
+#[test]
 fn ring_goes_all_the_way_round_both_ways() {
     run(
         env!("CARGO_BIN_EXE_ring"),
