@@ -165,6 +165,17 @@ fn tokens_stream_through_a_gateway_and_stop_when_dropped() {
 }
 
 #[test]
+fn an_upload_arrives_whole_in_chunks() {
+    run(
+        env!("CARGO_BIN_EXE_upload"),
+        &[
+            "store: data.bin: 67108864 bytes received",
+            "client: 67108864 bytes in 1024 chunks, checksum matches",
+        ],
+    );
+}
+
+#[test]
 fn ring_goes_all_the_way_round_both_ways() {
     run(
         env!("CARGO_BIN_EXE_ring"),
