@@ -139,6 +139,7 @@ mod runtime;
 mod send;
 mod stats;
 mod stream;
+mod stream_route;
 mod trace;
 mod upstream;
 mod watch;

@@ -303,7 +303,15 @@ impl Relay<'_> {
             user: &user,
             deadline,
         };
-        let result = if fans_out(&forward) {
+        // A streamed reply is relayed item by item (`stream_route.rs`); a streamed body is
+        // not forwarded yet.
+        let sink = incoming.take_sink();
+        let result = if let Some(sink) = sink.filter(|_| !fans_out(&forward)) {
+            let leaf = (hop.leaf, &user);
+            Box::pin(self.stream_here(&forward, &from, leaf, payload, deadline, sink)).await
+        } else if incoming.is_body_streamed() {
+            Err(crate::stream_route::no_forwarded_uploads())
+        } else if fans_out(&forward) {
             Box::pin(self.fan_here(&forward, &from, hop.leaf, &user, payload, deadline)).await
         } else {
             match forward.action {
@@ -448,7 +456,7 @@ impl Relay<'_> {
 
     /// The local peer a forwarded request or tick goes to, if any, leaving out the peers in
     /// `tried` (picked before for this message, and nothing ran there).
-    fn pick_for(
+    pub(crate) fn pick_for(
         &self,
         forward: &Forward,
         from: &NodeId,
@@ -474,7 +482,7 @@ impl Relay<'_> {
 }
 
 /// The metadata key of a forwarded message's [`Forward`] header (the framework's).
-const FORWARD_KEY: &str = ":forward";
+pub(crate) const FORWARD_KEY: &str = ":forward";
 
 /// What a router passes on with a forwarded message: where it came from, the metadata for
 /// a local destination (the user's and the route) and for a next router (the user's), and

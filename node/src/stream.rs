@@ -30,9 +30,9 @@
 //! deadline) bounds the whole stream; [`Items::idle_timeout`] bounds the wait for each
 //! item. A peer that leaves ends the stream with [`Error::PeerLeft`].
 //!
-//! Streams go to an id or to one match of a filter, directly: a stream to a node reached
-//! only through a router is not forwarded yet ([`Error::NoNodesMatchFilter`] or
-//! [`Error::NodeNotFound`], as for a target with no route).
+//! Streams go to an id or to one match of a filter, directly or (a streamed reply, when no
+//! joined peer fits) through router nodes, which relay the items one by one and hold at
+//! most a window of them each. Uploads go to joined peers only for now.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -56,7 +56,7 @@ use crate::handler::{HandlerError, Request, Response};
 use crate::link::{Link, Target};
 use crate::node::Node;
 use crate::peer::NodeId;
-use crate::routing::Relay;
+use crate::routing::{forward_error, Relay};
 
 /// Where a streaming handler sends its items ([`Node::on_stream`]).
 ///
@@ -222,7 +222,7 @@ impl Node {
 
 impl Link {
     /// Opens a streamed reply on this link.
-    async fn request_stream(
+    pub(crate) async fn request_stream(
         &self,
         event: &str,
         metadata: &[u8],
@@ -238,6 +238,28 @@ impl Link {
             Link::Down { server, route, .. } => {
                 server
                     .request_stream(route, event, metadata, payload, options)
+                    .await
+            }
+        }
+    }
+
+    /// Opens a streamed system request (a forward, to a router) on this link.
+    pub(crate) async fn system_request_stream(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        options: StreamOptions,
+    ) -> protocol::Result<ReplyStream> {
+        match self {
+            Link::Up { client, .. } => {
+                client
+                    .system_request_stream(event, metadata, payload, options)
+                    .await
+            }
+            Link::Down { server, route, .. } => {
+                server
+                    .system_request_stream(route, event, metadata, payload, options)
                     .await
             }
         }
@@ -269,8 +291,8 @@ impl Link {
 /// What an open stream needs to end well: where it goes, for its errors.
 struct Opened {
     stream: ReplyStream,
-    id: NodeId,
-    link: Arc<Link>,
+    /// The joined peer it goes to, or `None` through routers (its errors are theirs).
+    peer: Option<(NodeId, Arc<Link>)>,
 }
 
 enum State<'a> {
@@ -379,7 +401,25 @@ impl<'a, R> Items<'a, R> {
 
 async fn open(prepared: &Prepared<'_>, payload: Bytes, options: StreamOptions) -> Result<Opened> {
     let node = prepared.node;
-    let (id, link) = node.stream_reach(&prepared.to)?;
+    let (id, link) = match node.stream_reach(&prepared.to) {
+        Ok(found) => found,
+        // No joined peer fits: through a router, if we are joined to one.
+        Err(local @ (Error::NodeNotFound { .. } | Error::NoNodesMatchFilter)) => {
+            let window = options.window;
+            let stream = Relay::of(&node.inner)
+                .stream_from_here(
+                    &prepared.to,
+                    prepared.event,
+                    payload,
+                    &prepared.outgoing,
+                    window,
+                    local,
+                )
+                .await?;
+            return Ok(Opened { stream, peer: None });
+        }
+        Err(e) => return Err(e),
+    };
     link.check_size(&payload)?;
     let timeout = options.timeout;
     let stream = link
@@ -391,7 +431,10 @@ async fn open(prepared: &Prepared<'_>, payload: Bytes, options: StreamOptions) -
         )
         .await
         .map_err(|e| Relay::of(&node.inner).link_error(&id, &link, prepared.event, timeout, e))?;
-    Ok(Opened { stream, id, link })
+    Ok(Opened {
+        stream,
+        peer: Some((id, link)),
+    })
 }
 
 impl<R> Stream for Items<'_, R> {
@@ -432,13 +475,15 @@ impl<R> Stream for Items<'_, R> {
                             else {
                                 return Poll::Ready(None);
                             };
-                            let error = Relay::of(&prepared.node.inner).link_error(
-                                &opened.id,
-                                &opened.link,
-                                prepared.event,
-                                prepared.outgoing.timeout,
-                                e,
-                            );
+                            let (event, timeout) = (prepared.event, prepared.outgoing.timeout);
+                            let error = match (&opened.peer, e) {
+                                (Some((id, link)), e) => Relay::of(&prepared.node.inner)
+                                    .link_error(id, link, event, timeout, e),
+                                (None, protocol::Error::Remote(remote)) => {
+                                    forward_error(remote, &prepared.to, event, timeout)
+                                }
+                                (None, e) => e.into(),
+                            };
                             let result = Err(error);
                             this.ended(&mut prepared, &result);
                             return Poll::Ready(result.err().map(Err));

@@ -412,3 +412,87 @@ async fn a_peer_gone_ends_the_stream_with_peer_left() {
     assert_eq!(last.unwrap().unwrap_err().code(), ErrorCode::PeerLeft);
     within("handler stopped", ended_rx.recv()).await.unwrap();
 }
+
+/// A leaf that can reach `counter-1` only through a router: the stream is relayed item by
+/// item; the handler's error comes through as it was; a dropped stream stops the handler
+/// two hops away; a slow reader holds the producer to the windows on the path.
+#[tokio::test]
+async fn a_stream_through_a_router() {
+    let hub = router("hub").await;
+    let worker = client("counter-1").await;
+    serve(&worker);
+    let sent = Arc::new(AtomicUsize::new(0));
+    let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel();
+    let counted = Arc::clone(&sent);
+    worker.on_stream("forever", move |_req: Request, mut sink: Sink| {
+        let (counted, ended_tx) = (Arc::clone(&counted), ended_tx.clone());
+        async move {
+            loop {
+                if let Err(e) = sink.send(&"tick").await {
+                    ended_tx.send(e.code()).unwrap();
+                    return Ok(());
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    worker.on_stream("fail", |_req: Request, _sink: Sink| async move {
+        Err(HandlerError::permission_denied("not you"))
+    });
+    worker.connect(&address(&hub)).await.unwrap();
+    let caller = client("caller").await;
+    caller.connect(&address(&hub)).await.unwrap();
+
+    let items: Vec<u32> = within(
+        "through the router",
+        caller
+            .call("counter-1", "count")
+            .stream::<u32>(&50u32)
+            .window(4)
+            .map(Result::unwrap)
+            .collect(),
+    )
+    .await;
+    assert_eq!(items, (0..50).collect::<Vec<u32>>());
+
+    let failed: Vec<_> = within(
+        "an error through the router",
+        caller
+            .call("counter-1", "fail")
+            .stream::<u32>(&())
+            .collect(),
+    )
+    .await;
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0]
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .contains("not you"));
+
+    // Nobody reads: the worker stops at the windows on the path (the caller's 4, the
+    // router's 32, and the one item the router holds while it waits to send it on).
+    let mut items = caller
+        .call("counter-1", "forever")
+        .stream::<String>(&())
+        .window(4);
+    within("first", items.next()).await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ahead = sent.load(Ordering::SeqCst);
+    assert!(
+        ahead <= 4 + 32 + 1 + 1,
+        "{ahead} items sent ahead of the reader"
+    );
+    drop(items);
+    assert_eq!(
+        within("the worker told", ended_rx.recv()).await,
+        Some(ErrorCode::Cancelled)
+    );
+    // An upload does not go through routers yet: the target is not found from here.
+    let refused = caller
+        .call("counter-1", "sum")
+        .upload::<u64, u64>(futures::stream::iter(1..=3u64))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), ErrorCode::NodeNotFound, "{refused}");
+}

@@ -403,6 +403,22 @@ impl Client {
             .await
     }
 
+    /// [`request_stream`](Self::request_stream) for a system event (`_system:` namespace; for
+    /// the node layer's forwarding).
+    pub async fn system_request_stream(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        options: StreamOptions,
+    ) -> Result<ReplyStream> {
+        check_system_event(event)?;
+        self.check_connected()?;
+        self.conversation
+            .request_stream(server(), event, metadata, payload, options)
+            .await
+    }
+
     /// Sends a request whose body is `items` (an upload), each as the server grants
     /// credit for it, and waits for the one reply. `options.window` is unused (the server
     /// sets the window of what it receives).

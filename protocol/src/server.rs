@@ -194,6 +194,22 @@ impl Server {
             .await
     }
 
+    /// [`request_stream`](Self::request_stream) for a system event (`_system:` namespace; for
+    /// the node layer's forwarding).
+    pub async fn system_request_stream(
+        &self,
+        peer: &PeerId,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        options: StreamOptions,
+    ) -> Result<ReplyStream> {
+        check_system_event(event)?;
+        self.conversation
+            .request_stream(peer, event, metadata, payload, options)
+            .await
+    }
+
     /// Sends the client `peer` a request whose body is `items` (an upload) and waits for
     /// the one reply (see [`Client::upload`](crate::Client::upload)).
     pub async fn upload(

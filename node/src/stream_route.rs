@@ -1,0 +1,202 @@
+//! Streamed replies through router nodes: the origin opens its stream to a router as a
+//! streamed `_system:forward`; each router opens its own stream to the next hop (the leaf,
+//! or another router) and relays the items one by one into the stream it was asked for.
+//!
+//! Flow control holds end to end and a router's memory per stream is bounded: it holds at
+//! most its window of items from the next hop, and it reads the next item only once its
+//! previous one was sent on, which waits for credit from the hop before it. Dropping the
+//! stream at the origin cancels the first router's relay, which drops its own stream (a
+//! cancel to the next hop), and so on to the leaf's handler.
+//!
+//! Uploads do not go through routers yet (a typed refusal at the router).
+
+use bytes::Bytes;
+use futures::StreamExt;
+use protocol::{
+    encode_value, Answer, ItemSink, MetaValue, RemoteError, ReplyStream, StreamOptions,
+};
+use tokio::time::Instant;
+
+use crate::codes::route as code;
+use crate::context::Outgoing;
+use crate::error::{Error, Result};
+use crate::forward::{Action, Destination, Forward, FORWARD};
+use crate::inner::millis;
+use crate::link::Target;
+use crate::peer::NodeId;
+use crate::routing::{forward_error, hop_error, Relay, FORWARD_KEY};
+
+impl Relay<'_> {
+    /// The origin's side: no joined peer fits `target` (`local` says why), so the stream
+    /// goes through a router. The stream's errors are the routers' and the leaf's error
+    /// replies: read them with [`forward_error`].
+    pub(crate) async fn stream_from_here(
+        &self,
+        target: &Target,
+        event: &str,
+        payload: Bytes,
+        outgoing: &Outgoing,
+        window: u32,
+        local: Error,
+    ) -> Result<ReplyStream> {
+        let timeout = outgoing.timeout;
+        let routers = self.state.lock().registry.routers();
+        if routers.is_empty() {
+            return Err(local);
+        }
+        crate::link::check_size(payload.len(), self.config.max_payload)?;
+        let to = match target {
+            Target::Id(id) => Destination::Id(id.clone()),
+            Target::Any(filter, scope) | Target::All(filter, scope) => {
+                Destination::Filter(filter.to_spec()?, *scope)
+            }
+        };
+        let forward = Forward {
+            id: rand::random(),
+            action: Action::Request,
+            to,
+            event: event.to_owned(),
+            remaining_ms: millis(timeout),
+            hops_left: self.config.hop_limit,
+            origin: self.id.clone(),
+            visited: Vec::new(),
+            groups: None,
+            skip: Vec::new(),
+            served: Vec::new(),
+        };
+        let deadline = Instant::now() + timeout;
+        let routers = routers.into_iter().map(|(id, _)| id).collect();
+        self.stream_via(&forward, routers, payload, deadline, &outgoing.meta, window)
+            .await
+            .map_err(|remote| forward_error(remote, target, event, timeout))
+    }
+
+    /// Opens the stream of `forward` at the first of `routers` that takes it.
+    async fn stream_via(
+        &self,
+        forward: &Forward,
+        routers: Vec<NodeId>,
+        payload: Bytes,
+        deadline: Instant,
+        user: &protocol::Meta,
+        window: u32,
+    ) -> std::result::Result<ReplyStream, RemoteError> {
+        let mut last = None;
+        for id in routers {
+            if forward.excludes(&id) || id == *self.id {
+                continue;
+            }
+            let Some(link) = self
+                .state
+                .lock()
+                .registry
+                .route(&id)
+                .map(|r| r.link.clone())
+            else {
+                continue;
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RemoteError::system_error(
+                    code::TIMEOUT,
+                    "the deadline passed",
+                ));
+            }
+            let mut header = forward.clone();
+            header.remaining_ms = millis(left);
+            let header = encode_value(&header).map_err(|e| RemoteError::handler(e.to_string()))?;
+            let mut meta = user.clone();
+            meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
+            let options = StreamOptions::new(left).window(window);
+            match link
+                .system_request_stream(FORWARD, meta.as_bytes(), payload.clone(), options)
+                .await
+            {
+                Ok(stream) => return Ok(stream),
+                // Not sent (the connection is down): the next router may do.
+                Err(e) => last = Some(hop_error(e)),
+            }
+        }
+        Err(last.unwrap_or_else(|| match &forward.to {
+            Destination::Id(id) => RemoteError::system_error(code::NOT_FOUND, id.to_string()),
+            Destination::Filter(..) => RemoteError::system_error(code::NO_MATCH, "no node matches"),
+        }))
+    }
+
+    /// A router's side: `forward` asked for a streamed reply, to be sent into `sink`.
+    /// Opens the next hop's stream (the leaf, with `leaf` metadata, or the next router) and
+    /// relays its items; the answer ends the stream the router was asked for.
+    pub(crate) async fn stream_here(
+        &self,
+        forward: &Forward,
+        from: &NodeId,
+        (leaf, user): (Bytes, &protocol::Meta),
+        payload: Bytes,
+        deadline: Instant,
+        sink: ItemSink,
+    ) -> std::result::Result<Answer, RemoteError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
+        }
+        let stream = match self.pick_for(forward, from, &[])? {
+            Some(reach) => reach
+                .link
+                .request_stream(&forward.event, &leaf, payload, StreamOptions::new(left))
+                .await
+                .map_err(hop_error)?,
+            None => {
+                let next = forward.next_hop(self.id, left);
+                let routers = self
+                    .state
+                    .lock()
+                    .registry
+                    .routers()
+                    .into_iter()
+                    .map(|(id, _)| id)
+                    .filter(|id| id != from)
+                    .collect();
+                self.stream_via(
+                    &next,
+                    routers,
+                    payload,
+                    deadline,
+                    user,
+                    protocol::DEFAULT_WINDOW,
+                )
+                .await?
+            }
+        };
+        relay(stream, sink).await
+    }
+}
+
+/// Sends each item of `stream` into `sink`, one at a time: the next is read only once the
+/// previous one went (so the router holds at most the window of `stream`). The next hop's
+/// error reply is passed back as it came.
+async fn relay(
+    mut stream: ReplyStream,
+    mut sink: ItemSink,
+) -> std::result::Result<Answer, RemoteError> {
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(item) => {
+                if let Err(e) = sink.send(item).await {
+                    // The hop before is gone or gave up: dropping `stream` tells the next.
+                    return Err(RemoteError::system_error(code::HOP_FAILED, e.to_string()));
+                }
+            }
+            Err(protocol::Error::Remote(remote)) => return Err(remote),
+            Err(e) => return Err(hop_error(e)),
+        }
+    }
+    Ok(Answer::default())
+}
+
+/// The refusal a router answers for an upload it was asked to forward.
+pub(crate) fn no_forwarded_uploads() -> RemoteError {
+    RemoteError::system_error(
+        code::HOP_FAILED,
+        "uploads do not go through router nodes yet: connect to the node directly",
+    )
+}
