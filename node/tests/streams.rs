@@ -496,3 +496,50 @@ async fn a_stream_through_a_router() {
         .unwrap_err();
     assert_eq!(refused.code(), ErrorCode::NodeNotFound, "{refused}");
 }
+
+/// Two routers between caller and handler, by filter: each relays the items on, and the
+/// handler sees where the request came from.
+#[tokio::test]
+async fn a_stream_through_two_routers_by_filter() {
+    let r1 = router("r1").await;
+    let r2 = router("r2").await;
+    r2.connect(&address(&r1)).await.unwrap();
+    let worker = builder("far")
+        .option("role", "counter")
+        .build()
+        .await
+        .unwrap();
+    serve(&worker);
+    worker.on_stream("route", |req: Request, mut sink: Sink| async move {
+        let route = req.route().map(|r| r.via).unwrap_or_default();
+        for hop in route {
+            sink.send(&hop.to_string()).await?;
+        }
+        Ok(())
+    });
+    worker.connect(&address(&r2)).await.unwrap();
+    let caller = client("caller").await;
+    caller.connect(&address(&r1)).await.unwrap();
+    let counters = Filter::new().eq("role", "counter");
+    let items = within(
+        "two hops",
+        caller
+            .call(&counters, "count")
+            .stream::<u32>(&300u32)
+            .window(2)
+            .map(Result::unwrap)
+            .collect::<Vec<u32>>(),
+    )
+    .await;
+    assert_eq!(items, (0..300).collect::<Vec<u32>>());
+    let via: Vec<String> = within(
+        "the route",
+        caller
+            .call("far", "route")
+            .stream::<String>(&())
+            .map(Result::unwrap)
+            .collect(),
+    )
+    .await;
+    assert_eq!(via, ["r1", "r2"]);
+}
