@@ -42,8 +42,9 @@
 //! (32 items by default, [`Items::window`]), each bounded by the payload limit, so a stream
 //! costs at most window x `max_payload` bytes at its receiver, and a slow reader slows its
 //! producer. Dropping a stream cancels its handler; the call's timeout bounds the whole
-//! stream, [`Items::idle_timeout`] each item. Streams go to a joined peer (not yet through
-//! router nodes).
+//! stream, [`Items::idle_timeout`] each item. A streamed reply goes through router nodes
+//! as a request does (each relays the items one by one, holding at most a window of them);
+//! an upload goes to a joined peer only, for now.
 //!
 //! The rest of a node:
 //!
