@@ -303,14 +303,14 @@ impl Relay<'_> {
             user: &user,
             deadline,
         };
-        // A streamed reply is relayed item by item (`stream_route.rs`); a streamed body is
-        // not forwarded yet.
-        let sink = incoming.take_sink();
+        // A streamed reply or body is relayed item by item (`stream_route.rs`).
+        let (sink, body) = (incoming.take_sink(), incoming.take_body());
         let result = if let Some(sink) = sink.filter(|_| !fans_out(&forward)) {
             let leaf = (hop.leaf, &user);
             Box::pin(self.stream_here(&forward, &from, leaf, payload, deadline, sink)).await
-        } else if incoming.is_body_streamed() {
-            Err(crate::stream_route::no_forwarded_uploads())
+        } else if let Some(body) = body.filter(|_| !fans_out(&forward)) {
+            let leaf = (hop.leaf, &user);
+            Box::pin(self.upload_here(&forward, &from, leaf, deadline, body)).await
         } else if fans_out(&forward) {
             Box::pin(self.fan_here(&forward, &from, hop.leaf, &user, payload, deadline)).await
         } else {

@@ -32,7 +32,7 @@
 //!
 //! Streams go to an id or to one match of a filter, directly or (a streamed reply, when no
 //! joined peer fits) through router nodes, which relay the items one by one and hold at
-//! most a window of them each. Uploads go to joined peers only for now.
+//! most a window of them each; an upload likewise.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -265,8 +265,30 @@ impl Link {
         }
     }
 
+    /// Sends a streamed body as a system request (a forward, to a router) on this link.
+    pub(crate) async fn system_upload(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        items: impl Stream<Item = Bytes> + Send,
+        options: StreamOptions,
+    ) -> protocol::Result<protocol::Envelope> {
+        match self {
+            Link::Up { client, .. } => {
+                client
+                    .system_upload(event, metadata, Bytes::new(), items, options)
+                    .await
+            }
+            Link::Down { server, route, .. } => {
+                server
+                    .system_upload(route, event, metadata, Bytes::new(), items, options)
+                    .await
+            }
+        }
+    }
+
     /// Sends a streamed body on this link and waits for its reply.
-    async fn upload(
+    pub(crate) async fn upload(
         &self,
         event: &str,
         metadata: &[u8],
@@ -554,7 +576,7 @@ impl<'a> Call<'a, Raw> {
 /// `items` turned into bytes by `check`, one by one. The first that fails stops the
 /// stream without ending it (a clean end would tell the handler the body is whole): its
 /// error comes out of the receiver, and the caller drops the upload, which cancels it.
-fn checked<T, S>(
+pub(crate) fn checked<T, S>(
     items: S,
     mut check: impl FnMut(T) -> Result<Bytes> + Send,
 ) -> (
@@ -587,8 +609,30 @@ async fn upload_raw(
 ) -> Result<protocol::Answer> {
     let result = async {
         let node = prepared.node;
-        let (id, link) = node.stream_reach(&prepared.to)?;
         let timeout = prepared.outgoing.timeout;
+        let (id, link) = match node.stream_reach(&prepared.to) {
+            Ok(found) => found,
+            // No joined peer fits: through a router, if we are joined to one.
+            Err(local @ (Error::NodeNotFound { .. } | Error::NoNodesMatchFilter)) => {
+                let relay = Relay::of(&node.inner);
+                let (items, too_large) = checked(items, |item: Bytes| {
+                    crate::link::check_size(item.len(), relay.config.max_payload)?;
+                    Ok(item)
+                });
+                let sent = relay.upload_from_here(
+                    &prepared.to,
+                    prepared.event,
+                    items,
+                    &prepared.outgoing,
+                    local,
+                );
+                return tokio::select! {
+                    reply = sent => reply,
+                    Ok(error) = too_large => Err(error),
+                };
+            }
+            Err(e) => return Err(e),
+        };
         let limit = link.limit();
         // An item over the receiver's limit would end the upload there: refused here.
         let (items, too_large) = checked(items, |item: Bytes| {

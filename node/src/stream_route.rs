@@ -8,12 +8,13 @@
 //! stream at the origin cancels the first router's relay, which drops its own stream (a
 //! cancel to the next hop), and so on to the leaf's handler.
 //!
-//! Uploads do not go through routers yet (a typed refusal at the router).
+//! An upload goes the same way the other direction: each router reads the body it was sent
+//! only as the next hop grants credit for it.
 
 use bytes::Bytes;
 use futures::StreamExt;
 use protocol::{
-    encode_value, Answer, ItemSink, MetaValue, RemoteError, ReplyStream, StreamOptions,
+    encode_value, Answer, ItemSink, ItemStream, MetaValue, RemoteError, ReplyStream, StreamOptions,
 };
 use tokio::time::Instant;
 
@@ -25,6 +26,7 @@ use crate::inner::millis;
 use crate::link::Target;
 use crate::peer::NodeId;
 use crate::routing::{forward_error, hop_error, Relay, FORWARD_KEY};
+use crate::stream::checked;
 
 impl Relay<'_> {
     /// The origin's side: no joined peer fits `target` (`local` says why), so the stream
@@ -40,11 +42,35 @@ impl Relay<'_> {
         local: Error,
     ) -> Result<ReplyStream> {
         let timeout = outgoing.timeout;
-        let routers = self.state.lock().registry.routers();
+        let (forward, routers) = self.forward_for(target, event, payload.len(), timeout, local)?;
+        let deadline = Instant::now() + timeout;
+        self.stream_via(&forward, routers, payload, deadline, &outgoing.meta, window)
+            .await
+            .map_err(|remote| forward_error(remote, target, event, timeout))
+    }
+
+    /// The forward header of a stream from here to `target`, and the routers it may go
+    /// through (none: `local`, the reason no joined peer fitted).
+    fn forward_for(
+        &self,
+        target: &Target,
+        event: &str,
+        size: usize,
+        timeout: std::time::Duration,
+        local: Error,
+    ) -> Result<(Forward, Vec<NodeId>)> {
+        let routers: Vec<NodeId> = self
+            .state
+            .lock()
+            .registry
+            .routers()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
         if routers.is_empty() {
             return Err(local);
         }
-        crate::link::check_size(payload.len(), self.config.max_payload)?;
+        crate::link::check_size(size, self.config.max_payload)?;
         let to = match target {
             Target::Id(id) => Destination::Id(id.clone()),
             Target::Any(filter, scope) | Target::All(filter, scope) => {
@@ -64,11 +90,106 @@ impl Relay<'_> {
             skip: Vec::new(),
             served: Vec::new(),
         };
+        Ok((forward, routers))
+    }
+
+    /// The origin's side of an upload through a router (see
+    /// [`stream_from_here`](Self::stream_from_here)).
+    pub(crate) async fn upload_from_here(
+        &self,
+        target: &Target,
+        event: &str,
+        items: impl futures::Stream<Item = Bytes> + Send,
+        outgoing: &Outgoing,
+        local: Error,
+    ) -> Result<Answer> {
+        let timeout = outgoing.timeout;
+        let (forward, routers) = self.forward_for(target, event, 0, timeout, local)?;
         let deadline = Instant::now() + timeout;
-        let routers = routers.into_iter().map(|(id, _)| id).collect();
-        self.stream_via(&forward, routers, payload, deadline, &outgoing.meta, window)
+        self.upload_via(&forward, routers, items, deadline, &outgoing.meta)
             .await
             .map_err(|remote| forward_error(remote, target, event, timeout))
+    }
+
+    /// Sends the upload of `forward` through the first of `routers` joined now (a body is
+    /// sent once: no second router is tried).
+    async fn upload_via(
+        &self,
+        forward: &Forward,
+        routers: Vec<NodeId>,
+        items: impl futures::Stream<Item = Bytes> + Send,
+        deadline: Instant,
+        user: &protocol::Meta,
+    ) -> std::result::Result<Answer, RemoteError> {
+        let link = routers
+            .iter()
+            .filter(|id| !forward.excludes(id) && *id != self.id)
+            .find_map(|id| self.state.lock().registry.route(id).map(|r| r.link.clone()));
+        let Some(link) = link else {
+            return Err(match &forward.to {
+                Destination::Id(id) => RemoteError::system_error(code::NOT_FOUND, id.to_string()),
+                Destination::Filter(..) => {
+                    RemoteError::system_error(code::NO_MATCH, "no node matches")
+                }
+            });
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut header = forward.clone();
+        header.remaining_ms = millis(left);
+        let header = encode_value(&header).map_err(|e| RemoteError::handler(e.to_string()))?;
+        let mut meta = user.clone();
+        meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
+        link.system_upload(FORWARD, meta.as_bytes(), items, StreamOptions::new(left))
+            .await
+            .map(answer_of)
+            .map_err(hop_error)
+    }
+
+    /// A router's side of an upload: its body goes on to the next hop item by item (the
+    /// leaf, or the next router), read from `body` only as the next hop grants credit.
+    pub(crate) async fn upload_here(
+        &self,
+        forward: &Forward,
+        from: &NodeId,
+        (leaf, user): (Bytes, &protocol::Meta),
+        deadline: Instant,
+        body: ItemStream,
+    ) -> std::result::Result<Answer, RemoteError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
+        }
+        // A body that fails (its caller gave up) must not reach the next hop as a whole one.
+        let (items, failed) = checked(body, |item: protocol::Result<Bytes>| {
+            item.map_err(Error::from)
+        });
+        let sent = async {
+            match self.pick_for(forward, from, &[])? {
+                Some(reach) => reach
+                    .link
+                    .upload(&forward.event, &leaf, items, StreamOptions::new(left))
+                    .await
+                    .map(answer_of)
+                    .map_err(hop_error),
+                None => {
+                    let next = forward.next_hop(self.id, left);
+                    let routers = self
+                        .state
+                        .lock()
+                        .registry
+                        .routers()
+                        .into_iter()
+                        .map(|(id, _)| id)
+                        .filter(|id| id != from)
+                        .collect();
+                    self.upload_via(&next, routers, items, deadline, user).await
+                }
+            }
+        };
+        tokio::select! {
+            answer = sent => answer,
+            Ok(error) = failed => Err(RemoteError::system_error(code::HOP_FAILED, error.to_string())),
+        }
     }
 
     /// Opens the stream of `forward` at the first of `routers` that takes it.
@@ -174,6 +295,14 @@ impl Relay<'_> {
 /// Sends each item of `stream` into `sink`, one at a time: the next is read only once the
 /// previous one went (so the router holds at most the window of `stream`). The next hop's
 /// error reply is passed back as it came.
+/// A reply as an answer.
+fn answer_of(reply: protocol::Envelope) -> Answer {
+    Answer {
+        metadata: reply.metadata().clone(),
+        payload: reply.into_payload(),
+    }
+}
+
 async fn relay(
     mut stream: ReplyStream,
     mut sink: ItemSink,
@@ -191,12 +320,4 @@ async fn relay(
         }
     }
     Ok(Answer::default())
-}
-
-/// The refusal a router answers for an upload it was asked to forward.
-pub(crate) fn no_forwarded_uploads() -> RemoteError {
-    RemoteError::system_error(
-        code::HOP_FAILED,
-        "uploads do not go through router nodes yet: connect to the node directly",
-    )
 }

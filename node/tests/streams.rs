@@ -415,7 +415,8 @@ async fn a_peer_gone_ends_the_stream_with_peer_left() {
 
 /// A leaf that can reach `counter-1` only through a router: the stream is relayed item by
 /// item; the handler's error comes through as it was; a dropped stream stops the handler
-/// two hops away; a slow reader holds the producer to the windows on the path.
+/// two hops away; a slow reader holds the producer to the windows on the path; an upload
+/// goes the same way.
 #[tokio::test]
 async fn a_stream_through_a_router() {
     let hub = router("hub").await;
@@ -488,17 +489,20 @@ async fn a_stream_through_a_router() {
         within("the worker told", ended_rx.recv()).await,
         Some(ErrorCode::Cancelled)
     );
-    // An upload does not go through routers yet: the target is not found from here.
-    let refused = caller
-        .call("counter-1", "sum")
-        .upload::<u64, u64>(futures::stream::iter(1..=3u64))
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), ErrorCode::NodeNotFound, "{refused}");
+    // An upload goes through the router too.
+    let total: u64 = within(
+        "an upload through the router",
+        caller
+            .call("counter-1", "sum")
+            .upload(futures::stream::iter(1..=1000u64)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(total, 500_500);
 }
 
-/// Two routers between caller and handler, by filter: each relays the items on, and the
-/// handler sees where the request came from.
+/// Two routers between caller and handler, by filter: each relays the items on (a stream
+/// and an upload), and the handler sees where the request came from.
 #[tokio::test]
 async fn a_stream_through_two_routers_by_filter() {
     let r1 = router("r1").await;
@@ -510,6 +514,13 @@ async fn a_stream_through_two_routers_by_filter() {
         .await
         .unwrap();
     serve(&worker);
+    worker.on_upload("bytes", |_req: Request, mut body: Body| async move {
+        let mut total = 0u64;
+        while let Some(chunk) = body.next().await {
+            total += chunk?.iter().map(|&b| u64::from(b)).sum::<u64>();
+        }
+        Ok::<_, HandlerError>(total)
+    });
     worker.on_stream("route", |req: Request, mut sink: Sink| async move {
         let route = req.route().map(|r| r.via).unwrap_or_default();
         for hop in route {
@@ -542,4 +553,14 @@ async fn a_stream_through_two_routers_by_filter() {
     )
     .await;
     assert_eq!(via, ["r1", "r2"]);
+    let body = futures::stream::iter((0..200).map(|_| Bytes::from(vec![3u8; 10_000])));
+    let total: u64 = within(
+        "an upload through two routers",
+        caller.call(&counters, "bytes").raw().upload(body),
+    )
+    .await
+    .unwrap()
+    .decode()
+    .unwrap();
+    assert_eq!(total, 200 * 10_000 * 3);
 }

@@ -437,6 +437,23 @@ impl Client {
             .await
     }
 
+    /// [`upload`](Self::upload) for a system event (`_system:` namespace; for the node
+    /// layer's forwarding).
+    pub async fn system_upload(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: impl futures::Stream<Item = Bytes> + Send,
+        options: StreamOptions,
+    ) -> Result<Envelope> {
+        check_system_event(event)?;
+        self.check_connected()?;
+        self.conversation
+            .upload(server(), event, metadata, payload, items, options)
+            .await
+    }
+
     /// Sets the window this client grants for the streamed bodies it receives, and the
     /// most streamed requests it keeps open at once (new ones over it are refused with
     /// [`RemoteError::TOO_MANY_STREAMS`](crate::RemoteError::TOO_MANY_STREAMS)).

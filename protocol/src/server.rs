@@ -227,6 +227,23 @@ impl Server {
             .await
     }
 
+    /// [`upload`](Self::upload) for a system event (`_system:` namespace; for the node
+    /// layer's forwarding).
+    pub async fn system_upload(
+        &self,
+        peer: &PeerId,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: impl futures::Stream<Item = Bytes> + Send,
+        options: StreamOptions,
+    ) -> Result<Envelope> {
+        check_system_event(event)?;
+        self.conversation
+            .upload(peer, event, metadata, payload, items, options)
+            .await
+    }
+
     /// Sets the window this server grants for the streamed bodies it receives, and the
     /// most streamed requests it keeps open at once over all its clients (new ones over it
     /// are refused with [`RemoteError::TOO_MANY_STREAMS`](crate::RemoteError::TOO_MANY_STREAMS)).
