@@ -42,9 +42,9 @@
 //! (32 items by default, [`Items::window`]), each bounded by the payload limit, so a stream
 //! costs at most window x `max_payload` bytes at its receiver, and a slow reader slows its
 //! producer. Dropping a stream cancels its handler; the call's timeout bounds the whole
-//! stream, [`Items::idle_timeout`] each item. A streamed reply goes through router nodes
-//! as a request does (each relays the items one by one, holding at most a window of them);
-//! an upload goes to a joined peer only, for now.
+//! stream, [`Items::idle_timeout`] each item. Streams and uploads go through router nodes
+//! as requests do: each router relays the items one by one, holding at most a window of
+//! them.
 //!
 //! The rest of a node:
 //!
