@@ -74,6 +74,23 @@ async fn a_streamed_reply_arrives_item_by_item_then_ends() {
     assert_eq!(client.in_flight(), 0);
 }
 
+/// A window of 0 is a window of 1: the stream still flows, one item at a time.
+#[tokio::test]
+async fn a_window_of_zero_is_one() {
+    let (server, client) = pair().await;
+    server.on_request("count", counting(Arc::default()));
+    let stream = client
+        .request_stream(
+            "count",
+            &[],
+            protocol::encode_value(&20u32).unwrap(),
+            options().window(0),
+        )
+        .await
+        .unwrap();
+    assert_eq!(within("items", stream.count()).await, 20);
+}
+
 #[tokio::test]
 async fn the_handlers_error_is_the_last_item() {
     let (server, client) = pair().await;

@@ -103,8 +103,9 @@ pub struct StreamOptions {
     /// Bounds the whole stream, from the request to its last item (or, for an upload, to
     /// its reply).
     pub timeout: Duration,
-    /// Items the caller holds at most for a streamed reply (its credit window). Memory per
-    /// stream is at most `window` x the largest payload.
+    /// Items the caller holds at most for a streamed reply (its credit window; 0 counts as
+    /// 1, more than [`MAX_WINDOW`](crate::credit::MAX_WINDOW) as that). Memory per stream is
+    /// at most `window` x the largest payload.
     pub window: u32,
     /// The most time to wait for the next item of a streamed reply (`None`: the timeout
     /// alone bounds it).
@@ -185,7 +186,8 @@ impl<L: Link> Conversation<L> {
         if self.is_closing() {
             return Err(Error::Closed);
         }
-        let reply = options.window > 0 && !body;
+        // A streamed reply unless this is an upload (a window of 0 counts as 1).
+        let reply = !body;
         let deadline = (Instant::now() + options.timeout).into_std();
         let mut ends = Ends::default();
         let mut grant = None;
