@@ -403,6 +403,24 @@ impl Client {
             .await
     }
 
+    /// A stream both ways: `items` go to the server as the request's body (each as it
+    /// grants credit) while its reply comes back as a stream; the body is sent as the
+    /// returned stream is polled. The server's handler takes both the sink and the body.
+    pub async fn request_bidi(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: impl futures::Stream<Item = Bytes> + Send + 'static,
+        options: StreamOptions,
+    ) -> Result<ReplyStream> {
+        check_user_event(event)?;
+        self.check_connected()?;
+        self.conversation
+            .request_bidi(server(), event, metadata, payload, items, options)
+            .await
+    }
+
     /// [`request_stream`](Self::request_stream) for a system event (`_system:` namespace; for
     /// the node layer's forwarding).
     pub async fn system_request_stream(

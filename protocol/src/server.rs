@@ -194,6 +194,23 @@ impl Server {
             .await
     }
 
+    /// A stream both ways with the client `peer` (see
+    /// [`Client::request_bidi`](crate::Client::request_bidi)).
+    pub async fn request_bidi(
+        &self,
+        peer: &PeerId,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: impl futures::Stream<Item = Bytes> + Send + 'static,
+        options: StreamOptions,
+    ) -> Result<ReplyStream> {
+        check_user_event(event)?;
+        self.conversation
+            .request_bidi(peer, event, metadata, payload, items, options)
+            .await
+    }
+
     /// [`request_stream`](Self::request_stream) for a system event (`_system:` namespace; for
     /// the node layer's forwarding).
     pub async fn system_request_stream(

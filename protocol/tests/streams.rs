@@ -74,6 +74,47 @@ async fn a_streamed_reply_arrives_item_by_item_then_ends() {
     assert_eq!(client.in_flight(), 0);
 }
 
+/// A stream both ways: the handler reads the body and answers each item as it comes, with
+/// small windows both ways so that credit flows in both directions many times.
+#[tokio::test]
+async fn a_stream_both_ways() {
+    let (server, client) = pair().await;
+    server.set_stream_limits(2, 16);
+    server.on_request(
+        "upper",
+        stream_fn(|req, mut sink| async move {
+            let mut body = req
+                .take_body()
+                .ok_or_else(|| RemoteError::new("NO_BODY", "a body was expected"))?;
+            while let Some(item) = body.next().await {
+                let item = item.map_err(|e| RemoteError::new("BODY", e.to_string()))?;
+                sink.send(Bytes::from(item.to_ascii_uppercase()))
+                    .await
+                    .map_err(|e| RemoteError::new("SINK", e.to_string()))?;
+            }
+            Ok(())
+        }),
+    );
+    let words: Vec<Bytes> = (0..300).map(|i| Bytes::from(format!("word{i}"))).collect();
+    let stream = client
+        .request_bidi(
+            "upper",
+            &[],
+            Bytes::new(),
+            futures::stream::iter(words.clone()),
+            options().window(3),
+        )
+        .await
+        .unwrap();
+    let back: Vec<Bytes> = within("both ways", stream.map(Result::unwrap).collect()).await;
+    let expected: Vec<Bytes> = words
+        .iter()
+        .map(|w| Bytes::from(w.to_ascii_uppercase()))
+        .collect();
+    assert_eq!(back, expected);
+    assert_eq!(server.open_streams(), 0);
+}
+
 /// A window of 0 is a window of 1: the stream still flows, one item at a time.
 #[tokio::test]
 async fn a_window_of_zero_is_one() {

@@ -141,8 +141,14 @@ pub(crate) trait Calling: Send + Sync {
     /// The next item of the streamed reply of request `id`, or how it ended.
     fn poll_reply(&self, id: u64, cx: &mut Context<'_>) -> Poll<Next>;
     /// Takes one credit for the body of request `id`; `Err` with the outcome when the
-    /// request ended first.
-    fn poll_body_credit(&self, id: u64, cx: &mut Context<'_>) -> Poll<Result<(), Outcome>>;
+    /// request ended first. `apart`: the body is sent by another task than the one that
+    /// waits for the request's end (a stream both ways), so its waker is kept apart.
+    fn poll_body_credit(
+        &self,
+        id: u64,
+        apart: bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Outcome>>;
     /// How request `id` ended, once it did.
     fn poll_outcome(&self, id: u64, cx: &mut Context<'_>) -> Poll<Outcome>;
     /// Sends one item (`flags`: body, end) of stream `id` to `peer`, waiting at the
@@ -180,14 +186,12 @@ impl<L: Link> Conversation<L> {
         metadata: &[u8],
         payload: &Bytes,
         options: &StreamOptions,
-        body: bool,
+        (reply, body): (bool, bool),
     ) -> Result<u64> {
         check_event(event)?;
         if self.is_closing() {
             return Err(Error::Closed);
         }
-        // A streamed reply unless this is an upload (a window of 0 counts as 1).
-        let reply = !body;
         let deadline = (Instant::now() + options.timeout).into_std();
         let mut ends = Ends::default();
         let mut grant = None;
@@ -216,11 +220,13 @@ impl<L: Link> Conversation<L> {
             }
             id
         };
-        let flags = if body {
-            FLAG_BODY_STREAMED
-        } else {
-            FLAG_REPLY_STREAMED
-        };
+        let mut flags = 0;
+        if reply {
+            flags |= FLAG_REPLY_STREAMED;
+        }
+        if body {
+            flags |= FLAG_BODY_STREAMED;
+        }
         let encoded = Encoded::new(Kind::Request, id, event, metadata, payload)
             .with_budget(options.timeout)
             .with_flags(flags);
@@ -678,7 +684,12 @@ impl<L: Link> Calling for Conversation<L> {
         Poll::Pending
     }
 
-    fn poll_body_credit(&self, id: u64, cx: &mut Context<'_>) -> Poll<Result<(), Outcome>> {
+    fn poll_body_credit(
+        &self,
+        id: u64,
+        apart: bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Outcome>> {
         let mut pending = self.pending.lock();
         let Some(waiter) = pending.table.get_mut(id) else {
             return Poll::Ready(Err(Outcome::Failed(Error::Closed)));
@@ -687,12 +698,18 @@ impl<L: Link> Calling for Conversation<L> {
             // Ended first (an early answer, a deadline): the caller takes it next.
             return Poll::Ready(Err(Outcome::Failed(Error::Closed)));
         }
-        if let Some(credit) = waiter.stream.as_mut().and_then(|s| s.send.as_mut()) {
-            if credit.take() {
-                return Poll::Ready(Ok(()));
-            }
+        let Some(stream) = waiter.stream.as_mut() else {
+            return Poll::Ready(Err(Outcome::Failed(Error::Closed)));
+        };
+        if stream.send.as_mut().is_some_and(Credit::take) {
+            return Poll::Ready(Ok(()));
         }
-        match &mut waiter.waker {
+        let slot = if apart {
+            &mut stream.send_waker
+        } else {
+            &mut waiter.waker
+        };
+        match slot {
             Some(waker) if waker.will_wake(cx.waker()) => {}
             slot => *slot = Some(cx.waker().clone()),
         }
@@ -792,6 +809,8 @@ pub struct ReplyStream {
     event: Box<str>,
     timeout: Duration,
     idle: Option<(Duration, Pin<Box<tokio::time::Sleep>>)>,
+    /// A stream both ways: the sending of the body, driven by this stream's polls.
+    body: Option<BoxFuture<'static, ()>>,
     /// The stream ended (its last item was given): nothing more, nothing to cancel.
     done: bool,
 }
@@ -820,6 +839,11 @@ impl futures::Stream for ReplyStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if self.done {
             return Poll::Ready(None);
+        }
+        if let Some(body) = &mut self.body {
+            if body.as_mut().poll(cx).is_ready() {
+                self.body = None;
+            }
         }
         match self.core.poll_reply(self.id, cx) {
             Poll::Ready(Next::Item(item, grant)) => {
@@ -883,6 +907,41 @@ impl std::fmt::Debug for ReplyStream {
     }
 }
 
+/// Sends `items` as the body of stream `id`, each when credit allows, then its end; stops
+/// when the request ends first. A failed send gives the stream up (the callee is told).
+async fn send_body(
+    core: Arc<dyn Calling>,
+    peer: PeerId,
+    id: u64,
+    items: impl futures::Stream<Item = Bytes> + Send + 'static,
+) {
+    use futures::StreamExt;
+    let mut items = std::pin::pin!(items);
+    while let Some(item) = items.next().await {
+        if std::future::poll_fn(|cx| core.poll_body_credit(id, true, cx))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        if core
+            .send_item(&peer, id, FLAG_BODY_STREAMED, &item)
+            .await
+            .is_err()
+        {
+            Arc::clone(&core).give_up(&peer, id);
+            return;
+        }
+    }
+    if core
+        .send_item(&peer, id, FLAG_BODY_STREAMED | FLAG_END, &[])
+        .await
+        .is_err()
+    {
+        core.give_up(&peer, id);
+    }
+}
+
 /// Removes an upload's entry (and tells the callee) if its caller stops waiting early.
 struct GiveUp {
     core: Arc<dyn Calling>,
@@ -910,7 +969,7 @@ impl<L: Link> Conversation<L> {
         options: StreamOptions,
     ) -> Result<ReplyStream> {
         let id = self
-            .open_stream(peer, event, metadata, &payload, &options, false)
+            .open_stream(peer, event, metadata, &payload, &options, (true, false))
             .await?;
         let idle = options.idle_timeout.map(|idle| {
             (
@@ -925,6 +984,42 @@ impl<L: Link> Conversation<L> {
             event: event.into(),
             timeout: options.timeout,
             idle,
+            body: None,
+            done: false,
+        })
+    }
+
+    /// Opens a stream both ways: `items` go as the request's body (each as the callee
+    /// grants credit) while the reply comes back as a stream. The body is sent as the
+    /// returned stream is polled: read the reply to keep both moving.
+    pub(crate) async fn request_bidi(
+        self: &Arc<Self>,
+        peer: &PeerId,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: impl futures::Stream<Item = Bytes> + Send + 'static,
+        options: StreamOptions,
+    ) -> Result<ReplyStream> {
+        let id = self
+            .open_stream(peer, event, metadata, &payload, &options, (true, true))
+            .await?;
+        let idle = options.idle_timeout.map(|idle| {
+            (
+                idle,
+                Box::pin(tokio::time::sleep_until(Instant::now() + idle)),
+            )
+        });
+        let core = Arc::clone(self) as Arc<dyn Calling>;
+        let body = send_body(Arc::clone(&core), peer.clone(), id, items);
+        Ok(ReplyStream {
+            core,
+            peer: peer.clone(),
+            id,
+            event: event.into(),
+            timeout: options.timeout,
+            idle,
+            body: Some(Box::pin(body)),
             done: false,
         })
     }
@@ -942,7 +1037,7 @@ impl<L: Link> Conversation<L> {
         options: StreamOptions,
     ) -> Result<Envelope> {
         let id = self
-            .open_stream(peer, event, metadata, &payload, &options, true)
+            .open_stream(peer, event, metadata, &payload, &options, (false, true))
             .await?;
         let core = Arc::clone(self) as Arc<dyn Calling>;
         let mut guard = GiveUp {
@@ -962,24 +1057,21 @@ impl<L: Link> Conversation<L> {
             })
             .await;
             let item = match next {
-                Ok(item) => item,
-                Err(outcome) => break Some(outcome),
-            };
-            let credit = std::future::poll_fn(|cx| core.poll_body_credit(id, cx)).await;
-            if credit.is_err() {
-                // Ended while waiting: its outcome is taken below.
-                break None;
-            }
-            match item {
-                Some(item) => {
-                    core.send_item(peer, id, FLAG_BODY_STREAMED, &item).await?;
-                }
-                None => {
+                Ok(Some(item)) => item,
+                Ok(None) => {
+                    // The end takes no credit.
                     core.send_item(peer, id, FLAG_BODY_STREAMED | FLAG_END, &[])
                         .await?;
                     break None;
                 }
+                Err(outcome) => break Some(outcome),
+            };
+            let credit = std::future::poll_fn(|cx| core.poll_body_credit(id, false, cx)).await;
+            if credit.is_err() {
+                // Ended while waiting: its outcome is taken below.
+                break None;
             }
+            core.send_item(peer, id, FLAG_BODY_STREAMED, &item).await?;
         };
         let outcome = match early {
             Some(outcome) => outcome,
