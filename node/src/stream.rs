@@ -114,6 +114,12 @@ pub struct Body {
 }
 
 impl Body {
+    /// The streamed body of `request`, for a streaming handler ([`Node::on_stream`]) whose
+    /// caller sends one too ([`Call::bidi`]): `Some` once.
+    pub fn take(request: &Request) -> Option<Body> {
+        request.incoming().take_body().map(|inner| Body { inner })
+    }
+
     /// The next item decoded from MessagePack (as the typed [`Call::upload`] sends them).
     pub async fn next_as<T: DeserializeOwned>(&mut self) -> Option<Result<T>> {
         let item = self.next().await?;
@@ -243,6 +249,29 @@ impl Link {
         }
     }
 
+    /// Opens a stream both ways on this link.
+    async fn request_bidi(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: futures::stream::BoxStream<'static, Bytes>,
+        options: StreamOptions,
+    ) -> protocol::Result<ReplyStream> {
+        match self {
+            Link::Up { client, .. } => {
+                client
+                    .request_bidi(event, metadata, payload, items, options)
+                    .await
+            }
+            Link::Down { server, route, .. } => {
+                server
+                    .request_bidi(route, event, metadata, payload, items, options)
+                    .await
+            }
+        }
+    }
+
     /// Opens a streamed system request (a forward, to a router) on this link.
     pub(crate) async fn system_request_stream(
         &self,
@@ -339,6 +368,8 @@ pub struct Items<'a, R> {
     decode: fn(Bytes) -> Result<R>,
     window: u32,
     idle: Option<Duration>,
+    /// A stream both ways: the body to send ([`Call::bidi`]).
+    body: Option<futures::stream::BoxStream<'static, Bytes>>,
     started: std::time::Instant,
     items: u64,
     bytes: u64,
@@ -363,6 +394,7 @@ impl<'a, R> Items<'a, R> {
             decode,
             window: protocol::DEFAULT_WINDOW,
             idle: None,
+            body: None,
             started: std::time::Instant::now(),
             items: 0,
             bytes: 0,
@@ -401,8 +433,9 @@ impl<'a, R> Items<'a, R> {
         if let Some(idle) = self.idle {
             options = options.idle_timeout(idle);
         }
+        let body = self.body.take();
         Some(Box::pin(async move {
-            let opened = open(&prepared, payload, options).await;
+            let opened = open(&prepared, payload, options, body).await;
             (prepared, opened)
         }))
     }
@@ -421,12 +454,18 @@ impl<'a, R> Items<'a, R> {
     }
 }
 
-async fn open(prepared: &Prepared<'_>, payload: Bytes, options: StreamOptions) -> Result<Opened> {
+async fn open(
+    prepared: &Prepared<'_>,
+    payload: Bytes,
+    options: StreamOptions,
+    body: Option<futures::stream::BoxStream<'static, Bytes>>,
+) -> Result<Opened> {
     let node = prepared.node;
     let (id, link) = match node.stream_reach(&prepared.to) {
         Ok(found) => found,
-        // No joined peer fits: through a router, if we are joined to one.
-        Err(local @ (Error::NodeNotFound { .. } | Error::NoNodesMatchFilter)) => {
+        // No joined peer fits: through a router, if we are joined to one (a stream both
+        // ways goes to a joined peer only).
+        Err(local @ (Error::NodeNotFound { .. } | Error::NoNodesMatchFilter)) if body.is_none() => {
             let window = options.window;
             let stream = Relay::of(&node.inner)
                 .stream_from_here(
@@ -444,14 +483,20 @@ async fn open(prepared: &Prepared<'_>, payload: Bytes, options: StreamOptions) -
     };
     link.check_size(&payload)?;
     let timeout = options.timeout;
-    let stream = link
-        .request_stream(
-            prepared.event,
-            prepared.outgoing.meta.as_bytes(),
-            payload,
-            options,
-        )
-        .await
+    let metadata = prepared.outgoing.meta.as_bytes();
+    let opened = match body {
+        // An item over the receiver's limit ends the body there with a typed error the
+        // handler reads (the receiver refuses it: `Violation::ItemTooLarge`).
+        Some(body) => {
+            link.request_bidi(prepared.event, metadata, payload, body, options)
+                .await
+        }
+        None => {
+            link.request_stream(prepared.event, metadata, payload, options)
+                .await
+        }
+    };
+    let stream = opened
         .map_err(|e| Relay::of(&node.inner).link_error(&id, &link, prepared.event, timeout, e))?;
     Ok(Opened {
         stream,
@@ -562,6 +607,20 @@ impl<'a> Call<'a, Raw> {
     /// The typed [`stream`](Call::stream) with a raw payload and raw items.
     pub fn stream(self, payload: Bytes) -> Items<'a, Bytes> {
         Items::new(self.prepare(), payload, Ok)
+    }
+
+    /// A stream both ways, with raw items: `items` go to the handler as the request's body
+    /// (each as it grants credit; read it with [`Body::take`]) while its reply comes back
+    /// as [`Items`]. The body is sent as the returned stream is polled: read it to keep
+    /// both moving. To a joined peer only (not through routers).
+    pub fn bidi(
+        self,
+        payload: Bytes,
+        items: impl Stream<Item = Bytes> + Send + 'static,
+    ) -> Items<'a, Bytes> {
+        let mut stream = Items::new(self.prepare(), payload, Ok);
+        stream.body = Some(items.boxed());
+        stream
     }
 
     /// The typed [`upload`](Call::upload) with raw items, and the whole reply.

@@ -564,3 +564,37 @@ async fn a_stream_through_two_routers_by_filter() {
     .unwrap();
     assert_eq!(total, 200 * 10_000 * 3);
 }
+
+/// A stream both ways: the caller sends words, the handler answers each in upper case as
+/// it reads them.
+#[tokio::test]
+async fn a_stream_both_ways() {
+    let server = server("upper").await;
+    server.on_stream("upper", |req: Request, mut sink: Sink| async move {
+        let mut body = Body::take(&req).ok_or_else(|| HandlerError::invalid_argument("no body"))?;
+        while let Some(word) = body.next().await {
+            sink.send_raw(Bytes::from(word?.to_ascii_uppercase()))
+                .await?;
+        }
+        Ok(())
+    });
+    let caller = client("caller").await;
+    caller.connect(&address(&server)).await.unwrap();
+    let words: Vec<Bytes> = (0..200).map(|i| Bytes::from(format!("w{i}"))).collect();
+    let back: Vec<Bytes> = within(
+        "both ways",
+        caller
+            .call("upper", "upper")
+            .raw()
+            .bidi(Bytes::new(), futures::stream::iter(words.clone()))
+            .window(2)
+            .map(Result::unwrap)
+            .collect(),
+    )
+    .await;
+    let expected: Vec<Bytes> = words
+        .iter()
+        .map(|w| Bytes::from(w.to_ascii_uppercase()))
+        .collect();
+    assert_eq!(back, expected);
+}
