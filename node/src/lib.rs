@@ -44,7 +44,7 @@
 //! producer. Dropping a stream cancels its handler; the call's timeout bounds the whole
 //! stream, [`Items::idle_timeout`] each item. Streams and uploads go through router nodes
 //! as requests do: each router relays the items one by one, holding at most a window of
-//! them.
+//! them. A stream both ways ([`Call::bidi`], raw items) goes to a joined peer.
 //!
 //! The rest of a node:
 //!
