@@ -100,6 +100,10 @@ const HWM: i32 = 1_000;
 async fn a_flood_of_ticks_to_a_slow_handler_is_handled_or_counted_in_bounded_memory() {
     const SENDERS: usize = 4;
     const TICKS: usize = 50_000;
+    // Five nodes flood each other on two threads of a debug build: on a machine busy with
+    // other work the tests' 200 ms heartbeat (dead after 500 ms) can go late. This test is
+    // about memory, so its nodes beat every 2 s (dead after 5 s).
+    let builder = |id: &str| builder(id).heartbeat_interval(Duration::from_secs(2));
     let receiver = builder("receiver")
         .hwm(HWM)
         .bind("tcp://127.0.0.1:0")
