@@ -71,6 +71,14 @@ async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 
 const MIB: u64 = 1024 * 1024;
 
+/// A node of these tests. Tens of thousands of messages go through two threads of a debug
+/// build here: on a machine busy with other work the tests' 200 ms heartbeat (dead after
+/// 500 ms) can go late and a healthy peer be declared dead. These tests are about memory,
+/// so their nodes beat every 2 s (dead after 5 s). Shadows `support::builder`.
+fn builder(id: &str) -> node::NodeBuilder {
+    support::builder(id).heartbeat_interval(Duration::from_secs(2))
+}
+
 /// The high-water mark of the flood's sockets (the default is 10,000): what libzmq holds
 /// is bounded by it, not by the node's handler limits this test is about (see below).
 const HWM: i32 = 1_000;
@@ -100,10 +108,6 @@ const HWM: i32 = 1_000;
 async fn a_flood_of_ticks_to_a_slow_handler_is_handled_or_counted_in_bounded_memory() {
     const SENDERS: usize = 4;
     const TICKS: usize = 50_000;
-    // Five nodes flood each other on two threads of a debug build: on a machine busy with
-    // other work the tests' 200 ms heartbeat (dead after 500 ms) can go late. This test is
-    // about memory, so its nodes beat every 2 s (dead after 5 s).
-    let builder = |id: &str| builder(id).heartbeat_interval(Duration::from_secs(2));
     let receiver = builder("receiver")
         .hwm(HWM)
         .bind("tcp://127.0.0.1:0")
