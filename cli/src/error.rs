@@ -156,6 +156,22 @@ pub(crate) fn explain(error: &node::Error) -> String {
              --server-key with its public key, and --key with a key pair it allows)"
         ),
         E::InvalidFilter { reason } => format!("invalid filter: {reason}"),
+        E::InvalidTarget { reason } => format!("invalid target: {reason}"),
+        E::Busy { bound, .. } => match bound {
+            Some(b) if b.per_peer => format!(
+                "the remote node is busy: this caller already has {} handlers running there                  (nothing ran; send it again later)",
+                b.max
+            ),
+            Some(b) => format!(
+                "the remote node is busy: all its {} handler slots are taken (nothing ran;                  send it again later)",
+                b.max
+            ),
+            None => "the remote node is busy (nothing ran; send it again later)".into(),
+        },
+        E::PayloadTooLarge { size, max } => format!(
+            "the data is {size} bytes, over the receiver's limit of {max} (nothing was sent)"
+        ),
+        E::RouteLoop { reason } => format!("the routers passed the message in a loop: {reason}"),
         other => match other.code() {
             ErrorCode::Serialization => {
                 format!("the data cannot travel as MessagePack or come back as JSON: {other}")
@@ -251,6 +267,16 @@ mod tests {
             hint: None,
         };
         assert!(e.to_string().contains("panicked"), "{e}");
+        let e = Error::Send {
+            source: node::Error::PayloadTooLarge {
+                size: 2_000_000,
+                max: 1_048_576,
+            },
+            hint: None,
+        };
+        assert!(e
+            .to_string()
+            .contains("2000000 bytes, over the receiver's limit of 1048576"));
         let e = Error::Send {
             source: node::Error::NoNodesMatchFilter,
             hint: Some(" role=x (connected: a)".into()),

@@ -46,11 +46,11 @@ const OTHER: &str = "_other";
 
 /// The handles of one event's series (taken once, then an atomic add per request).
 pub(crate) struct EventSeries {
-    handled: [Counter; 5],
-    ticks_handled: [Counter; 5],
+    handled: [Counter; Outcome::ALL.len()],
+    ticks_handled: [Counter; Outcome::ALL.len()],
     handler_seconds: Histogram,
-    sent: [Counter; 5],
-    ticks_sent: [Counter; 5],
+    sent: [Counter; Outcome::ALL.len()],
+    ticks_sent: [Counter; Outcome::ALL.len()],
     request_seconds: Histogram,
 }
 

@@ -30,6 +30,8 @@ pub enum Outcome {
     Timeout,
     /// The handler was stopped because its requester left or the node was aborted.
     Cancelled,
+    /// The handler (or its middleware) panicked.
+    Panicked,
 }
 
 impl Outcome {
@@ -41,16 +43,18 @@ impl Outcome {
             Outcome::Refused => "refused",
             Outcome::Timeout => "timeout",
             Outcome::Cancelled => "cancelled",
+            Outcome::Panicked => "panicked",
         }
     }
 
     /// Every outcome, in a fixed order (the index of each is its position).
-    pub(crate) const ALL: [Outcome; 5] = [
+    pub(crate) const ALL: [Outcome; 6] = [
         Outcome::Ok,
         Outcome::Error,
         Outcome::Refused,
         Outcome::Timeout,
         Outcome::Cancelled,
+        Outcome::Panicked,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -62,6 +66,8 @@ impl Outcome {
         match result {
             Ok(_) => Outcome::Ok,
             Err(crate::Error::Handler { .. }) => Outcome::Error,
+            Err(crate::Error::HandlerPanicked) => Outcome::Panicked,
+            Err(crate::Error::Cancelled) => Outcome::Cancelled,
             Err(e) if e.is_timeout() => Outcome::Timeout,
             Err(_) => Outcome::Refused,
         }

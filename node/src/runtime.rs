@@ -643,7 +643,7 @@ async fn run_job(job: Job) {
                     Ok(false) => Outcome::Error,
                     Err(_) => {
                         tracing::error!(node = %runtime.node, "tick handler panicked");
-                        Outcome::Error
+                        Outcome::Panicked
                     }
                 },
                 _ = peer.gone() => {
@@ -707,16 +707,17 @@ async fn run_request(
     let outcome = tokio::select! {
         biased;
         result = handled => {
-            let result = result.unwrap_or_else(|_| {
-                tracing::error!(node = %runtime.node, "request handler panicked");
-                Err(RemoteError::system_error(PANICKED, "the handler panicked"))
-            });
-            runtime.answered.fetch_add(1, Ordering::Relaxed);
-            let outcome = match &result {
-                Ok(_) => Outcome::Ok,
-                Err(e) if e.system => Outcome::Refused,
-                Err(_) => Outcome::Error,
+            let (result, outcome) = match result {
+                Ok(Ok(answer)) => (Ok(answer), Outcome::Ok),
+                Ok(Err(e)) if e.system => (Err(e), Outcome::Refused),
+                Ok(Err(e)) => (Err(e), Outcome::Error),
+                Err(_) => {
+                    tracing::error!(node = %runtime.node, "request handler panicked");
+                    let e = RemoteError::system_error(PANICKED, "the handler panicked");
+                    (Err(e), Outcome::Panicked)
+                }
             };
+            runtime.answered.fetch_add(1, Ordering::Relaxed);
             responder.answer(fitting(result, peer.limit()));
             outcome
         }

@@ -3,9 +3,10 @@
 
 mod support;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use node::{Code, Error, ErrorCode, ErrorSource, HandlerError, NodeEvent, Request};
+use node::{Code, Error, ErrorCode, ErrorSource, HandlerError, NodeEvent, Outcome, Request};
 use support::*;
 
 #[tokio::test]
@@ -48,10 +49,30 @@ async fn a_panicking_handler_is_a_panic_for_its_caller_not_a_handler_error() {
         }
         Ok::<_, HandlerError>("never")
     });
+    // Hooks (and the metrics' `outcome` label) tell a panic from a handler's error.
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&handled);
+    a.hooks()
+        .on_handled(move |h| seen.lock().unwrap().push(h.outcome));
     let b = client("b").await;
+    let called = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&called);
+    b.hooks()
+        .on_called(move |c| seen.lock().unwrap().push(c.outcome));
     b.connect(&address(&a)).await.unwrap();
     let err = b.request::<_, String>("a", "boom", &()).await.unwrap_err();
     assert!(matches!(err, Error::HandlerPanicked), "{err:?}");
+    assert_eq!(*called.lock().unwrap(), [Outcome::Panicked]);
+    // The callee's hook runs just after its answer goes out: wait for it (bounded
+    // generously, for a loaded machine).
+    for _ in 0..500 {
+        if !handled.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(*handled.lock().unwrap(), [Outcome::Panicked]);
+    assert_eq!(Outcome::Panicked.as_str(), "panicked");
     assert!(err.is_panic());
     assert!(!err.is_cancelled() && !err.is_retry_safe());
     assert_eq!(err.code(), ErrorCode::HandlerPanicked);
