@@ -43,7 +43,8 @@
 //! - a handshake that exchanges ids, options and versions and binds each peer's identity to
 //!   its connection; heartbeats both ways; reconnection and re-handshake after restarts and
 //!   network cuts; an events stream ([`Node::events`]); graceful close; the joined peers
-//!   ([`Node::peers`]), CURVE keys ([`Node::keys`]), counters ([`Node::stats`]);
+//!   ([`Node::peers`]), CURVE keys ([`Node::keys`]), counters ([`Node::stats`]), and a
+//!   description any peer may ask for ([`Node::describe`]);
 //! - router nodes ([`NodeBuilder::router`]): a message that finds no joined match (or an id
 //!   that is not joined) goes through a joined router, which applies the same target to its
 //!   own peers and other routers, with the caller's deadline, a hop limit and loop
@@ -79,7 +80,8 @@
 //!   ticks);
 //! - the node's life: `phase.rs` (open, draining, closing), `drain.rs` (graceful close);
 //! - observability: `events.rs`, `observe.rs` (hooks, per-request metrics), `metrics.rs`,
-//!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports);
+//!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports),
+//!   `describe.rs` (what a node tells a peer that asks about it);
 //! - `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
 //!   `context.rs` (a request's deadline and what calls inherit), `codes.rs` (the codes on
 //!   the wire), `config.rs`, `error.rs`; `breaker.rs` (a client layer).
@@ -96,6 +98,7 @@ mod caller;
 mod codes;
 mod config;
 mod context;
+mod describe;
 mod dispatch;
 mod drain;
 mod error;
@@ -135,6 +138,10 @@ pub use call_timeout::{CallTimeout, CallTimeoutLayer};
 pub use caller::{CallFuture, Caller, Outbound, RetrySafe};
 pub use codes::Code;
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
+pub use describe::{
+    Counts, DescribePolicy, Description, EventStats, Latency, Limits, PeerSummary, RouterCounts,
+    Totals, MAX_DESCRIBED_EVENTS,
+};
 pub use error::{Error, ErrorCode, HandlerBound, Result};
 pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent, WaitError};
 pub use filter::Filter;

@@ -2,7 +2,10 @@
 //! `REQUEST_RECEIVED { event, duration }`, without writing a tower service) and the metrics
 //! recorded through the `metrics` facade (`metrics.rs`).
 //!
-//! Both are off until asked for, and cost one relaxed load per request while off.
+//! Both are off until asked for, and cost one relaxed load per request while off. The
+//! per-event load a node's description reports (`describe.rs`) is recorded here too, while
+//! describing is on (the default): a count when a job starts, a count and a histogram
+//! record when it ends.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,6 +13,8 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 
+use crate::config::Config;
+use crate::describe::{DescribePolicy, Load, Slot};
 use crate::metrics::Metrics;
 use crate::peer::NodeId;
 
@@ -99,6 +104,8 @@ pub struct Called<'a> {
 /// What a handler job keeps to report its end (see [`Observers::watch`]).
 pub(crate) struct Watch {
     series: Option<crate::metrics::SeriesId>,
+    /// The event's slot in the description's load.
+    slot: Option<Slot>,
     hook: Option<(String, NodeId)>,
     arrived: tokio::time::Instant,
 }
@@ -126,17 +133,22 @@ pub(crate) struct Observers {
     handled: RwLock<Vec<HandledHook>>,
     called: RwLock<Vec<CalledHook>>,
     pub(crate) metrics: Option<Metrics>,
+    /// The per-event load a description reports (`None`: describing is off).
+    pub(crate) load: Option<Load>,
 }
 
 impl Observers {
-    pub(crate) fn new(node: &NodeId, metrics: bool) -> Observers {
+    pub(crate) fn new(node: &NodeId, config: &Config) -> Observers {
+        let metrics = config.metrics;
+        let load = (config.describe != DescribePolicy::Off).then(Load::new);
         Observers {
-            active: AtomicBool::new(metrics),
+            active: AtomicBool::new(metrics || load.is_some()),
             any_handled: AtomicBool::new(false),
             any_called: AtomicBool::new(false),
             handled: RwLock::new(Vec::new()),
             called: RwLock::new(Vec::new()),
             metrics: metrics.then(|| Metrics::new(node)),
+            load,
         }
     }
 
@@ -172,6 +184,7 @@ impl Observers {
         let hooked = self.any_handled.load(Ordering::Relaxed);
         Some(Watch {
             series: self.metrics.as_ref().map(|m| m.series(event)),
+            slot: self.load.as_ref().map(|l| l.start(event)),
             hook: hooked.then(|| (event.to_owned(), from.clone())),
             arrived,
         })
@@ -182,6 +195,9 @@ impl Observers {
         let duration = watch.arrived.elapsed();
         if let (Some(metrics), Some(series)) = (&self.metrics, watch.series) {
             metrics.handled_in(series, tick, outcome, duration);
+        }
+        if let (Some(load), Some(slot)) = (&self.load, watch.slot) {
+            load.ended(slot, tick, outcome, duration);
         }
         if let Some((event, from)) = &watch.hook {
             let handled = Handled {
