@@ -55,7 +55,12 @@ pub(crate) async fn walk(node: &Node) -> (Vec<Found>, bool) {
                 let described = tokio::time::timeout(ASK_TIMEOUT, node.describe(id.clone()))
                     .await
                     .map_err(|_| "no answer in time".to_owned())
-                    .and_then(|r| r.map_err(|e| crate::error::explain(&e)));
+                    .and_then(|r| match r {
+                        // Listed by a peer, gone when asked (it left meanwhile: a
+                        // short-lived command such as this one): not part of the mesh.
+                        Err(e) if e.code() == node::ErrorCode::NodeNotFound => Err(String::new()),
+                        r => r.map_err(|e| crate::error::explain(&e)),
+                    });
                 Found { id, described }
             });
         }
@@ -63,6 +68,9 @@ pub(crate) async fn walk(node: &Node) -> (Vec<Found>, bool) {
             break;
         };
         let Ok(done) = done else { continue };
+        if done.described.as_ref().is_err_and(String::is_empty) {
+            continue;
+        }
         if let Ok(described) = &done.described {
             for peer in &described.peers {
                 if seen.len() >= MAX_NODES {
