@@ -12,9 +12,9 @@
 //!
 //! Latency quantiles come from a fixed-memory histogram per event (the `histogram` crate:
 //! buckets of about 6% relative width, microseconds up to about 71 minutes). "Recent"
-//! means since a snapshot taken at least [`WINDOW`] before the ask (so between one and two
-//! windows, said in [`Latency::window_ms`]); the first ask of a node's life covers its
-//! whole life.
+//! means since the newest snapshot (taken by an earlier ask) at least [`WINDOW`] old: one
+//! to two windows for a node asked regularly, as [`Latency::window_ms`] says; until there
+//! is such a snapshot, the node's whole life.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -373,8 +373,8 @@ impl EventLoad {
             window.pop_front();
         }
         let (since, recent) = match window.front() {
-            Some((at, base)) if *at < now => (*at, current.wrapping_sub(base).ok()?),
-            // The first ask: the whole life so far.
+            Some((at, base)) if now - *at >= WINDOW => (*at, current.wrapping_sub(base).ok()?),
+            // No snapshot a window old yet: the whole life so far.
             _ => (born, current),
         };
         latency_of(&recent, now.saturating_duration_since(since))
