@@ -71,12 +71,15 @@ impl NodeRow {
     }
 }
 
+/// Per event: requests handled and failed so far.
+type EventCounts = BTreeMap<String, (u64, u64)>;
+
 /// The per-node and per-event counts of the previous walk, for rates.
 #[derive(Default)]
 struct Rates {
     /// By node id and instance (a restarted node starts over): when, and per event
     /// (requests, failed).
-    last: HashMap<(NodeId, String), (Instant, BTreeMap<String, (u64, u64)>)>,
+    last: HashMap<(NodeId, String), (Instant, EventCounts)>,
     /// The rates of the latest walk: per node, per event (requests/s, errors/s).
     now: HashMap<NodeId, BTreeMap<String, (f64, f64)>>,
 }
@@ -88,7 +91,7 @@ impl Rates {
         self.now.clear();
         for f in found {
             let Ok(d) = &f.described else { continue };
-            let counts: BTreeMap<String, (u64, u64)> = d
+            let counts: EventCounts = d
                 .events
                 .iter()
                 .map(|e| (e.event.clone(), (e.requests.total(), e.requests.failed())))

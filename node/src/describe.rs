@@ -435,7 +435,7 @@ impl Load {
     /// The slot of `event`: its own while there is room, else the shared `_other`. A job
     /// started in it.
     pub(crate) fn start(&self, event: &str) -> Slot {
-        let slot = match self.events.find_or_insert(event, || EventLoad::new()) {
+        let slot = match self.events.find_or_insert(event, EventLoad::new) {
             Some(at) => Slot::Event(at),
             None => Slot::Other,
         };

@@ -149,7 +149,7 @@ async fn under_curve_only_the_allowed_keys_are_answered() {
     let secure = ConnectOptions::new().server_key(server_keys.public);
     let operator = builder("operator").curve(allowed).build().await.unwrap();
     operator
-        .connect_with(&address(&vault), secure.clone())
+        .connect_with(&address(&vault), secure)
         .await
         .unwrap();
     let stranger = builder("stranger").curve(other).build().await.unwrap();
