@@ -81,7 +81,8 @@
 //! - the node's life: `phase.rs` (open, draining, closing), `drain.rs` (graceful close);
 //! - observability: `events.rs`, `observe.rs` (hooks, per-request metrics), `metrics.rs`,
 //!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports),
-//!   `describe.rs` (what a node tells a peer that asks about it);
+//!   `describe.rs` (what a node tells a peer that asks about it, and the per-event load
+//!   behind it), `introspect.rs` (building it, answering, asking);
 //! - `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
 //!   `context.rs` (a request's deadline and what calls inherit), `codes.rs` (the codes on
 //!   the wire), `config.rs`, `error.rs`; `breaker.rs` (a client layer).
@@ -111,6 +112,7 @@ mod handler;
 mod handshake;
 mod heartbeat;
 mod inner;
+mod introspect;
 mod join;
 mod link;
 mod metrics;

@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 
-use crate::config::Config;
-use crate::describe::{DescribePolicy, Load, Slot};
+use crate::describe::{Load, Slot};
 use crate::metrics::Metrics;
 use crate::peer::NodeId;
 
@@ -138,9 +137,8 @@ pub(crate) struct Observers {
 }
 
 impl Observers {
-    pub(crate) fn new(node: &NodeId, config: &Config) -> Observers {
-        let metrics = config.metrics;
-        let load = (config.describe != DescribePolicy::Off).then(Load::new);
+    pub(crate) fn new(node: &NodeId, metrics: bool, describe: bool) -> Observers {
+        let load = describe.then(Load::new);
         Observers {
             active: AtomicBool::new(metrics || load.is_some()),
             any_handled: AtomicBool::new(false),
