@@ -129,6 +129,9 @@ pub(crate) struct Observers {
     any_handled: AtomicBool,
     /// Whether `called` has a hook.
     any_called: AtomicBool,
+    /// Whether calls are watched (a `called` hook, or metrics): the description watches
+    /// only the handled side, so while it alone is on a call reads no clock.
+    calls: AtomicBool,
     handled: RwLock<Vec<HandledHook>>,
     called: RwLock<Vec<CalledHook>>,
     pub(crate) metrics: Option<Metrics>,
@@ -143,6 +146,7 @@ impl Observers {
             active: AtomicBool::new(metrics || load.is_some()),
             any_handled: AtomicBool::new(false),
             any_called: AtomicBool::new(false),
+            calls: AtomicBool::new(metrics),
             handled: RwLock::new(Vec::new()),
             called: RwLock::new(Vec::new()),
             metrics: metrics.then(|| Metrics::new(node)),
@@ -155,6 +159,11 @@ impl Observers {
         self.active.load(Ordering::Relaxed)
     }
 
+    /// Whether a call's end is watched: when not, callers skip reading the clock.
+    pub(crate) fn calls_watched(&self) -> bool {
+        self.calls.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn add_handled(&self, hook: HandledHook) {
         self.handled.write().push(hook);
         self.any_handled.store(true, Ordering::Relaxed);
@@ -164,6 +173,7 @@ impl Observers {
     pub(crate) fn add_called(&self, hook: CalledHook) {
         self.called.write().push(hook);
         self.any_called.store(true, Ordering::Relaxed);
+        self.calls.store(true, Ordering::Relaxed);
         self.active.store(true, Ordering::Relaxed);
     }
 
