@@ -1,6 +1,7 @@
 //! The per-layer report: the points of a run, measured in interleaved rounds, each point a
 //! server process and a client process; then the report and the gate.
 
+use crate::progress::Progress;
 use std::process::ExitCode;
 use std::thread;
 use std::time::Duration;
@@ -117,6 +118,7 @@ pub(crate) fn run(args: &RunArgs, reexec: &Reexec) -> Result<ExitCode> {
     );
     let mut measured: Vec<Vec<Point>> = vec![Vec::new(); targets.len()];
     let mut failures = Vec::new();
+    let progress = Progress::new(order.len());
     for (n, &(round, i)) in order.iter().enumerate() {
         let target = targets[i];
         let label = format!(
@@ -136,16 +138,17 @@ pub(crate) fn run(args: &RunArgs, reexec: &Reexec) -> Result<ExitCode> {
                 format!("window {}", target.window)
             }
         );
+        progress.running(&label);
         match run_point(reexec, target, warmup, duration) {
             Ok(point) => {
                 let p50 = point
                     .latency_us
                     .map_or(String::new(), |l| format!(", p50 {:.1} us", l.p50));
-                eprintln!("{label}: {:.0}/s{p50}", point.rate);
+                progress.done(&format!("{label}: {:.0}/s{p50}", point.rate));
                 measured[i].push(point);
             }
             Err(e) => {
-                eprintln!("{label}: FAILED: {e}");
+                progress.done(&format!("{label}: FAILED: {e}"));
                 failures.push(Failure {
                     layer: target.layer,
                     size: target.size,
@@ -156,6 +159,7 @@ pub(crate) fn run(args: &RunArgs, reexec: &Reexec) -> Result<ExitCode> {
             }
         }
     }
+    drop(progress);
     let merged = measured.iter().filter_map(|p| rounds::merge(p)).collect();
 
     let settings = Settings {

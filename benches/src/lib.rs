@@ -67,6 +67,7 @@ mod harness;
 mod layers;
 mod measure;
 mod process;
+mod progress;
 mod report;
 mod rounds;
 mod scale;

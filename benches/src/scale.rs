@@ -32,6 +32,7 @@
 //! `--rounds N` runs every peer count N times, interleaved (every count, then every count
 //! again); the report gives the median of each figure and keeps every round in scale.json.
 
+use crate::progress::Progress;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -186,13 +187,16 @@ pub(crate) fn run(args: &ScaleArgs, reexec: &Reexec) -> Result<ExitCode> {
     let mut rounds: Vec<Vec<HubResult>> = vec![Vec::new(); args.peers.len()];
     let mut failures = Vec::new();
     let order = crate::harness::schedule(args.peers.len(), args.rounds.max(1) as usize);
+    let progress = Progress::new(order.len());
     for &(round, i) in &order {
         let peers = args.peers[i];
-        eprintln!(
+        let what = format!(
             "benches scale: round {}/{}: {peers} peers, sizes {sizes} B",
             round + 1,
             args.rounds.max(1)
         );
+        progress.say(&what);
+        progress.running(&what);
         let mut command = reexec.command();
         command
             .args([
@@ -222,9 +226,12 @@ pub(crate) fn run(args: &ScaleArgs, reexec: &Reexec) -> Result<ExitCode> {
                 Ok(serde_json::from_str::<HubResult>(line)?)
             });
         match outcome {
-            Ok(result) => rounds[i].push(result),
+            Ok(result) => {
+                rounds[i].push(result);
+                progress.done(&format!("benches scale: {peers} peers: done"));
+            }
             Err(e) => {
-                eprintln!("benches scale: {peers} peers: FAILED: {e}");
+                progress.done(&format!("benches scale: {peers} peers: FAILED: {e}"));
                 failures.push(ScaleFailure {
                     peers,
                     round: round + 1,
@@ -233,6 +240,7 @@ pub(crate) fn run(args: &ScaleArgs, reexec: &Reexec) -> Result<ExitCode> {
             }
         }
     }
+    drop(progress);
     let runs = rounds.iter().filter_map(|r| merge_runs(r)).collect();
     let all_rounds = rounds.into_iter().flatten().collect();
     let report = ScaleReport::new(

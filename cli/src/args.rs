@@ -33,6 +33,17 @@ pub(crate) enum Command {
     Tick(TickArgs),
     /// List the peers of a running `zeronode node`, with their options.
     Peers(PeersArgs),
+    /// Print one node's description: what it handles, its peers, its limits, how its
+    /// events fare (the node at --connect, or any node it reaches by id).
+    Info(InfoArgs),
+    /// List every node reachable from --connect (its peers, and through routers theirs),
+    /// one line each.
+    Ls(LsArgs),
+    /// A live full-screen view of the mesh: one row per node, refreshed every second
+    /// (plain lines when stdout is not a terminal).
+    Top(TopArgs),
+    /// An interactive session: connect, peers, info, request, tick, meta, timeout.
+    Shell(ShellArgs),
     /// Write a new CURVE key pair to FILE (private) and its public key to FILE.pub.
     Keygen(KeygenArgs),
     /// Measure each layer beside raw libzmq, or a hub with many peers (`bench scale`): the
@@ -300,6 +311,63 @@ pub(crate) struct PeersArgs {
     /// of a table.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Keys and server key.
+    #[command(flatten)]
+    pub(crate) security: SecurityArgs,
+}
+
+/// `zeronode info`.
+#[derive(Debug, Args)]
+pub(crate) struct InfoArgs {
+    /// Where to connect.
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+    /// The node to describe (default: the node at --connect); through a router, any node
+    /// it reaches.
+    #[arg(value_name = "ID")]
+    pub(crate) id: Option<String>,
+    /// Print the description as one JSON object.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// How long to wait for the answer, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) timeout: u64,
+}
+
+/// `zeronode ls`.
+#[derive(Debug, Args)]
+pub(crate) struct LsArgs {
+    /// Where to connect.
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+    /// Print one JSON object per node instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `zeronode top`.
+#[derive(Debug, Args)]
+pub(crate) struct TopArgs {
+    /// Where to connect.
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+    /// How often to refresh, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub(crate) interval: u64,
+    /// Stop after N refreshes (default: until q or Ctrl-C).
+    #[arg(long, value_name = "N")]
+    pub(crate) count: Option<u64>,
+}
+
+/// `zeronode shell`.
+#[derive(Debug, Args)]
+pub(crate) struct ShellArgs {
+    /// Node(s) to connect to at the start (`connect ADDR` in the session adds more).
+    #[arg(short, long, value_name = "ADDR", value_delimiter = ',', value_parser = parse_connect_address)]
+    pub(crate) connect: Vec<String>,
+    /// How long each connect waits for the remote node's handshake, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) connect_timeout: u64,
     /// Keys and server key.
     #[command(flatten)]
     pub(crate) security: SecurityArgs,

@@ -61,6 +61,9 @@ pub(crate) enum Error {
     /// The reply of `zeronode:peers` is not a list of peers.
     #[error("the node's answer to zeronode:peers is not a list of peers: {0}")]
     BadPeersReply(node::Error),
+    /// The terminal could not be set up or drawn on (`zeronode top`, `zeronode shell`).
+    #[error("terminal: {0}")]
+    Terminal(std::io::Error),
     /// A second Ctrl-C or SIGTERM arrived while the node was closing.
     #[error("interrupted again while closing: stopped without waiting")]
     Interrupted,

@@ -17,6 +17,12 @@
 //! zeronode peers --connect tcp://127.0.0.1:5000                              # a table
 //! zeronode peers --connect tcp://127.0.0.1:5000 --json                       # JSON lines
 //!
+//! # operating a mesh: what each node is, serves and does
+//! zeronode ls --connect tcp://127.0.0.1:5000          # every node reachable, one line each
+//! zeronode info --connect tcp://127.0.0.1:5000 w1     # one node's description (--json)
+//! zeronode top --connect tcp://127.0.0.1:5000         # live: requests/s, errors/s, p50/p99
+//! zeronode shell --connect tcp://127.0.0.1:5000       # > request w1 echo {"a":1}
+//!
 //! # secured with CURVE: a key pair per node, clients name the server's public key
 //! zeronode keygen api.key && zeronode keygen w1.key   # api.key + api.key.pub, w1.key + ...
 //! zeronode node --id api-1 --bind tcp://127.0.0.1:5001 --key api.key --allow w1.key.pub
@@ -46,6 +52,8 @@
 //! - `serve.rs`: `zeronode node` (handlers, event log, stats, signals);
 //! - `send.rs`: `request`, `tick` and `peers` through a short-lived node;
 //! - `peers.rs`: the `zeronode:peers` reply and its table;
+//! - `mesh.rs`: `info` and `ls`, and the walk of a mesh through its routers that `top`
+//!   shares; `top.rs`: the live view; `shell.rs`: the interactive session;
 //! - `keys.rs`: CURVE key files (`keygen`, `--key`, `--server-key`, `--allow`);
 //! - `error.rs`: errors as one clear line, and exit codes; `output.rs`: panic-free stdout.
 
@@ -54,11 +62,14 @@
 mod args;
 mod error;
 mod keys;
+mod mesh;
 mod metrics;
 mod output;
 mod peers;
 mod send;
 mod serve;
+mod shell;
+mod top;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -114,6 +125,10 @@ fn run(command: Command) -> Result<(), Error> {
             Command::Request(args) => send::request(args).await,
             Command::Tick(args) => send::tick(args).await,
             Command::Peers(args) => send::peers(args).await,
+            Command::Info(args) => mesh::info(args).await,
+            Command::Ls(args) => mesh::ls(args).await,
+            Command::Top(args) => top::run(args).await,
+            Command::Shell(args) => shell::run(args).await,
             Command::Keygen(args) => keygen(&args),
             // Run by `main` before any runtime exists (the harness's roles build their own).
             Command::Bench(_) => Ok(()),

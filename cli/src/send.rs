@@ -119,22 +119,22 @@ pub(crate) async fn peers(args: PeersArgs) -> Result<(), Error> {
 const FLUSH_PAUSE: Duration = Duration::from_millis(50);
 
 /// A short-lived node and the peers it connected to.
-struct Session {
+pub(crate) struct Session {
     /// The node (generated id, not bound).
-    node: Node,
+    pub(crate) node: Node,
     /// The peer behind each `--connect` address, in order.
-    connected: Vec<PeerInfo>,
+    pub(crate) connected: Vec<PeerInfo>,
 }
 
 impl Session {
     /// Loads the keys `args` name and opens a session to its `--connect` addresses.
-    async fn connect(args: &ConnectArgs) -> Result<Session, Error> {
+    pub(crate) async fn connect(args: &ConnectArgs) -> Result<Session, Error> {
         let security = Security::load(&args.security, true)?;
         Session::open(&args.connect, args.connect_timeout(), &security).await
     }
 
     /// Builds the node and connects to every address; on failure the node is closed.
-    async fn open(
+    pub(crate) async fn open(
         addresses: &[String],
         connect_timeout: Duration,
         security: &Security,
@@ -218,7 +218,7 @@ impl Session {
     }
 
     /// Closes the node gracefully: the remote side sees it leave as `stopped`.
-    async fn close(self) {
+    pub(crate) async fn close(self) {
         self.node.close().await;
         // libzmq writes queued messages (our tick, our goodbye) from its own I/O thread,
         // after `close` returns; the transport's process-wide context is never terminated,

@@ -42,7 +42,10 @@ use crate::trace;
 /// When a call started, if a hook or metrics watch the node: otherwise the clock is not
 /// read.
 fn watch_from(node: &Node) -> Option<std::time::Instant> {
-    node.inner.observers.active().then(std::time::Instant::now)
+    node.inner
+        .observers
+        .calls_watched()
+        .then(std::time::Instant::now)
 }
 
 /// A call ready to go: see [`Call::prepare`].

@@ -90,6 +90,8 @@ pub struct Config {
     /// The level of the per-request spans, `zeronode.call` and `zeronode.handle` (see
     /// [`NodeBuilder::span_level`]). `INFO` by default.
     pub span_level: tracing::Level,
+    /// Who may ask this node to describe itself (see [`NodeBuilder::describe`]).
+    pub describe: crate::describe::DescribePolicy,
 }
 
 /// What a node does with a request or tick that arrives while its handlers are at
@@ -219,6 +221,7 @@ impl Default for Config {
             max_metadata: protocol::MetaLimits::default(),
             metrics: false,
             span_level: tracing::Level::INFO,
+            describe: crate::describe::DescribePolicy::Anyone,
         }
     }
 }
@@ -476,6 +479,14 @@ impl NodeBuilder {
     /// context is carried on across nodes either way.
     pub fn span_level(self, level: tracing::Level) -> Self {
         self.set(move |config| config.span_level = level)
+    }
+
+    /// Sets who may ask this node to describe itself ([`Node::describe`](crate::Node::describe)):
+    /// any joined peer by default, only some CURVE keys, or nobody. While on, each request
+    /// and tick its handlers run costs two counts and a histogram record
+    /// (`node/src/describe.rs`); off, nothing.
+    pub fn describe(self, policy: crate::describe::DescribePolicy) -> Self {
+        self.set(move |config| config.describe = policy.clone())
     }
 
     /// Sets the limits on a message's metadata (see [`Config::max_metadata`]).

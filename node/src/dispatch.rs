@@ -16,6 +16,7 @@ use transport::Key;
 
 use crate::codes::system::{BAD_METADATA, NOT_JOINED, NO_HANDLER, SHUTTING_DOWN};
 use crate::context::deadline_of;
+use crate::describe::DESCRIBE;
 use crate::events::{ErrorSource, LeaveReason, NodeEvent};
 use crate::forward::FORWARD;
 use crate::handshake::{BYE, DRAINING, HANDSHAKE, HEARTBEAT, OPTIONS, REJOIN};
@@ -41,6 +42,10 @@ impl Inner {
                 SHUTTING_DOWN,
                 "the node is closing and takes no new requests",
             )));
+            return;
+        }
+        if incoming.event() == DESCRIBE {
+            responder.answer(self.answer_describe(&incoming));
             return;
         }
         // Most requests carry the budget alone: no section to check or to keep.

@@ -69,7 +69,7 @@ pub(crate) struct Inner {
 
 impl Inner {
     pub(crate) fn new(id: NodeId, options: Options, config: Config) -> Inner {
-        let observers = Observers::new(&id, config.metrics);
+        let observers = Observers::new(&id, config.metrics, config.describe.is_on());
         Inner {
             instance: uuid::Uuid::new_v4().to_string(),
             options: RwLock::new(options),

@@ -54,7 +54,8 @@
 //! - a handshake that exchanges ids, options and versions and binds each peer's identity to
 //!   its connection; heartbeats both ways; reconnection and re-handshake after restarts and
 //!   network cuts; an events stream ([`Node::events`]); graceful close; the joined peers
-//!   ([`Node::peers`]), CURVE keys ([`Node::keys`]), counters ([`Node::stats`]);
+//!   ([`Node::peers`]), CURVE keys ([`Node::keys`]), counters ([`Node::stats`]), and a
+//!   description any peer may ask for ([`Node::describe`]);
 //! - router nodes ([`NodeBuilder::router`]): a message that finds no joined match (or an id
 //!   that is not joined) goes through a joined router, which applies the same target to its
 //!   own peers and other routers, with the caller's deadline, a hop limit and loop
@@ -92,7 +93,9 @@
 //!   group ticks);
 //! - the node's life: `phase.rs` (open, draining, closing), `drain.rs` (graceful close);
 //! - observability: `events.rs`, `observe.rs` (hooks, per-request metrics), `metrics.rs`,
-//!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports);
+//!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports),
+//!   `describe.rs` (what a node tells a peer that asks about it, and the per-event load
+//!   behind it), `introspect.rs` (building it, answering, asking);
 //! - `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
 //!   `context.rs` (a request's deadline and what calls inherit), `codes.rs` (the codes on
 //!   the wire), `config.rs`, `error.rs`; `breaker.rs` (a client layer).
@@ -109,6 +112,7 @@ mod caller;
 mod codes;
 mod config;
 mod context;
+mod describe;
 mod dispatch;
 mod drain;
 mod error;
@@ -122,6 +126,7 @@ mod handshake;
 mod heartbeat;
 mod host;
 mod inner;
+mod introspect;
 mod join;
 mod link;
 mod metrics;
@@ -151,6 +156,10 @@ pub use call_timeout::{CallTimeout, CallTimeoutLayer};
 pub use caller::{CallFuture, Caller, Outbound, RetrySafe};
 pub use codes::Code;
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
+pub use describe::{
+    Counts, DescribePolicy, Description, EventStats, Latency, Limits, PeerSummary, RouterCounts,
+    Totals, MAX_DESCRIBED_EVENTS,
+};
 pub use error::{Error, ErrorCode, HandlerBound, Result};
 pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent, WaitError};
 pub use filter::Filter;

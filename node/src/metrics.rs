@@ -37,7 +37,7 @@ use crate::observe::{Called, Outcome};
 use crate::peer::NodeId;
 use table::Table;
 
-mod table;
+pub(crate) mod table;
 
 /// The most distinct event names that get a label of their own, per node.
 pub const MAX_EVENT_LABELS: usize = 256;

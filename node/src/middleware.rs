@@ -206,6 +206,20 @@ impl Handlers {
         }
     }
 
+    /// The request and tick patterns handled, in registration order (a regex as
+    /// `/regex/`), for a node's description.
+    pub(crate) fn patterns(&self) -> (Vec<String>, Vec<String>) {
+        let show = |p: &Pattern| match p {
+            Pattern::Exact(name) => name.clone(),
+            Pattern::Regex(regex) => format!("/{}/", regex.as_str()),
+        };
+        let table = self.table.read();
+        (
+            table.requests.iter().map(|(p, _)| show(p)).collect(),
+            table.ticks.iter().map(|(p, _)| show(p)).collect(),
+        )
+    }
+
     /// Drops every handler and layer (closing node: handlers often hold their node, and
     /// dropping them breaks that cycle).
     pub(crate) fn clear(&self) {

@@ -2,7 +2,10 @@
 //! `REQUEST_RECEIVED { event, duration }`, without writing a tower service) and the metrics
 //! recorded through the `metrics` facade (`metrics.rs`).
 //!
-//! Both are off until asked for, and cost one relaxed load per request while off.
+//! Both are off until asked for, and cost one relaxed load per request while off. The
+//! per-event load a node's description reports (`describe.rs`) is recorded here too, while
+//! describing is on (the default): a count when a job starts, a count and a histogram
+//! record when it ends.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,6 +13,7 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 
+use crate::describe::{Load, Slot};
 use crate::events::{ErrorSource, EventChannel, NodeEvent};
 use crate::metrics::Metrics;
 use crate::peer::NodeId;
@@ -107,6 +111,8 @@ pub struct Called<'a> {
 /// What a handler job keeps to report its end (see [`Observers::watch`]).
 pub(crate) struct Watch {
     series: Option<crate::metrics::SeriesId>,
+    /// The event's slot in the description's load.
+    slot: Option<Slot>,
     hook: Option<(String, NodeId)>,
     arrived: tokio::time::Instant,
 }
@@ -131,6 +137,9 @@ pub(crate) struct Observers {
     any_handled: AtomicBool,
     /// Whether `called` has a hook.
     any_called: AtomicBool,
+    /// Whether calls are watched (a `called` hook, or metrics): the description watches
+    /// only the handled side, so while it alone is on a call reads no clock.
+    calls: AtomicBool,
     handled: RwLock<Vec<HandledHook>>,
     called: RwLock<Vec<CalledHook>>,
     pub(crate) metrics: Option<Metrics>,
@@ -145,14 +154,18 @@ pub(crate) struct Observers {
     pub(crate) unjoined: AtomicU64,
     /// Messages refused for their metadata (over the limits, or malformed).
     pub(crate) metadata_refused: AtomicU64,
+    /// The per-event load a description reports (`None`: describing is off).
+    pub(crate) load: Option<Load>,
 }
 
 impl Observers {
-    pub(crate) fn new(node: &NodeId, metrics: bool) -> Observers {
+    pub(crate) fn new(node: &NodeId, metrics: bool, describe: bool) -> Observers {
+        let load = describe.then(Load::new);
         Observers {
-            active: AtomicBool::new(metrics),
+            active: AtomicBool::new(metrics || load.is_some()),
             any_handled: AtomicBool::new(false),
             any_called: AtomicBool::new(false),
+            calls: AtomicBool::new(metrics),
             handled: RwLock::new(Vec::new()),
             called: RwLock::new(Vec::new()),
             metrics: metrics.then(|| Metrics::new(node)),
@@ -161,6 +174,7 @@ impl Observers {
             reports: Reports::default(),
             unjoined: AtomicU64::new(0),
             metadata_refused: AtomicU64::new(0),
+            load,
         }
     }
 
@@ -190,6 +204,11 @@ impl Observers {
         self.active.load(Ordering::Relaxed)
     }
 
+    /// Whether a call's end is watched: when not, callers skip reading the clock.
+    pub(crate) fn calls_watched(&self) -> bool {
+        self.calls.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn add_handled(&self, hook: HandledHook) {
         self.handled.write().push(hook);
         self.any_handled.store(true, Ordering::Relaxed);
@@ -199,6 +218,7 @@ impl Observers {
     pub(crate) fn add_called(&self, hook: CalledHook) {
         self.called.write().push(hook);
         self.any_called.store(true, Ordering::Relaxed);
+        self.calls.store(true, Ordering::Relaxed);
         self.active.store(true, Ordering::Relaxed);
     }
 
@@ -217,6 +237,7 @@ impl Observers {
         let hooked = self.any_handled.load(Ordering::Relaxed);
         Some(Watch {
             series: self.metrics.as_ref().map(|m| m.series(event)),
+            slot: self.load.as_ref().map(|l| l.start(event)),
             hook: hooked.then(|| (event.to_owned(), from.clone())),
             arrived,
         })
@@ -227,6 +248,9 @@ impl Observers {
         let duration = watch.arrived.elapsed();
         if let (Some(metrics), Some(series)) = (&self.metrics, watch.series) {
             metrics.handled_in(series, tick, outcome, duration);
+        }
+        if let (Some(load), Some(slot)) = (&self.load, watch.slot) {
+            load.ended(slot, tick, outcome, duration);
         }
         if let Some((event, from)) = &watch.hook {
             let handled = Handled {

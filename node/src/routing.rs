@@ -19,6 +19,7 @@ use crate::codes::route as code;
 use crate::codes::system::{BAD_FORWARD, DEADLINE_EXCEEDED, NOT_JOINED, NO_HANDLER};
 use crate::config::Config;
 use crate::context::Outgoing;
+use crate::describe::DESCRIBE;
 use crate::drain::pick_again;
 use crate::error::{Error, Result};
 use crate::events::LeaveReason;
@@ -260,6 +261,9 @@ impl Relay<'_> {
             .ok_or_else(|| RemoteError::system_error(BAD_FORWARD, "no forward header"))?;
         let forward: Forward = decode_value(header.as_bytes())
             .map_err(|e| RemoteError::system_error(BAD_FORWARD, e.to_string()))?;
+        if forward.event == DESCRIBE {
+            crate::describe::may_forward(&self.config.describe, incoming.peer_key())?;
+        }
         let mut user = received.meta.user_only();
         // Every hop from here carries the trace on under this router's span.
         crate::trace::inject(&mut user);
@@ -366,10 +370,15 @@ impl Relay<'_> {
             let link = &reach.link;
             return match forward.action {
                 Action::Request => {
-                    match link
-                        .request(&forward.event, &metadata, payload.clone(), left)
-                        .await
-                    {
+                    // A description is the one system request a router passes on.
+                    let sent = if forward.event == DESCRIBE {
+                        link.system_request(DESCRIBE, &metadata, payload.clone(), left)
+                            .await
+                    } else {
+                        link.request(&forward.event, &metadata, payload.clone(), left)
+                            .await
+                    };
+                    match sent {
                         Ok(reply) => Ok(answer_of(reply)),
                         // Nothing ran on the peer picked (stopping, and marked draining
                         // by now; or the request never left): pick again.

@@ -630,6 +630,13 @@ async fn run_job(job: Job) {
                     .await,
                 Waited::AtOnce | Waited::Slot
             ) {
+                // Stopped before it ran (its peer left, or the close grace ran out): it
+                // ends here, so that what watched its start sees its end.
+                if let Some(watched) = watched {
+                    work.node
+                        .observers()
+                        .ended(watched, true, Outcome::Cancelled);
+                }
                 return;
             }
             let (node, peer) = (&work.node, &work.peer);

@@ -54,10 +54,17 @@ const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 /// FNV-1a's 64-bit prime.
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
-/// A node with the harness's settings.
+/// A node with the harness's settings. `ZERONODE_DESCRIBE=off` turns the node's
+/// description off (its per-request count and histogram record with it), so that one
+/// build measures what describing itself costs (benches/README.md, "A/B").
 fn builder(id: String) -> NodeBuilder {
+    let describe = match std::env::var("ZERONODE_DESCRIBE").as_deref() {
+        Ok("off") => node::DescribePolicy::Off,
+        _ => node::DescribePolicy::Anyone,
+    };
     Node::builder()
         .id(id)
+        .describe(describe)
         .engine(super::engine())
         .hwm(HWM)
         .max_payload(64 * 1024 * 1024)

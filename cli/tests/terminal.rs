@@ -1,0 +1,231 @@
+//! `zeronode top` and `zeronode shell` in a real terminal: tmux runs a shell, `send-keys`
+//! types, `capture-pane` reads the screen. The tmux server is this test's own (its own
+//! socket name), killed when the test ends. CI installs tmux (`.ci/run`); without it these
+//! tests fail saying so.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::{zeronode, NodeProcess, BIN, PATIENCE};
+
+/// A tmux server of our own with one window running a plain bash.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(name: &str) -> Tmux {
+        let socket = format!("zeronode-test-{}-{name}", std::process::id());
+        let tmux = Tmux { socket };
+        let status = Command::new("tmux")
+            .args(["-L", &tmux.socket, "-f", "/dev/null", "new-session", "-d"])
+            .args(["-x", "150", "-y", "40"])
+            .args([
+                "env",
+                "PS1=$ ",
+                "TERM=xterm-256color",
+                "bash",
+                "--norc",
+                "--noprofile",
+            ])
+            .status()
+            .unwrap_or_else(|e| panic!("tmux is needed for this test (apt-get install tmux): {e}"));
+        assert!(status.success(), "tmux new-session failed");
+        tmux.wait_for("the bash prompt", |s| s.trim_end().ends_with('$'));
+        tmux
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("tmux runs");
+        assert!(out.status.success(), "tmux {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Types `text` as it is, then Enter.
+    fn type_line(&self, text: &str) {
+        self.tmux(&["send-keys", "-t", "0", "-l", text]);
+        self.key("Enter");
+    }
+
+    /// Types `text` as it is.
+    fn type_text(&self, text: &str) {
+        self.tmux(&["send-keys", "-t", "0", "-l", text]);
+    }
+
+    /// Presses a key by tmux's name for it (`Enter`, `Escape`, `C-c`, `Tab`, `Down`).
+    fn key(&self, key: &str) {
+        self.tmux(&["send-keys", "-t", "0", key]);
+    }
+
+    /// What the pane shows now.
+    fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-t", "0"])
+    }
+
+    /// Whether the pane is in the alternate screen (a full-screen program's).
+    fn alternate(&self) -> bool {
+        self.tmux(&["display-message", "-p", "-t", "0", "#{alternate_on}"])
+            .trim()
+            == "1"
+    }
+
+    /// Waits until the screen satisfies `want` (fails the test after [`PATIENCE`]).
+    fn wait_for(&self, what: &str, want: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let screen = self.screen();
+            if want(&screen) {
+                return screen;
+            }
+            if Instant::now() > deadline {
+                panic!("never saw {what}; the screen:\n{screen}");
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+/// A router `hub` and a worker `w1` behind it, with a few requests answered.
+fn mesh() -> (NodeProcess, NodeProcess) {
+    let mut hub = NodeProcess::start(&["--id", "hub", "--router", "--bind", "tcp://127.0.0.1:0"]);
+    assert_eq!(hub.next_line(), "node hub ready");
+    let mut worker = NodeProcess::start(&["--id", "w1", "--connect", &hub.address]);
+    worker.wait_for("w1 ready", |l| l == "node w1 ready");
+    hub.wait_for("w1 joining", |l| l.starts_with("peer joined w1"));
+    for _ in 0..3 {
+        zeronode(&[
+            "request",
+            "--connect",
+            &hub.address,
+            "--to",
+            "w1",
+            "echo",
+            "1",
+        ])
+        .ok();
+    }
+    (hub, worker)
+}
+
+/// Where a test leaves what it saw, for the README's screenshot.
+fn keep(name: &str, screen: &str) {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let _ = std::fs::write(dir.join(name), screen);
+}
+
+#[test]
+fn top_shows_rows_drills_down_and_gives_the_terminal_back_on_ctrl_c() {
+    let (hub, _worker) = mesh();
+    let tmux = Tmux::start("top");
+    tmux.type_line(&format!(
+        "{BIN} top --connect {} --interval 300",
+        hub.address
+    ));
+    let screen = tmux.wait_for("a row per node", |s| {
+        s.contains("zeronode top: 2 nodes") && s.contains("hub (router)") && s.contains("\nw1 ")
+    });
+    assert!(tmux.alternate(), "full screen:\n{screen}");
+    assert!(screen.contains("REQ/S"), "{screen}");
+    keep("top.txt", &screen);
+
+    // Sorted by id (the sort steps through the six other columns), the second row is w1.
+    for _ in 0..6 {
+        tmux.key("s");
+    }
+    tmux.wait_for("sorted by id", |s| s.contains("sorted by ID"));
+    tmux.key("Down");
+    tmux.key("Enter");
+    let events = tmux.wait_for("w1's events", |s| {
+        s.contains("node w1, events") && s.lines().any(|l| l.starts_with("echo "))
+    });
+    let echo: Vec<&str> = events
+        .lines()
+        .find(|l| l.starts_with("echo "))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    // EVENT REQ/S ERR/S OK ...: the three requests answered.
+    assert_eq!(echo[3], "3", "{events}");
+    keep("top-events.txt", &events);
+    tmux.key("Escape");
+    tmux.wait_for("the node list again", |s| {
+        s.contains("zeronode top: 2 nodes")
+    });
+
+    tmux.key("C-c");
+    let after = tmux.wait_for("the shell back", |s| {
+        !s.contains("zeronode top:") && s.trim_end().ends_with('$')
+    });
+    assert!(!tmux.alternate(), "still in the alternate screen:\n{after}");
+    assert!(
+        after.contains(" top --connect "),
+        "the command line is back: {after}"
+    );
+    // The terminal is cooked again: line editing and echo on.
+    tmux.type_line("stty -a | tr -s ' ;' '\\n' | grep -x -e icanon -e echo | sort | tr '\\n' ,");
+    tmux.wait_for("stty's answer", |s| s.contains("echo,icanon,"));
+}
+
+#[test]
+fn a_request_typed_in_the_shell_prints_its_reply_and_a_bad_one_its_error() {
+    let (hub, _worker) = mesh();
+    let history = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("shell-history-{}", std::process::id()));
+    let _ = std::fs::remove_file(&history);
+    let tmux = Tmux::start("shell");
+    tmux.type_line(&format!(
+        "ZERONODE_HISTORY={} {BIN} shell --connect {}",
+        history.display(),
+        hub.address
+    ));
+    tmux.wait_for("the prompt", |s| {
+        s.contains("joined hub") && s.trim_end().ends_with("zeronode>")
+    });
+
+    tmux.type_line(r#"request w1 echo {"a": [1, 2]}"#);
+    tmux.wait_for("the reply", |s| s.lines().any(|l| l == r#"{"a":[1,2]}"#));
+
+    tmux.type_line("request w1 nosuch 1");
+    tmux.wait_for("the error", |s| {
+        s.lines()
+            .any(|l| l.starts_with("error: ") && l.contains("nosuch"))
+    });
+    tmux.type_line("request w1 echo {bad");
+    tmux.wait_for("the JSON error", |s| {
+        s.lines().any(|l| l.starts_with("error: invalid JSON"))
+    });
+
+    // Completion: the command, the id, the event (learnt from the descriptions).
+    tmux.type_text("req");
+    tmux.key("Tab");
+    tmux.type_text(" w");
+    tmux.key("Tab");
+    tmux.type_text(" ec");
+    tmux.key("Tab");
+    tmux.type_line(" 5");
+    let screen = tmux.wait_for("the completed request's reply", |s| {
+        s.contains("zeronode> request w1 echo 5\n5\n")
+    });
+    keep("shell.txt", &screen);
+
+    tmux.type_line("exit");
+    tmux.wait_for("bash again", |s| s.trim_end().ends_with('$'));
+    let saved = std::fs::read_to_string(&history).expect("the history is saved");
+    assert!(saved.contains("request w1 echo 5"), "{saved}");
+}
