@@ -305,6 +305,44 @@ mod tests {
     }
 
     #[test]
+    fn stream_errors_name_the_bound_and_the_right_command() {
+        let stalled = Error::StreamTimeout {
+            event: "count".into(),
+            after: Duration::from_millis(300),
+            idle: true,
+            received: 2,
+        };
+        assert_eq!(
+            stalled.to_string(),
+            "stream \"count\" stalled: no item within 300 ms after 2 item(s) (--idle sets the wait)"
+        );
+        let full = Error::Send {
+            source: node::Error::Handler {
+                code: node::Code::from("TOO_MANY_STREAMS".to_owned()),
+                message: "1024 open".into(),
+            },
+            hint: None,
+        };
+        assert!(
+            full.to_string()
+                .contains("as many streams open as it allows"),
+            "{full}"
+        );
+        let once = Error::Send {
+            source: node::Error::Handler {
+                code: node::Code::from("NOT_STREAMED".to_owned()),
+                message: "this event takes a streamed body: call it as an upload".into(),
+            },
+            hint: None,
+        };
+        assert!(
+            once.to_string()
+                .contains("`zeronode request` for one reply"),
+            "{once}"
+        );
+    }
+
+    #[test]
     fn bind_errors_name_the_address_once() {
         let e = Error::Bind {
             address: "tcp://x:1".into(),
