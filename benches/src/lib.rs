@@ -41,6 +41,10 @@
 //! `scale` is the second report: one hub node and 100 or 1,000 peer nodes in other processes
 //! (`tick_all` fan-out, `request_any`, join time, memory per peer); see the `scale` module.
 //!
+//! `streams` is the third: a streamed reply's throughput (64 KiB and 100-byte items) beside
+//! a plain-TCP bulk floor and one-way ticks, its time to first item beside a request's
+//! round trip, and both processes' memory over a long stream; see the `streams` module.
+//!
 //! `GATE=1` judges the run against the floors in `gate::FLOORS` (ratios to the layer below
 //! or to raw, measured in the same run, medians when there are rounds): exit 1 when one is
 //! not met, exit 2 when the machine has fewer than two cores or nothing could be judged.
@@ -56,6 +60,7 @@
 //! - `lib.rs`: the command line, [`run`] and the hidden roles; `main.rs`: the binary.
 //! - `harness.rs`: the per-layer report (points, rounds, the processes of one point).
 //! - `scale.rs`: the scale report (hub, peer processes); `scale_report.rs`: its output.
+//! - `streams.rs`: the streams report (its server and client roles, the table).
 //! - `layers/`: each row's server and client.
 //! - `measure.rs`: one point on the client side (phases, window, timings).
 //! - `stats.rs`: percentiles, medians; `rounds.rs`: merging rounds; `gate.rs`: the floors;
@@ -75,6 +80,7 @@ mod scale_ceiling;
 mod scale_floor;
 mod scale_report;
 mod stats;
+mod streams;
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -164,6 +170,9 @@ pub fn run(args: impl IntoIterator<Item = OsString>, reexec: Reexec) -> ExitCode
         Some(Role::Scale(args)) => scale::run(&args, &reexec),
         Some(Role::ScaleHub(args)) => scale::hub(&args, &reexec).map(|()| ExitCode::SUCCESS),
         Some(Role::ScalePeers(args)) => scale::peers(&args).map(|()| ExitCode::SUCCESS),
+        Some(Role::Streams(args)) => streams::run(&args, &reexec),
+        Some(Role::StreamsServe(args)) => streams::serve(&args).map(|()| ExitCode::SUCCESS),
+        Some(Role::StreamsClient(args)) => streams::client(&args).map(|()| ExitCode::SUCCESS),
         None => harness::run(&cli.run, &reexec),
     };
     outcome.unwrap_or_else(|e| {
@@ -229,6 +238,9 @@ enum Role {
     /// One hub node and many peer nodes in other processes: tick_all fan-out, request_any,
     /// join time and memory per peer, at each peer count.
     Scale(scale::ScaleArgs),
+    /// A streamed reply beside a plain-TCP bulk floor, one-way ticks and the request round
+    /// trip, and both processes' memory over a long stream.
+    Streams(streams::StreamsArgs),
     /// Serve one layer's echo until killed (prints the bound endpoint first).
     #[command(hide = true)]
     Serve(ServeArgs),
@@ -241,6 +253,12 @@ enum Role {
     /// Many peer nodes joined to a hub, until killed.
     #[command(hide = true)]
     ScalePeers(scale::PeersArgs),
+    /// The streams report's server: a node and a TCP floor, until killed.
+    #[command(hide = true)]
+    StreamsServe(streams::ServeArgs),
+    /// The streams report's client: every phase, one JSON line.
+    #[command(hide = true)]
+    StreamsClient(streams::ClientArgs),
 }
 
 /// Options of a whole per-layer run.

@@ -24,11 +24,14 @@ pub(crate) struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Run a node with the built-in handlers `echo`, `ping`, `delay` and `zeronode:peers`,
-    /// until Ctrl-C or SIGTERM.
+    /// Run a node with the built-in handlers `echo`, `ping`, `delay`, `count` (streamed)
+    /// and `zeronode:peers`, until Ctrl-C or SIGTERM.
     Node(NodeArgs),
     /// Send one request and print the reply as one line of JSON.
     Request(RequestArgs),
+    /// Send one request for a streamed reply and print each item as a line of JSON as it
+    /// arrives (`zeronode node` streams `count`).
+    Stream(StreamArgs),
     /// Send one tick (fire and forget) and print `sent` or `sent to N nodes`.
     Tick(TickArgs),
     /// List the peers of a running `zeronode node`, with their options.
@@ -270,6 +273,35 @@ pub(crate) struct RequestArgs {
     /// How long to wait for the reply, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) timeout: u64,
+}
+
+/// `zeronode stream`: `zeronode request`'s arguments, and the stream's own bounds.
+#[derive(Debug, Args)]
+pub(crate) struct StreamArgs {
+    /// Where to connect.
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+    /// Who streams.
+    #[command(flatten)]
+    pub(crate) target: TargetArgs,
+    /// The event name, e.g. `count` (a `zeronode node` streams `count N`: 1 to N).
+    #[arg(value_name = "EVENT")]
+    pub(crate) event: String,
+    /// The request's data as JSON (sent as MessagePack); `null` when absent.
+    #[arg(value_name = "JSON")]
+    pub(crate) data: Option<String>,
+    /// A metadata entry sent with the request (text); repeat it.
+    #[arg(short = 'm', long = "meta", value_name = "KEY=VALUE", value_parser = parse_meta)]
+    pub(crate) meta: Vec<(String, String)>,
+    /// How long the whole stream may last, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) timeout: u64,
+    /// How long to wait for each next item, in milliseconds (default: only --timeout).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) idle: Option<u64>,
+    /// Items the stream holds at most before the sender waits (its credit window).
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub(crate) window: u32,
 }
 
 /// `zeronode tick`.

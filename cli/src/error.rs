@@ -8,6 +8,11 @@ use std::time::Duration;
 
 use node::ErrorCode;
 
+/// The system code of a stream refused because the receiver has its most streams open.
+const TOO_MANY_STREAMS: &str = "TOO_MANY_STREAMS";
+/// The system code of a stream asked of a handler that answers once (or the reverse).
+const NOT_STREAMED: &str = "NOT_STREAMED";
+
 /// Everything a command can fail with.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
@@ -57,6 +62,18 @@ pub(crate) enum Error {
         /// What the user may want to know besides (the peers there are, ...), starting
         /// with a space.
         hint: Option<String>,
+    },
+    /// A stream's deadline (`--timeout`) or idle bound (`--idle`) ran out.
+    #[error("{}", stream_timeout_message(event, *after, *idle, *received))]
+    StreamTimeout {
+        /// The stream's event.
+        event: String,
+        /// The bound that ran out.
+        after: Duration,
+        /// Whether it was the wait for one item (`--idle`) rather than the whole stream.
+        idle: bool,
+        /// Items printed before it ran out.
+        received: u64,
     },
     /// The reply of `zeronode:peers` is not a list of peers.
     #[error("the node's answer to zeronode:peers is not a list of peers: {0}")]
@@ -113,6 +130,16 @@ fn connect_message(address: &str, timeout: Duration, source: &node::Error) -> St
     }
 }
 
+/// The message for a stream that ran out of time, naming the flag that sets the bound.
+fn stream_timeout_message(event: &str, after: Duration, idle: bool, received: u64) -> String {
+    let ms = after.as_millis();
+    if idle {
+        format!("stream {event:?} stalled: no item within {ms} ms after {received} item(s) (--idle sets the wait)")
+    } else {
+        format!("stream {event:?} timed out: not finished within {ms} ms, {received} item(s) received (--timeout sets the bound)")
+    }
+}
+
 /// Says in words what a node error means to the person who typed the command.
 pub(crate) fn explain(error: &node::Error) -> String {
     use node::Error as E;
@@ -123,6 +150,18 @@ pub(crate) fn explain(error: &node::Error) -> String {
             "request {event:?} timed out: no reply within {} ms",
             timeout.as_millis()
         ),
+        E::Handler { code, message } if code.as_str() == TOO_MANY_STREAMS => format!(
+            "the remote node has as many streams open as it allows ({code}: {message}): try \
+             again when some have ended"
+        ),
+        E::Handler { code, message } if code.as_str() == NOT_STREAMED => {
+            format!("{message} ({code}: `zeronode stream` for a streamed reply, `zeronode request` for one reply)")
+        }
+        E::Handler { code, message }
+            if *code == node::Code::FailedPrecondition && message.contains("stream") =>
+        {
+            format!("{message} ({code}: `zeronode stream` for a streamed reply)")
+        }
         E::Handler { code, message } => format!("the remote handler failed: {code}: {message}"),
         E::NoHandler { event } => {
             format!("the remote node has no handler for {event:?} (NO_HANDLER)")
@@ -183,6 +222,10 @@ pub(crate) fn explain(error: &node::Error) -> String {
                 format!("{other} (an event is 1 to 1024 bytes, outside `_system:`)")
             }
             ErrorCode::InvalidEnvelope => format!("the remote sent an invalid message: {other}"),
+            // A stream ended by its other end: the handler's node dropped it or left.
+            ErrorCode::Cancelled => {
+                format!("the remote node ended the stream before its end ({other})")
+            }
             _ => other.to_string(),
         },
     }
@@ -287,6 +330,44 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "no connected node matches the filter role=x (connected: a)"
+        );
+    }
+
+    #[test]
+    fn stream_errors_name_the_bound_and_the_right_command() {
+        let stalled = Error::StreamTimeout {
+            event: "count".into(),
+            after: Duration::from_millis(300),
+            idle: true,
+            received: 2,
+        };
+        assert_eq!(
+            stalled.to_string(),
+            "stream \"count\" stalled: no item within 300 ms after 2 item(s) (--idle sets the wait)"
+        );
+        let full = Error::Send {
+            source: node::Error::Handler {
+                code: node::Code::from("TOO_MANY_STREAMS".to_owned()),
+                message: "1024 open".into(),
+            },
+            hint: None,
+        };
+        assert!(
+            full.to_string()
+                .contains("as many streams open as it allows"),
+            "{full}"
+        );
+        let once = Error::Send {
+            source: node::Error::Handler {
+                code: node::Code::from("NOT_STREAMED".to_owned()),
+                message: "this event takes a streamed body: call it as an upload".into(),
+            },
+            hint: None,
+        };
+        assert!(
+            once.to_string()
+                .contains("`zeronode request` for one reply"),
+            "{once}"
         );
     }
 

@@ -13,6 +13,7 @@
 //! zeronode request --connect tcp://127.0.0.1:5000 --to api-1 ping            # "pong"
 //! zeronode request --connect tcp://127.0.0.1:5000 --any -f role=api ping     # "pong"
 //! zeronode request --connect tcp://127.0.0.1:5000 delay 2000 --timeout 200   # error: ... timed out
+//! zeronode stream --connect tcp://127.0.0.1:5000 count 3                  # 1, 2, 3: a line each
 //! zeronode tick --connect tcp://127.0.0.1:5000 --all -f role=api news '"hi"' # sent to 1 node
 //! zeronode peers --connect tcp://127.0.0.1:5000                              # a table
 //! zeronode peers --connect tcp://127.0.0.1:5000 --json                       # JSON lines
@@ -38,7 +39,8 @@
 //! declares a silent peer dead after 2.5 heartbeat intervals (`--heartbeat-ms`): its own, or
 //! the peer's when the peer said in its handshake that it beats less often.
 //!
-//! Output: results on stdout (a reply is one line of JSON); errors as one line
+//! Output: results on stdout (a reply is one line of JSON, a streamed reply a line per
+//! item); errors as one line
 //! `error: ...` on stderr. Exit codes: 0 success, 1 failure (unreachable node, timeout,
 //! remote error, ...), 2 bad input (unknown flag or subcommand, missing or rejected
 //! argument, invalid JSON), 3 a node whose close grace (`--grace`) ran out with requests
@@ -50,7 +52,7 @@
 //! ## Layout
 //! - `args.rs`: the clap types, typed `key=value` values, address and JSON checks;
 //! - `serve.rs`: `zeronode node` (handlers, event log, stats, signals);
-//! - `send.rs`: `request`, `tick` and `peers` through a short-lived node;
+//! - `send.rs`: `request`, `stream`, `tick` and `peers` through a short-lived node;
 //! - `peers.rs`: the `zeronode:peers` reply and its table;
 //! - `mesh.rs`: `info` and `ls`, and the walk of a mesh through its routers that `top`
 //!   shares; `top.rs`: the live view; `shell.rs`: the interactive session;
@@ -123,6 +125,7 @@ fn run(command: Command) -> Result<(), Error> {
         match command {
             Command::Node(args) => serve::run(args).await,
             Command::Request(args) => send::request(args).await,
+            Command::Stream(args) => send::stream(args).await,
             Command::Tick(args) => send::tick(args).await,
             Command::Peers(args) => send::peers(args).await,
             Command::Info(args) => mesh::info(args).await,

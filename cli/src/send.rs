@@ -1,4 +1,4 @@
-//! `zeronode request`, `zeronode tick` and `zeronode peers`: a short-lived node (generated
+//! `zeronode request`, `zeronode stream`, `zeronode tick` and `zeronode peers`: a short-lived node (generated
 //! id, no bound address) connects, sends one message, prints the outcome and closes
 //! gracefully, so the remote side sees it leave with the reason `stopped`.
 
@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use node::{Node, NodeId, PeerInfo, Reply, Scope, Target};
 
-use crate::args::{parse_data, Aim, ConnectArgs, PeersArgs, RequestArgs, TickArgs};
+use crate::args::{parse_data, Aim, ConnectArgs, PeersArgs, RequestArgs, StreamArgs, TickArgs};
 use crate::error::Error;
 use crate::keys::Security;
 use crate::output::say;
@@ -36,6 +36,54 @@ pub(crate) async fn request(args: RequestArgs) -> Result<(), Error> {
     }
     say(value);
     Ok(())
+}
+
+/// Sends one request for a streamed reply and prints each item as a line of JSON as it
+/// arrives. The end prints nothing; an error (the handler's, a timeout, the peer leaving)
+/// is the command's error, after the items that came before it.
+pub(crate) async fn stream(args: StreamArgs) -> Result<(), Error> {
+    use futures::StreamExt;
+
+    let aim = args.target.aim(false, &args.connect.connect)?;
+    let data = parse_data(args.data.as_deref())?;
+    let timeout = Duration::from_millis(args.timeout);
+    let idle = args.idle.map(Duration::from_millis);
+    let session = Session::connect(&args.connect).await?;
+    let target = session.target(&aim);
+    let call = session.node.call(target, &args.event).timeout(timeout);
+    let mut items = with_meta(call, &args.meta)
+        .stream::<serde_json::Value>(&data)
+        .window(args.window);
+    if let Some(idle) = idle {
+        items = items.idle_timeout(idle);
+    }
+    let mut failed = None;
+    while let Some(item) = items.next().await {
+        match item {
+            Ok(value) => say(value),
+            Err(source) => {
+                failed = Some(source);
+                break;
+            }
+        }
+    }
+    let received = items.received();
+    // Dropped before closing: a stream ended early cancels the handler at once.
+    drop(items);
+    let failed = failed.map(|source| match source {
+        node::Error::Timeout { timeout: after, .. } => Error::StreamTimeout {
+            event: args.event.clone(),
+            after,
+            idle: idle == Some(after) && idle != Some(timeout),
+            received,
+        },
+        source => session.send_error(&aim, source),
+    });
+    session.close().await;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// The call with the `--meta` entries.

@@ -16,13 +16,15 @@
 //! The built-in request handlers are `echo` (the data back, byte for byte, and the
 //! request's metadata as the reply's), `ping`
 //! (`"pong"`), `delay` (waits the number of milliseconds it is given, then returns it) and
-//! `zeronode:peers` (see [`crate::peers`]); every tick is accepted (and counted).
+//! `zeronode:peers` (see [`crate::peers`]); every tick is accepted (and counted). One
+//! handler streams its reply (`zeronode stream`): `count`, given `N`, sends the numbers 1 to
+//! N; given `{"n": N, "every_ms": MS}`, one every MS milliseconds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use node::{BoxError, HandlerError, LeaveReason, Node, NodeEvent, Request, Response};
+use node::{BoxError, HandlerError, LeaveReason, Node, NodeEvent, Request, Response, Sink};
 use regex::Regex;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -200,7 +202,7 @@ impl Counters {
     }
 }
 
-/// Registers `echo`, `ping`, `delay`, `zeronode:peers` and the catch-all tick handler.
+/// Registers `echo`, `ping`, `delay`, `count`, `zeronode:peers` and the catch-all tick handler.
 fn register_handlers(node: &Node, counters: &Arc<Counters>, verbose: bool) {
     let c = Arc::clone(counters);
     // A service rather than `on_request`: the payload goes back untouched, whatever it is.
@@ -233,6 +235,16 @@ fn register_handlers(node: &Node, counters: &Arc<Counters>, verbose: bool) {
     });
 
     let c = Arc::clone(counters);
+    node.on_stream("count", move |req: Request, sink: Sink| {
+        c.request(&req, verbose);
+        async move {
+            let data: serde_json::Value = req.decode()?;
+            let (n, every) = count_of(&data)?;
+            count(sink, n, every).await
+        }
+    });
+
+    let c = Arc::clone(counters);
     // This clone of the node lives in the node's own handler table (a cycle): `run` removes
     // the handler once the node is closed.
     let me = node.clone();
@@ -260,6 +272,42 @@ fn delay_of(data: &serde_json::Value) -> Result<Duration, HandlerError> {
     };
     let ms = data.as_f64().filter(|ms| *ms >= 0.0).ok_or_else(bad)?;
     Duration::try_from_secs_f64(ms / 1000.0).map_err(|_| bad())
+}
+
+/// What a `count` request asks for: how many numbers, and the pause between two.
+fn count_of(data: &serde_json::Value) -> Result<(u64, Duration), HandlerError> {
+    let bad = || {
+        HandlerError::new(
+            HandlerError::BAD_REQUEST,
+            format!("count expects N or {{\"n\": N, \"every_ms\": MS}}, got {data}"),
+        )
+    };
+    let (n, every_ms) = match data {
+        serde_json::Value::Object(fields) => (
+            fields.get("n").and_then(serde_json::Value::as_u64),
+            match fields.get("every_ms") {
+                None => Some(0),
+                Some(ms) => ms.as_u64(),
+            },
+        ),
+        n => (n.as_u64(), Some(0)),
+    };
+    match (n, every_ms) {
+        (Some(n), Some(ms)) => Ok((n, Duration::from_millis(ms))),
+        _ => Err(bad()),
+    }
+}
+
+/// Streams 1 to `n`, pausing `every` before each item after the first. The sink waits
+/// while the caller reads slowly, and fails once the caller is gone: `?` stops the count.
+async fn count(mut sink: Sink, n: u64, every: Duration) -> Result<(), HandlerError> {
+    for i in 1..=n {
+        if i > 1 && !every.is_zero() {
+            tokio::time::sleep(every).await;
+        }
+        sink.send(&i).await?;
+    }
+    Ok(())
 }
 
 /// Prints one line per peer joining, changing its options or leaving, until the node stops.
@@ -416,6 +464,26 @@ mod tests {
                 Some(HandlerError::BAD_REQUEST.to_owned()),
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn count_takes_a_number_or_n_and_a_pause() {
+        assert_eq!(
+            count_of(&serde_json::json!(3)).ok(),
+            Some((3, Duration::ZERO))
+        );
+        assert_eq!(
+            count_of(&serde_json::json!({"n": 2, "every_ms": 50})).ok(),
+            Some((2, Duration::from_millis(50)))
+        );
+        for bad in [
+            serde_json::json!(-1),
+            serde_json::json!("3"),
+            serde_json::json!(null),
+            serde_json::json!({"n": 2, "every_ms": -5}),
+        ] {
+            assert!(count_of(&bad).is_err(), "{bad}");
         }
     }
 

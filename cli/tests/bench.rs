@@ -74,3 +74,29 @@ fn bench_help_is_the_harness_help() {
     }
     assert!(help.contains("zeronode bench"), "{help}");
 }
+
+#[test]
+fn bench_streams_prints_every_figure_beside_its_reference() {
+    // Short phases and a small long stream: the test checks the report, not the speed.
+    let output = assert_cmd::Command::new(BIN)
+        .args(["bench", "streams", "--duration", "0.2", "--warmup", "0"])
+        .args(["--rounds", "1", "--long-mib", "8"])
+        .timeout(LIMIT)
+        .output()
+        .expect("zeronode bench streams runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    for row in [
+        "| `tcp-bulk` 64 KiB chunks |",
+        "| `stream-64k` raw items |",
+        "x `node-native-tick`",
+        "x request round trip p50",
+        "| long stream 8 MiB in ",
+        "load average: ",
+    ] {
+        assert!(text.contains(row), "no {row:?} in\n{text}");
+    }
+    // Both processes' memory was read: no "?" in the long stream's row.
+    let long = text.lines().find(|l| l.contains("long stream"));
+    assert!(long.is_some_and(|l| !l.contains('?')), "{text}");
+}
