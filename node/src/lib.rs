@@ -80,6 +80,8 @@
 //! - the node's life: `phase.rs` (open, draining, closing), `drain.rs` (graceful close);
 //! - observability: `events.rs`, `observe.rs` (hooks, per-request metrics), `metrics.rs`,
 //!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports);
+//! - discovery: `discover.rs` (following a DNS name or another source of addresses,
+//!   through `connect` and `disconnect`);
 //! - `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
 //!   `context.rs` (a request's deadline and what calls inherit), `codes.rs` (the codes on
 //!   the wire), `config.rs`, `error.rs`; `breaker.rs` (a client layer).
@@ -96,6 +98,7 @@ mod caller;
 mod codes;
 mod config;
 mod context;
+pub mod discover;
 mod dispatch;
 mod drain;
 mod error;
@@ -135,6 +138,7 @@ pub use call_timeout::{CallTimeout, CallTimeoutLayer};
 pub use caller::{CallFuture, Caller, Outbound, RetrySafe};
 pub use codes::Code;
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
+pub use discover::{Discover, DiscoverOptions, Discovery, DiscoveryEvent, Dns, Static};
 pub use error::{Error, ErrorCode, HandlerBound, Result};
 pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent, WaitError};
 pub use filter::Filter;

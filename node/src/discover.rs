@@ -1,0 +1,1306 @@
+//! Discovery: a node that follows a name (or any source of addresses) and keeps itself
+//! connected to every address it lists.
+//!
+//! A [`Discover`] source is a [`Stream`] of address sets: each item is the whole current
+//! set (`tcp://10.0.0.7:5555`, ...), or why there is none this time. Two are built in:
+//! [`Dns`] (A and AAAA records of `NAME:PORT`, or the SRV records `_zeronode._tcp.NAME`,
+//! followed by their TTL) and [`Static`] (a fixed list). [`Node::discover`] runs one:
+//!
+//! - an address that appears is connected to (at most [`DiscoverOptions::max_peers`] at
+//!   once: past it, [`DiscoveryEvent::Capped`]), our own address is skipped, and two
+//!   addresses that lead to one node make one peer (the second is refused by the peer's
+//!   id check and kept aside, tried again when a peer of this source leaves);
+//! - an address that disappears is let go gracefully: its peer is no longer picked for
+//!   `any`, `all` or group calls at once, and it is disconnected once our requests to it
+//!   are answered (or after [`DiscoverOptions::grace`]);
+//! - a failed answer or an empty one changes nothing: the peers that are joined stay
+//!   (a DNS outage must not take a mesh down); it is an event and a counter;
+//! - a connection to a listed address that fails, or a peer of this source that leaves,
+//!   asks the source for a new answer at once ([`Discover::refresh`]; the source bounds
+//!   how often).
+//!
+//! The driver is one task per source, holding the node only weakly; it ends with the node
+//! or with [`Discovery::stop`]. It drives the node through `connect` and `disconnect`,
+//! like a user would; the only hook it has into the node is marking a peer it lets go as
+//! draining.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use std::future::Future;
+use hickory_resolver::config::{LookupIpStrategy, NameServerConfigGroup, ResolverConfig};
+use hickory_resolver::name_server::TokioConnectionProvider;
+use hickory_resolver::{ResolveError, TokioResolver};
+use parking_lot::Mutex;
+use tokio::sync::broadcast;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::{Instant, Sleep};
+
+use crate::events::{LeaveReason, NodeEvent};
+use crate::inner::Inner;
+use crate::link::Link;
+use crate::peer::{Direction, NodeId};
+use crate::ratelimit::{RateLimit, Verdict};
+use crate::upstream::ConnectOptions;
+use crate::Error;
+
+/// Why a source has no address set this time. The peers joined so far stay.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DiscoveryError {
+    /// The name given is not `NAME`, `NAME:PORT` or a valid DNS name.
+    #[error("invalid name {name:?}: {reason}")]
+    InvalidName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The system's resolver configuration could not be read.
+    #[error("cannot read the resolver configuration: {0}")]
+    Config(String),
+    /// The name server did not answer within the resolver's timeout.
+    #[error("resolving {name} timed out")]
+    Timeout {
+        /// The name resolved.
+        name: String,
+    },
+    /// The resolution failed (the name server's error, a network error).
+    #[error("resolving {name} failed: {reason}")]
+    Resolve {
+        /// The name resolved.
+        name: String,
+        /// The resolver's error.
+        reason: String,
+    },
+    /// A source of the user's own failed.
+    #[error("{0}")]
+    Source(String),
+}
+
+/// A source of addresses: a stream of address sets, each the whole current set (a
+/// `tcp://HOST:PORT` per node), or why there is none this time. Implement it to follow
+/// Consul, etcd or a file; [`Dns`] and [`Static`] are built in.
+///
+/// The source decides when to answer again (a DNS source waits for the records' TTL).
+/// A stream that ends stops the discovery (its peers stay connected).
+pub trait Discover:
+    Stream<Item = Result<Vec<String>, DiscoveryError>> + Send + Unpin + 'static
+{
+    /// A connection to a listed address failed, or a peer of this source left: answer
+    /// again soon. The source bounds how soon (the default ignores it).
+    fn refresh(&mut self) {}
+
+    /// What this source follows, for events and logs.
+    fn describe(&self) -> String;
+}
+
+/// Wraps a stream of the user's own as a [`Discover`] source (without refresh).
+pub fn from_stream<S>(description: impl Into<String>, stream: S) -> FromStream<S>
+where
+    S: Stream<Item = Result<Vec<String>, DiscoveryError>> + Send + Unpin + 'static,
+{
+    FromStream {
+        description: description.into(),
+        stream,
+    }
+}
+
+/// A stream as a [`Discover`] source ([`from_stream`]).
+#[derive(Debug)]
+pub struct FromStream<S> {
+    description: String,
+    stream: S,
+}
+
+impl<S> Stream for FromStream<S>
+where
+    S: Stream<Item = Result<Vec<String>, DiscoveryError>> + Unpin,
+{
+    type Item = Result<Vec<String>, DiscoveryError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.stream.poll_next_unpin(cx)
+    }
+}
+
+impl<S> Discover for FromStream<S>
+where
+    S: Stream<Item = Result<Vec<String>, DiscoveryError>> + Send + Unpin + 'static,
+{
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+}
+
+/// A fixed list of addresses: answered once, then kept (the stream never ends, so the
+/// discovery goes on reconnecting what fails).
+#[derive(Debug, Clone)]
+pub struct Static {
+    addresses: Vec<String>,
+    told: bool,
+}
+
+impl Static {
+    /// These addresses (`tcp://HOST:PORT` each).
+    pub fn new<I, S>(addresses: I) -> Static
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Static {
+            addresses: addresses.into_iter().map(Into::into).collect(),
+            told: false,
+        }
+    }
+}
+
+impl Stream for Static {
+    type Item = Result<Vec<String>, DiscoveryError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.told {
+            return Poll::Pending;
+        }
+        self.told = true;
+        Poll::Ready(Some(Ok(self.addresses.clone())))
+    }
+}
+
+impl Discover for Static {
+    fn describe(&self) -> String {
+        format!("{} listed addresses", self.addresses.len())
+    }
+}
+
+/// The prefix of the SRV names a DNS source asks for a name without a port.
+pub const SRV_PREFIX: &str = "_zeronode._tcp.";
+
+/// One answer of a lookup: the addresses, and how long they hold.
+type Answer = (Result<Vec<String>, DiscoveryError>, Duration);
+
+/// A DNS name followed by its TTL: `NAME:PORT` resolves the A and AAAA records of NAME
+/// (each address with PORT); `NAME` alone resolves the SRV records `_zeronode._tcp.NAME`
+/// (each target's addresses with the record's port). The resolver is `hickory-resolver`
+/// with the system's configuration (`/etc/resolv.conf`), or the name server given.
+///
+/// Resolved again when the shortest TTL of the answer runs out, clamped to
+/// [`ttl_bounds`](Self::ttl_bounds) (default 1 s to 60 s: a TTL of 0 does not make a
+/// busy loop, a TTL of a year does not freeze the set); after a failure, after the
+/// minimum, doubling up to the maximum; on [`refresh`](Discover::refresh), at once but
+/// never sooner than the minimum after the last resolution.
+///
+/// ```no_run
+/// # async fn demo(node: node::Node) {
+/// use node::discover::Dns;
+///
+/// let workers = node.discover(Dns::new("workers.default.svc.cluster.local:5555"));
+/// # let _ = workers; }
+/// ```
+pub struct Dns {
+    name: String,
+    port: Option<u16>,
+    name_server: Option<SocketAddr>,
+    min_ttl: Duration,
+    max_ttl: Duration,
+    timeout: Duration,
+    /// At most this many addresses of one answer are kept (the rest are dropped, so a
+    /// name with a million records costs a bounded set).
+    max_addresses: usize,
+    running: Running,
+}
+
+/// The state of a running DNS source (not cloned).
+#[derive(Default)]
+struct Running {
+    resolver: Option<TokioResolver>,
+    /// When to resolve next; `None` before the first (at once).
+    wake: Option<Pin<Box<Sleep>>>,
+    /// The lookup under way, in a task of its own (so this source stays `Sync`).
+    lookup: Option<JoinHandle<Answer>>,
+    /// When the last lookup started (a refresh waits the minimum after it).
+    last: Option<Instant>,
+    /// Failed lookups in a row (the wait doubles).
+    failures: u32,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(lookup) = self.lookup.take() {
+            lookup.abort();
+        }
+    }
+}
+
+impl Clone for Dns {
+    /// The same name and settings, not yet running.
+    fn clone(&self) -> Dns {
+        Dns {
+            name: self.name.clone(),
+            port: self.port,
+            name_server: self.name_server,
+            min_ttl: self.min_ttl,
+            max_ttl: self.max_ttl,
+            timeout: self.timeout,
+            max_addresses: self.max_addresses,
+            running: Running::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Dns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dns")
+            .field("name", &self.name)
+            .field("port", &self.port)
+            .field("name_server", &self.name_server)
+            .field("ttl_bounds", &(self.min_ttl, self.max_ttl))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dns {
+    /// Follows `NAME:PORT` (A and AAAA records) or `NAME` (SRV records
+    /// `_zeronode._tcp.NAME`). An invalid name is reported by the first answer, as
+    /// [`DiscoveryError::InvalidName`].
+    pub fn new(name: impl Into<String>) -> Dns {
+        let given: String = name.into();
+        let (name, port) = match given.rsplit_once(':') {
+            Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) => {
+                // A port that does not parse (too large) leaves the colon in the name,
+                // which the resolver refuses: an `InvalidName` at the first answer.
+                match port.parse::<u16>() {
+                    Ok(port) => (host.to_owned(), Some(port)),
+                    Err(_) => (given.clone(), None),
+                }
+            }
+            _ => (given, None),
+        };
+        Dns {
+            name,
+            port,
+            name_server: None,
+            min_ttl: Duration::from_secs(1),
+            max_ttl: Duration::from_secs(60),
+            timeout: Duration::from_secs(5),
+            max_addresses: 4096,
+            running: Running::default(),
+        }
+    }
+
+    /// Asks this name server (UDP, and TCP for long answers) instead of the system's.
+    pub fn name_server(mut self, address: SocketAddr) -> Dns {
+        self.name_server = Some(address);
+        self
+    }
+
+    /// The TTL of an answer is clamped to `min..=max` (default 1 s to 60 s); `min` is
+    /// also the shortest time between two resolutions.
+    pub fn ttl_bounds(mut self, min: Duration, max: Duration) -> Dns {
+        self.min_ttl = min;
+        self.max_ttl = max.max(min);
+        self
+    }
+
+    /// How long one query waits for the name server (default 5 s).
+    pub fn timeout(mut self, timeout: Duration) -> Dns {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Keeps at most this many addresses of one answer (default 4,096).
+    pub fn max_addresses(mut self, max: usize) -> Dns {
+        self.max_addresses = max;
+        self
+    }
+
+    /// The resolver, made at the first lookup.
+    fn resolver(&mut self) -> Result<TokioResolver, DiscoveryError> {
+        if let Some(resolver) = &self.running.resolver {
+            return Ok(resolver.clone());
+        }
+        let mut builder = match self.name_server {
+            Some(server) => {
+                let servers = NameServerConfigGroup::from_ips_clear(
+                    &[server.ip()],
+                    server.port(),
+                    true,
+                );
+                TokioResolver::builder_with_config(
+                    ResolverConfig::from_parts(None, vec![], servers),
+                    TokioConnectionProvider::default(),
+                )
+            }
+            None => TokioResolver::builder_tokio()
+                .map_err(|e| DiscoveryError::Config(e.to_string()))?,
+        };
+        let options = builder.options_mut();
+        options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        options.timeout = self.timeout;
+        options.attempts = 1;
+        // Our own timing decides when to ask again; a cache would only hide changes.
+        options.cache_size = 0;
+        let resolver = builder.build();
+        self.running.resolver = Some(resolver.clone());
+        Ok(resolver)
+    }
+
+    /// Starts a lookup in a task of its own.
+    fn start(&mut self) {
+        self.running.last = Some(Instant::now());
+        let resolver = match self.resolver() {
+            Ok(resolver) => resolver,
+            Err(e) => {
+                let min = self.min_ttl;
+                self.running.lookup = Some(tokio::spawn(async move { (Err(e), min) }));
+                return;
+            }
+        };
+        let (name, port, max) = (self.name.clone(), self.port, self.max_addresses);
+        let bounds = (self.min_ttl, self.max_ttl);
+        self.running.lookup = Some(tokio::spawn(async move {
+            let looked = match port {
+                Some(port) => lookup_ip(&resolver, &name, port, max).await,
+                None => lookup_srv(&resolver, &name, max).await,
+            };
+            match looked {
+                Ok((addresses, ttl)) => (Ok(addresses), ttl.clamp(bounds.0, bounds.1)),
+                Err(e) => (Err(e), bounds.0),
+            }
+        }));
+    }
+}
+
+/// A resolver error as ours; "no such name" and "no records" are an empty answer.
+fn resolve_error(name: &str, e: &ResolveError) -> Option<DiscoveryError> {
+    if e.is_no_records_found() || e.is_nx_domain() {
+        return None;
+    }
+    let text = e.to_string();
+    if text.contains("timed out") || text.contains("timeout") {
+        return Some(DiscoveryError::Timeout {
+            name: name.to_owned(),
+        });
+    }
+    Some(DiscoveryError::Resolve {
+        name: name.to_owned(),
+        reason: text,
+    })
+}
+
+/// `tcp://IP:PORT`, with brackets for IPv6.
+fn endpoint(ip: IpAddr, port: u16) -> String {
+    format!("tcp://{}", SocketAddr::new(ip, port))
+}
+
+/// The A and AAAA records of `name`, each with `port`; the shortest TTL.
+async fn lookup_ip(
+    resolver: &TokioResolver,
+    name: &str,
+    port: u16,
+    max: usize,
+) -> Result<(Vec<String>, Duration), DiscoveryError> {
+    let lookup = match resolver.lookup_ip(name).await {
+        Ok(lookup) => lookup,
+        Err(e) => {
+            return match resolve_error(name, &e) {
+                None => Ok((Vec::new(), Duration::ZERO)),
+                Some(e) => Err(e),
+            }
+        }
+    };
+    let ttl = lookup
+        .as_lookup()
+        .records()
+        .iter()
+        .map(|r| r.ttl())
+        .min()
+        .unwrap_or(0);
+    let set: BTreeSet<String> = lookup.iter().take(max).map(|ip| endpoint(ip, port)).collect();
+    Ok((set.into_iter().collect(), Duration::from_secs(u64::from(ttl))))
+}
+
+/// The SRV records `_zeronode._tcp.NAME`, each target resolved; the shortest TTL.
+async fn lookup_srv(
+    resolver: &TokioResolver,
+    name: &str,
+    max: usize,
+) -> Result<(Vec<String>, Duration), DiscoveryError> {
+    let srv_name = format!("{SRV_PREFIX}{name}");
+    let lookup = match resolver.srv_lookup(srv_name.as_str()).await {
+        Ok(lookup) => lookup,
+        Err(e) => {
+            return match resolve_error(&srv_name, &e) {
+                None => Ok((Vec::new(), Duration::ZERO)),
+                Some(e) => Err(e),
+            }
+        }
+    };
+    let mut ttl = lookup
+        .as_lookup()
+        .records()
+        .iter()
+        .map(|r| r.ttl())
+        .min()
+        .unwrap_or(0);
+    let targets: BTreeSet<(String, u16)> = lookup
+        .iter()
+        .map(|srv| (srv.target().to_ascii(), srv.port()))
+        .take(max)
+        .collect();
+    let mut set = BTreeSet::new();
+    for (target, port) in targets {
+        if set.len() >= max {
+            break;
+        }
+        match resolver.lookup_ip(target.as_str()).await {
+            Ok(ips) => {
+                for record in ips.as_lookup().records() {
+                    ttl = ttl.min(record.ttl());
+                }
+                set.extend(ips.iter().map(|ip| endpoint(ip, port)));
+            }
+            // One target that does not resolve leaves the others.
+            Err(e) => {
+                if let Some(e) = resolve_error(&target, &e) {
+                    tracing::debug!(%target, error = %e, "an SRV target did not resolve");
+                }
+            }
+        }
+    }
+    Ok((
+        set.into_iter().take(max).collect(),
+        Duration::from_secs(u64::from(ttl)),
+    ))
+}
+
+impl Stream for Dns {
+    type Item = Result<Vec<String>, DiscoveryError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            if let Some(lookup) = this.running.lookup.as_mut() {
+                let answered = match Pin::new(lookup).poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(answered) => answered,
+                };
+                this.running.lookup = None;
+                let (result, mut wait) = answered.unwrap_or_else(|e| {
+                    (
+                        Err(DiscoveryError::Resolve {
+                            name: this.name.clone(),
+                            reason: format!("the lookup task failed: {e}"),
+                        }),
+                        this.min_ttl,
+                    )
+                });
+                if result.is_err() {
+                    // min, 2 min, 4 min, ... up to the maximum.
+                    let factor = 1u32 << this.running.failures.min(16);
+                    wait = this.min_ttl.saturating_mul(factor).min(this.max_ttl);
+                    this.running.failures = this.running.failures.saturating_add(1);
+                } else {
+                    this.running.failures = 0;
+                }
+                let at = Instant::now() + wait;
+                match this.running.wake.as_mut() {
+                    Some(sleep) => sleep.as_mut().reset(at),
+                    None => this.running.wake = Some(Box::pin(tokio::time::sleep_until(at))),
+                }
+                return Poll::Ready(Some(result));
+            }
+            if let Some(sleep) = this.running.wake.as_mut() {
+                if sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+            }
+            this.start();
+        }
+    }
+}
+
+impl Discover for Dns {
+    fn refresh(&mut self) {
+        if self.running.lookup.is_some() {
+            return;
+        }
+        let soonest = match self.running.last {
+            Some(last) => (last + self.min_ttl).max(Instant::now()),
+            None => Instant::now(),
+        };
+        if let Some(sleep) = self.running.wake.as_mut() {
+            if sleep.deadline() > soonest {
+                sleep.as_mut().reset(soonest);
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self.port {
+            Some(port) => format!("{}:{port}", self.name),
+            None => format!("{SRV_PREFIX}{}", self.name),
+        }
+    }
+}
+
+/// How a node follows a source ([`Node::discover_with`](crate::Node::discover_with)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiscoverOptions {
+    /// At most this many addresses of the source are connected at once (default 256):
+    /// a name that answers 10,000 records joins a bounded set. Which ones is decided by
+    /// a hash of our id and the address, so that many nodes spread over the set.
+    pub max_peers: usize,
+    /// How long a peer whose address disappeared may take to answer our requests in
+    /// flight before it is disconnected anyway (default 10 s).
+    pub grace: Duration,
+    /// How long one connect waits for its handshake (default: the node's handshake
+    /// timeout).
+    pub connect_timeout: Option<Duration>,
+    /// How many connects run at once (default 64).
+    pub connect_concurrency: usize,
+    /// After a connect to an address failed, it is tried again after this, doubling up
+    /// to 32 times this (default 500 ms).
+    pub retry: Duration,
+}
+
+impl Default for DiscoverOptions {
+    fn default() -> DiscoverOptions {
+        DiscoverOptions {
+            max_peers: 256,
+            grace: Duration::from_secs(10),
+            connect_timeout: None,
+            connect_concurrency: 64,
+            retry: Duration::from_millis(500),
+        }
+    }
+}
+
+impl DiscoverOptions {
+    /// The defaults.
+    pub fn new() -> DiscoverOptions {
+        DiscoverOptions::default()
+    }
+
+    /// At most `max` addresses connected at once.
+    pub fn max_peers(mut self, max: usize) -> DiscoverOptions {
+        self.max_peers = max;
+        self
+    }
+
+    /// The longest a peer that disappeared keeps its requests in flight.
+    pub fn grace(mut self, grace: Duration) -> DiscoverOptions {
+        self.grace = grace;
+        self
+    }
+
+    /// How long one connect waits for its handshake.
+    pub fn connect_timeout(mut self, timeout: Duration) -> DiscoverOptions {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// How many connects run at once.
+    pub fn connect_concurrency(mut self, n: usize) -> DiscoverOptions {
+        self.connect_concurrency = n.max(1);
+        self
+    }
+
+    /// The first wait before a failed address is tried again.
+    pub fn retry(mut self, retry: Duration) -> DiscoverOptions {
+        self.retry = retry;
+        self
+    }
+}
+
+/// What a discovery reports, in [`NodeEvent::Discovery`](crate::NodeEvent::Discovery).
+/// Each names its source ([`Discover::describe`]). Counted in
+/// [`Discovery::stats`] and, with metrics on, in `zeronode_discovery_total{kind}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DiscoveryEvent {
+    /// The set changed: these addresses appeared and disappeared (the appeared are being
+    /// connected to, the disappeared let go).
+    Changed {
+        /// The source.
+        source: String,
+        /// New addresses (our own and those past the cap included).
+        added: Vec<String>,
+        /// Addresses gone.
+        removed: Vec<String>,
+        /// How many the source lists now.
+        listed: usize,
+    },
+    /// The source answered with no address: nothing changes, the peers stay.
+    Empty {
+        /// The source.
+        source: String,
+    },
+    /// The source failed: nothing changes, the peers stay.
+    Failed {
+        /// The source.
+        source: String,
+        /// Why.
+        error: DiscoveryError,
+    },
+    /// The source lists more addresses than [`DiscoverOptions::max_peers`]: only that
+    /// many are connected. Said once per change of the set.
+    Capped {
+        /// The source.
+        source: String,
+        /// How many it lists (our own excluded).
+        listed: usize,
+        /// How many are connected at most.
+        cap: usize,
+    },
+}
+
+impl DiscoveryEvent {
+    /// A stable lower-case name (the metrics' `kind` label).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DiscoveryEvent::Changed { .. } => "changed",
+            DiscoveryEvent::Empty { .. } => "empty",
+            DiscoveryEvent::Failed { .. } => "failed",
+            DiscoveryEvent::Capped { .. } => "capped",
+        }
+    }
+}
+
+/// The counters of one discovery ([`Discovery::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiscoveryStats {
+    /// Answers the source gave (failures included).
+    pub answers: u64,
+    /// Answers that were failures.
+    pub failures: u64,
+    /// Answers with no address.
+    pub empty: u64,
+    /// Answers that changed the set.
+    pub changes: u64,
+    /// Times the cap bit.
+    pub capped: u64,
+    /// Connects started.
+    pub connects: u64,
+    /// Connects that failed (aliases of a joined node and our own address excluded).
+    pub connect_failures: u64,
+    /// Addresses let go.
+    pub released: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    answers: AtomicU64,
+    failures: AtomicU64,
+    empty: AtomicU64,
+    changes: AtomicU64,
+    capped: AtomicU64,
+    connects: AtomicU64,
+    connect_failures: AtomicU64,
+    released: AtomicU64,
+}
+
+/// What the handle and the driver share.
+#[derive(Default)]
+struct Shared {
+    counters: Counters,
+    /// The addresses joined through this source, with their peer.
+    joined: Mutex<BTreeMap<String, NodeId>>,
+    /// The last set the source listed.
+    listed: Mutex<Vec<String>>,
+}
+
+/// A running discovery ([`Node::discover`](crate::Node::discover)): its counters and
+/// state. Dropping it does not stop it (it runs as long as the node); [`stop`](Self::stop)
+/// does, leaving the peers it joined connected.
+#[derive(Clone)]
+pub struct Discovery {
+    shared: Arc<Shared>,
+    task: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for Discovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Discovery")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Discovery {
+    /// The counters so far.
+    pub fn stats(&self) -> DiscoveryStats {
+        let c = &self.shared.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        DiscoveryStats {
+            answers: get(&c.answers),
+            failures: get(&c.failures),
+            empty: get(&c.empty),
+            changes: get(&c.changes),
+            capped: get(&c.capped),
+            connects: get(&c.connects),
+            connect_failures: get(&c.connect_failures),
+            released: get(&c.released),
+        }
+    }
+
+    /// The addresses the source listed last (sorted).
+    pub fn listed(&self) -> Vec<String> {
+        self.shared.listed.lock().clone()
+    }
+
+    /// The addresses joined through this source now, with the id of each one's peer.
+    pub fn joined(&self) -> BTreeMap<String, NodeId> {
+        self.shared.joined.lock().clone()
+    }
+
+    /// Stops following the source; the peers it joined stay connected.
+    pub fn stop(&self) {
+        if let Some(task) = self.task.lock().take() {
+            task.abort();
+        }
+    }
+}
+
+/// Starts following `source` on the node.
+pub(crate) fn start(
+    inner: &Arc<Inner>,
+    source: Box<dyn Discover>,
+    options: DiscoverOptions,
+) -> Discovery {
+    let shared = Arc::new(Shared::default());
+    let events = inner.events.subscribe();
+    let driver = Driver {
+        inner: Arc::downgrade(inner),
+        description: source.describe(),
+        source,
+        options,
+        shared: Arc::clone(&shared),
+        slots: HashMap::new(),
+        connecting: JoinSet::new(),
+        releasing: JoinSet::new(),
+        queue: Vec::new(),
+        lost: false,
+        logs: RateLimit::new(5, Duration::from_secs(60)),
+        hasher: foldhash::fast::FixedState::with_seed(rand::random()),
+    };
+    let task = tokio::spawn(driver.run(events));
+    Discovery {
+        shared,
+        task: Arc::new(Mutex::new(Some(task))),
+    }
+}
+
+/// Makes a source for each node a builder builds.
+pub(crate) type Starter = Arc<dyn Fn() -> (Box<dyn Discover>, DiscoverOptions) + Send + Sync>;
+
+impl crate::Node {
+    /// Follows `source`: connects to every address it lists and lets go of those that
+    /// disappear (see the [`discover`](crate::discover) module). Returns the running
+    /// discovery's handle; it runs as long as the node.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> node::Result<()> {
+    /// use node::discover::Dns;
+    /// use node::Node;
+    ///
+    /// let gateway = Node::builder().id("gateway").build().await?;
+    /// let workers = gateway.discover(Dns::new("workers.default.svc.cluster.local:5555"));
+    /// // ... later: what it follows now
+    /// println!("{:?}", workers.joined());
+    /// # Ok(()) }
+    /// ```
+    pub fn discover(&self, source: impl Discover) -> Discovery {
+        self.discover_with(source, DiscoverOptions::default())
+    }
+
+    /// [`discover`](Self::discover) with options: the cap on connections, the grace of
+    /// an address that disappeared, the connects' timeout and concurrency.
+    pub fn discover_with(&self, source: impl Discover, options: DiscoverOptions) -> Discovery {
+        start(&self.inner, Box::new(source), options)
+    }
+}
+
+impl crate::NodeBuilder {
+    /// Follows `source` once the node is built (and bound, if it binds): see
+    /// [`Node::discover`](crate::Node::discover). Each node this builder builds follows
+    /// its own copy. May be given several times.
+    pub fn discover<D>(self, source: D) -> Self
+    where
+        D: Discover + Clone + Sync,
+    {
+        self.discover_with(source, DiscoverOptions::default())
+    }
+
+    /// [`discover`](Self::discover) with options.
+    pub fn discover_with<D>(mut self, source: D, options: DiscoverOptions) -> Self
+    where
+        D: Discover + Clone + Sync,
+    {
+        self.discover
+            .push(Arc::new(move || (Box::new(source.clone()), options)));
+        self
+    }
+}
+
+/// Where one listed address is.
+#[derive(Debug, Clone)]
+enum Slot {
+    /// Waiting for a connect slot, or for its retry time.
+    Waiting {
+        /// Not before then.
+        after: Instant,
+        /// Failed connects in a row.
+        failures: u32,
+    },
+    /// A connect is under way (after `failures` failed ones).
+    Connecting {
+        /// Failed connects in a row before this one.
+        failures: u32,
+    },
+    /// Joined, to this peer.
+    Joined(NodeId),
+    /// It leads to a node joined through another address: kept aside.
+    Alias,
+    /// Our own address.
+    Own,
+    /// Listed, but past the cap.
+    Capped,
+}
+
+/// The task that follows one source.
+struct Driver {
+    inner: Weak<Inner>,
+    source: Box<dyn Discover>,
+    description: String,
+    options: DiscoverOptions,
+    shared: Arc<Shared>,
+    /// Every listed address (and those being let go are not here).
+    slots: HashMap<String, Slot>,
+    /// The connects under way: each gives its address and outcome.
+    connecting: JoinSet<(String, Result<NodeId, Error>)>,
+    /// The addresses being let go.
+    releasing: JoinSet<()>,
+    /// Addresses waiting to connect, in order of preference.
+    queue: Vec<String>,
+    /// A peer of this source left since the last answer: aliases are tried again.
+    lost: bool,
+    /// How often a failure is logged.
+    logs: RateLimit,
+    /// Orders addresses for the cap (per node, so that nodes spread over a large set).
+    hasher: foldhash::fast::FixedState,
+}
+
+impl Driver {
+    async fn run(mut self, mut events: broadcast::Receiver<NodeEvent>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                answer = self.source.next() => match answer {
+                    Some(answer) => self.answered(answer),
+                    None => {
+                        tracing::debug!(source = %self.description, "the discovery source ended");
+                        return;
+                    }
+                },
+                Some(done) = self.connecting.join_next(), if !self.connecting.is_empty() => {
+                    if let Ok((address, outcome)) = done {
+                        self.connected(address, outcome);
+                    }
+                }
+                Some(_) = self.releasing.join_next(), if !self.releasing.is_empty() => {}
+                event = events.recv() => match event {
+                    Ok(NodeEvent::PeerLeft { id, direction: Direction::Upstream, reason }) => {
+                        self.left(&id, reason);
+                    }
+                    Ok(NodeEvent::Stopped) | Err(broadcast::error::RecvError::Closed) => return,
+                    _ => {}
+                },
+                _ = tick.tick() => {}
+            }
+            let Some(inner) = self.inner.upgrade() else { return };
+            if inner.life.is_stopping() {
+                return;
+            }
+            self.connect_more(&inner);
+        }
+    }
+
+    /// Counts an event, says it, and (rate-limited) logs failures.
+    fn emit(&mut self, event: DiscoveryEvent) {
+        let Some(inner) = self.inner.upgrade() else { return };
+        if inner.observers.metrics.is_some() {
+            metrics::counter!(
+                "zeronode_discovery_total",
+                "node" => inner.id.to_string(),
+                "kind" => event.as_str()
+            )
+            .increment(1);
+        }
+        match &event {
+            DiscoveryEvent::Changed { .. } => {
+                tracing::debug!(node = %inner.id, ?event, "discovery")
+            }
+            _ => match self.logs.check(Instant::now()) {
+                Verdict::Report(held) => {
+                    let held = held.map(|h| h.to_string()).unwrap_or_default();
+                    tracing::warn!(node = %inner.id, ?event, %held, "discovery");
+                }
+                Verdict::Suppress => {}
+            },
+        }
+        inner.emit(NodeEvent::Discovery(event));
+    }
+
+    /// The source answered.
+    fn answered(&mut self, answer: Result<Vec<String>, DiscoveryError>) {
+        let counters = &self.shared.counters;
+        counters.answers.fetch_add(1, Ordering::Relaxed);
+        let addresses = match answer {
+            Err(error) => {
+                counters.failures.fetch_add(1, Ordering::Relaxed);
+                let source = self.description.clone();
+                self.emit(DiscoveryEvent::Failed { source, error });
+                return;
+            }
+            Ok(addresses) if addresses.is_empty() => {
+                counters.empty.fetch_add(1, Ordering::Relaxed);
+                let source = self.description.clone();
+                self.emit(DiscoveryEvent::Empty { source });
+                return;
+            }
+            Ok(addresses) => addresses,
+        };
+        let Some(inner) = self.inner.upgrade() else { return };
+        let listed: BTreeSet<String> = addresses.into_iter().collect();
+        let mut added = Vec::new();
+        let mut removed = Vec::new();
+        for address in &listed {
+            if !self.slots.contains_key(address) {
+                added.push(address.clone());
+                let slot = if is_own(&inner, address) {
+                    Slot::Own
+                } else {
+                    Slot::Waiting {
+                        after: Instant::now(),
+                        failures: 0,
+                    }
+                };
+                self.slots.insert(address.clone(), slot);
+            }
+        }
+        let gone: Vec<String> = self
+            .slots
+            .keys()
+            .filter(|a| !listed.contains(*a))
+            .cloned()
+            .collect();
+        for address in gone {
+            if let Some(slot) = self.slots.remove(&address) {
+                self.release(&inner, &address, slot);
+            }
+            removed.push(address);
+        }
+        if self.lost {
+            // A peer of ours left: an address kept aside may lead to it now.
+            self.lost = false;
+            for slot in self.slots.values_mut() {
+                if matches!(slot, Slot::Alias) {
+                    *slot = Slot::Waiting {
+                        after: Instant::now(),
+                        failures: 0,
+                    };
+                }
+            }
+        }
+        *self.shared.listed.lock() = listed.iter().cloned().collect();
+        if !added.is_empty() || !removed.is_empty() {
+            self.shared
+                .counters
+                .changes
+                .fetch_add(1, Ordering::Relaxed);
+            let source = self.description.clone();
+            self.emit(DiscoveryEvent::Changed {
+                source,
+                added,
+                removed,
+                listed: listed.len(),
+            });
+            self.plan();
+        }
+    }
+
+    /// Orders the addresses to connect, and applies the cap: the `max_peers` addresses
+    /// with the lowest hash of (our id, address) are wanted, the others capped.
+    fn plan(&mut self) {
+        let mut candidates: Vec<(u64, String)> = self
+            .slots
+            .iter()
+            .filter(|(_, slot)| !matches!(slot, Slot::Own))
+            .map(|(address, _)| {
+                let mut h = self.hasher.build_hasher();
+                address.hash(&mut h);
+                (h.finish(), address.clone())
+            })
+            .collect();
+        candidates.sort();
+        let listed = candidates.len();
+        let cap = self.options.max_peers;
+        for (rank, (_, address)) in candidates.iter().enumerate() {
+            let Some(slot) = self.slots.get_mut(address) else {
+                continue;
+            };
+            if rank < cap {
+                if matches!(slot, Slot::Capped) {
+                    *slot = Slot::Waiting {
+                        after: Instant::now(),
+                        failures: 0,
+                    };
+                }
+            } else if matches!(slot, Slot::Waiting { .. }) {
+                // Past the cap and not joined: not connected. (A joined one keeps its
+                // peer until its address goes; the set cannot grow past the cap by
+                // much, since only the capped are swapped in.)
+                *slot = Slot::Capped;
+            }
+        }
+        self.queue = candidates.into_iter().map(|(_, a)| a).collect();
+        if listed > cap {
+            self.shared.counters.capped.fetch_add(1, Ordering::Relaxed);
+            let source = self.description.clone();
+            self.emit(DiscoveryEvent::Capped {
+                source,
+                listed,
+                cap,
+            });
+        }
+    }
+
+    /// Starts connects for waiting addresses, within the cap and the concurrency.
+    fn connect_more(&mut self, inner: &Arc<Inner>) {
+        let now = Instant::now();
+        let busy = self
+            .slots
+            .values()
+            .filter(|s| matches!(s, Slot::Connecting { .. } | Slot::Joined(_)))
+            .count();
+        let mut room = self.options.max_peers.saturating_sub(busy);
+        for address in &self.queue {
+            if room == 0 || self.connecting.len() >= self.options.connect_concurrency {
+                break;
+            }
+            let Some(slot) = self.slots.get_mut(address) else {
+                continue;
+            };
+            let Slot::Waiting { after, failures } = *slot else {
+                continue;
+            };
+            if after > now {
+                continue;
+            }
+            *slot = Slot::Connecting { failures };
+            self.shared.counters.connects.fetch_add(1, Ordering::Relaxed);
+            room -= 1;
+            let weak = Arc::downgrade(inner);
+            let address = address.clone();
+            let mut options = ConnectOptions::new();
+            if let Some(timeout) = self.options.connect_timeout {
+                options = options.timeout(timeout);
+            }
+            self.connecting.spawn(async move {
+                let outcome = match weak.upgrade() {
+                    Some(inner) => inner.connect(&address, options).await.map(|p| p.id),
+                    None => Err(Error::Closed),
+                };
+                (address, outcome)
+            });
+        }
+    }
+
+    /// A connect finished.
+    fn connected(&mut self, address: String, outcome: Result<NodeId, Error>) {
+        let Some(slot) = self.slots.get_mut(&address) else {
+            // Let go while connecting: undo it.
+            if outcome.is_ok() {
+                if let Some(inner) = self.inner.upgrade() {
+                    self.releasing.spawn(async move {
+                        let _ = inner.disconnect(&address).await;
+                    });
+                }
+            }
+            return;
+        };
+        match outcome {
+            Ok(id) => {
+                *slot = Slot::Joined(id.clone());
+                self.shared.joined.lock().insert(address, id);
+            }
+            // The node there refused a second connection from us: it is joined through
+            // another address (its IPv4 and IPv6, two names of one host).
+            Err(Error::DuplicateId { .. }) => *slot = Slot::Alias,
+            Err(Error::Closed) => {}
+            Err(error) => {
+                self.shared
+                    .counters
+                    .connect_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                let prior = match slot {
+                    Slot::Connecting { failures } => *failures,
+                    _ => 0,
+                };
+                // retry, 2 retry, 4 retry, ... up to 32 retry.
+                let wait = self.options.retry.saturating_mul(1 << prior.min(5));
+                *slot = Slot::Waiting {
+                    after: Instant::now() + wait,
+                    failures: prior.saturating_add(1),
+                };
+                if let Verdict::Report(_) = self.logs.check(Instant::now()) {
+                    tracing::debug!(%address, %error, "a discovered address did not join");
+                }
+                // The set may have changed under us: ask again (the source bounds how
+                // often).
+                self.source.refresh();
+            }
+        }
+    }
+
+    /// A peer left: if it is one of ours, the source is asked again.
+    fn left(&mut self, id: &NodeId, reason: LeaveReason) {
+        let ours = self
+            .slots
+            .values()
+            .any(|slot| matches!(slot, Slot::Joined(joined) if joined == id));
+        if ours && reason != LeaveReason::Local {
+            self.lost = true;
+            self.source.refresh();
+        }
+    }
+
+    /// Lets an address that disappeared go: its peer stops being picked now, and is
+    /// disconnected once our requests to it are answered (or after the grace).
+    fn release(&mut self, inner: &Arc<Inner>, address: &str, slot: Slot) {
+        self.shared.joined.lock().remove(address);
+        let id = match slot {
+            Slot::Joined(id) => Some(id),
+            // A connect under way is undone when it finishes (see `connected`).
+            Slot::Connecting { .. } => return,
+            Slot::Waiting { .. } | Slot::Alias | Slot::Own | Slot::Capped => return,
+        };
+        self.shared
+            .counters
+            .released
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(id) = &id {
+            inner.peer_draining(id, Direction::Upstream);
+        }
+        let weak = Arc::downgrade(inner);
+        let address = address.to_owned();
+        let grace = self.options.grace;
+        self.releasing.spawn(async move {
+            let until = Instant::now() + grace;
+            loop {
+                let Some(inner) = weak.upgrade() else { return };
+                let busy = in_flight_at(&inner, &address);
+                if busy == 0 || Instant::now() >= until {
+                    let _ = inner.disconnect(&address).await;
+                    return;
+                }
+                drop(inner);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+    }
+}
+
+/// Our requests waiting for an answer from the upstream peer joined through `address`.
+fn in_flight_at(inner: &Inner, address: &str) -> usize {
+    inner
+        .state
+        .lock()
+        .registry
+        .all()
+        .find(|entry| matches!(&**entry.link(), Link::Up { client, .. } if client.endpoint() == address))
+        .map_or(0, |entry| entry.in_flight())
+}
+
+/// Whether `address` is this node's own bound address: the same port, and the bound IP,
+/// or (bound to every interface) an address of this host.
+fn is_own(inner: &Inner, address: &str) -> bool {
+    let Some(bound) = inner.server.lock().as_ref().map(|s| s.endpoint().to_owned()) else {
+        return false;
+    };
+    let (Some(theirs), Some(ours)) = (socket_address(address), socket_address(&bound)) else {
+        return false;
+    };
+    if theirs.port() != ours.port() {
+        return false;
+    }
+    if theirs.ip() == ours.ip() {
+        return true;
+    }
+    ours.ip().is_unspecified() && is_local(theirs.ip())
+}
+
+/// `tcp://IP:PORT` as a socket address (`None` for a host name or another transport).
+fn socket_address(endpoint: &str) -> Option<SocketAddr> {
+    endpoint.strip_prefix("tcp://")?.parse().ok()
+}
+
+/// Whether `ip` is an address of this host: only those can be bound (no I/O beyond the
+/// bind, which is released at once).
+fn is_local(ip: IpAddr) -> bool {
+    ip.is_loopback() || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_with_a_port_asks_for_addresses_and_one_without_for_srv() {
+        let dns = Dns::new("workers.svc:5555");
+        assert_eq!(dns.describe(), "workers.svc:5555");
+        let dns = Dns::new("workers.svc");
+        assert_eq!(dns.describe(), "_zeronode._tcp.workers.svc");
+        // A port past u16 stays in the name (refused at the first answer).
+        let dns = Dns::new("workers.svc:99999");
+        assert_eq!(dns.port, None);
+    }
+
+    #[test]
+    fn addresses_are_written_as_endpoints() {
+        assert_eq!(endpoint("10.0.0.7".parse().unwrap(), 5555), "tcp://10.0.0.7:5555");
+        assert_eq!(endpoint("::1".parse().unwrap(), 5555), "tcp://[::1]:5555");
+        assert_eq!(
+            socket_address("tcp://[::1]:5555"),
+            Some("[::1]:5555".parse().unwrap())
+        );
+        assert_eq!(socket_address("ipc:///tmp/x"), None);
+    }
+
+    #[test]
+    fn only_addresses_of_this_host_are_local() {
+        assert!(is_local("127.0.0.1".parse().unwrap()));
+        // TEST-NET-3 (RFC 5737) is never assigned to a host.
+        assert!(!is_local("203.0.113.9".parse().unwrap()));
+    }
+
+    #[tokio::test]
+    async fn a_static_list_answers_once_and_then_holds() {
+        let mut list = Static::new(["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"]);
+        let first = list.next().await;
+        assert_eq!(first, Some(Ok(vec!["tcp://127.0.0.1:1".into(), "tcp://127.0.0.1:2".into()])));
+        let again = tokio::time::timeout(Duration::from_millis(50), list.next()).await;
+        assert!(again.is_err(), "no second answer, and no end");
+    }
+}
