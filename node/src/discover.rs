@@ -25,7 +25,7 @@
 //! draining.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,11 +34,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use std::future::Future;
 use hickory_resolver::config::{LookupIpStrategy, NameServerConfigGroup, ResolverConfig};
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::{ResolveError, TokioResolver};
 use parking_lot::Mutex;
+use std::future::Future;
 use tokio::sync::broadcast;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, Sleep};
@@ -328,18 +328,16 @@ impl Dns {
         }
         let mut builder = match self.name_server {
             Some(server) => {
-                let servers = NameServerConfigGroup::from_ips_clear(
-                    &[server.ip()],
-                    server.port(),
-                    true,
-                );
+                let servers =
+                    NameServerConfigGroup::from_ips_clear(&[server.ip()], server.port(), true);
                 TokioResolver::builder_with_config(
                     ResolverConfig::from_parts(None, vec![], servers),
                     TokioConnectionProvider::default(),
                 )
             }
-            None => TokioResolver::builder_tokio()
-                .map_err(|e| DiscoveryError::Config(e.to_string()))?,
+            None => {
+                TokioResolver::builder_tokio().map_err(|e| DiscoveryError::Config(e.to_string()))?
+            }
         };
         let options = builder.options_mut();
         options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
@@ -378,20 +376,33 @@ impl Dns {
     }
 }
 
-/// A resolver error as ours; "no such name" and "no records" are an empty answer.
+/// A resolver error as ours; "no such name" and "no records of this type" are an empty
+/// answer (`None`). A server failure (SERVFAIL, REFUSED) is a failure, not an empty
+/// answer: only a name server that says so empties the set.
 fn resolve_error(name: &str, e: &ResolveError) -> Option<DiscoveryError> {
-    if e.is_no_records_found() || e.is_nx_domain() {
-        return None;
-    }
-    let text = e.to_string();
-    if text.contains("timed out") || text.contains("timeout") {
-        return Some(DiscoveryError::Timeout {
-            name: name.to_owned(),
-        });
+    use hickory_resolver::proto::op::ResponseCode;
+    use hickory_resolver::proto::ProtoErrorKind;
+    if let Some(proto) = e.proto() {
+        match proto.kind() {
+            ProtoErrorKind::NoRecordsFound { response_code, .. }
+                if matches!(
+                    *response_code,
+                    ResponseCode::NoError | ResponseCode::NXDomain
+                ) =>
+            {
+                return None;
+            }
+            ProtoErrorKind::Timeout => {
+                return Some(DiscoveryError::Timeout {
+                    name: name.to_owned(),
+                })
+            }
+            _ => {}
+        }
     }
     Some(DiscoveryError::Resolve {
         name: name.to_owned(),
-        reason: text,
+        reason: e.to_string(),
     })
 }
 
@@ -423,8 +434,15 @@ async fn lookup_ip(
         .map(|r| r.ttl())
         .min()
         .unwrap_or(0);
-    let set: BTreeSet<String> = lookup.iter().take(max).map(|ip| endpoint(ip, port)).collect();
-    Ok((set.into_iter().collect(), Duration::from_secs(u64::from(ttl))))
+    let set: BTreeSet<String> = lookup
+        .iter()
+        .take(max)
+        .map(|ip| endpoint(ip, port))
+        .collect();
+    Ok((
+        set.into_iter().collect(),
+        Duration::from_secs(u64::from(ttl)),
+    ))
 }
 
 /// The SRV records `_zeronode._tcp.NAME`, each target resolved; the shortest TTL.
@@ -557,7 +575,7 @@ impl Discover for Dns {
 pub struct DiscoverOptions {
     /// At most this many addresses of the source are connected at once (default 256):
     /// a name that answers 10,000 records joins a bounded set. Which ones is decided by
-    /// a hash of our id and the address, so that many nodes spread over the set.
+    /// a hash of the address seeded per node, so that many nodes spread over the set.
     pub max_peers: usize,
     /// How long a peer whose address disappeared may take to answer our requests in
     /// flight before it is disconnected anyway (default 10 s).
@@ -928,7 +946,9 @@ impl Driver {
                 },
                 _ = tick.tick() => {}
             }
-            let Some(inner) = self.inner.upgrade() else { return };
+            let Some(inner) = self.inner.upgrade() else {
+                return;
+            };
             if inner.life.is_stopping() {
                 return;
             }
@@ -938,7 +958,9 @@ impl Driver {
 
     /// Counts an event, says it, and (rate-limited) logs failures.
     fn emit(&mut self, event: DiscoveryEvent) {
-        let Some(inner) = self.inner.upgrade() else { return };
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
         if inner.observers.metrics.is_some() {
             metrics::counter!(
                 "zeronode_discovery_total",
@@ -981,7 +1003,9 @@ impl Driver {
             }
             Ok(addresses) => addresses,
         };
-        let Some(inner) = self.inner.upgrade() else { return };
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
         let listed: BTreeSet<String> = addresses.into_iter().collect();
         let mut added = Vec::new();
         let mut removed = Vec::new();
@@ -1025,10 +1049,7 @@ impl Driver {
         }
         *self.shared.listed.lock() = listed.iter().cloned().collect();
         if !added.is_empty() || !removed.is_empty() {
-            self.shared
-                .counters
-                .changes
-                .fetch_add(1, Ordering::Relaxed);
+            self.shared.counters.changes.fetch_add(1, Ordering::Relaxed);
             let source = self.description.clone();
             self.emit(DiscoveryEvent::Changed {
                 source,
@@ -1041,17 +1062,13 @@ impl Driver {
     }
 
     /// Orders the addresses to connect, and applies the cap: the `max_peers` addresses
-    /// with the lowest hash of (our id, address) are wanted, the others capped.
+    /// with the lowest hash (seeded per node) are wanted, the others capped.
     fn plan(&mut self) {
         let mut candidates: Vec<(u64, String)> = self
             .slots
             .iter()
             .filter(|(_, slot)| !matches!(slot, Slot::Own))
-            .map(|(address, _)| {
-                let mut h = self.hasher.build_hasher();
-                address.hash(&mut h);
-                (h.finish(), address.clone())
-            })
+            .map(|(address, _)| (self.hasher.hash_one(address), address.clone()))
             .collect();
         candidates.sort();
         let listed = candidates.len();
@@ -1109,7 +1126,10 @@ impl Driver {
                 continue;
             }
             *slot = Slot::Connecting { failures };
-            self.shared.counters.connects.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .counters
+                .connects
+                .fetch_add(1, Ordering::Relaxed);
             room -= 1;
             let weak = Arc::downgrade(inner);
             let address = address.clone();
@@ -1236,7 +1256,12 @@ fn in_flight_at(inner: &Inner, address: &str) -> usize {
 /// Whether `address` is this node's own bound address: the same port, and the bound IP,
 /// or (bound to every interface) an address of this host.
 fn is_own(inner: &Inner, address: &str) -> bool {
-    let Some(bound) = inner.server.lock().as_ref().map(|s| s.endpoint().to_owned()) else {
+    let Some(bound) = inner
+        .server
+        .lock()
+        .as_ref()
+        .map(|s| s.endpoint().to_owned())
+    else {
         return false;
     };
     let (Some(theirs), Some(ours)) = (socket_address(address), socket_address(&bound)) else {
@@ -1279,7 +1304,10 @@ mod tests {
 
     #[test]
     fn addresses_are_written_as_endpoints() {
-        assert_eq!(endpoint("10.0.0.7".parse().unwrap(), 5555), "tcp://10.0.0.7:5555");
+        assert_eq!(
+            endpoint("10.0.0.7".parse().unwrap(), 5555),
+            "tcp://10.0.0.7:5555"
+        );
         assert_eq!(endpoint("::1".parse().unwrap(), 5555), "tcp://[::1]:5555");
         assert_eq!(
             socket_address("tcp://[::1]:5555"),
@@ -1299,7 +1327,13 @@ mod tests {
     async fn a_static_list_answers_once_and_then_holds() {
         let mut list = Static::new(["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"]);
         let first = list.next().await;
-        assert_eq!(first, Some(Ok(vec!["tcp://127.0.0.1:1".into(), "tcp://127.0.0.1:2".into()])));
+        assert_eq!(
+            first,
+            Some(Ok(vec![
+                "tcp://127.0.0.1:1".into(),
+                "tcp://127.0.0.1:2".into()
+            ]))
+        );
         let again = tokio::time::timeout(Duration::from_millis(50), list.next()).await;
         assert!(again.is_err(), "no second answer, and no end");
     }

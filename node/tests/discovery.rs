@@ -3,9 +3,9 @@
 //! on 127.0.0.N (all of 127/8 is loopback on Linux), one port for all, as pods behind a
 //! headless Service do.
 
-mod support;
 #[path = "support/dns.rs"]
 mod dns;
+mod support;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use dns::{SilentDns, TestDns};
 use node::discover::{DiscoverOptions, Discovery, DiscoveryError, DiscoveryEvent, Dns, Static};
 use node::{Filter, Node, NodeEvent, Request};
-use dns::{SilentDns, TestDns};
 use support::*;
 
 /// 127.0.0.N.
@@ -52,7 +52,11 @@ async fn workers(count: u8) -> (Vec<Node>, u16) {
 
 /// The ids of the gateway's peers.
 fn peer_ids(node: &Node) -> BTreeSet<String> {
-    node.peers().list().into_iter().map(|p| p.id.to_string()).collect()
+    node.peers()
+        .list()
+        .into_iter()
+        .map(|p| p.id.to_string())
+        .collect()
 }
 
 fn ids(ns: &[u8]) -> BTreeSet<String> {
@@ -229,7 +233,11 @@ async fn srv_records_give_the_ports_and_two_addresses_of_one_node_make_one_peer(
     assert_eq!(discovery.listed().len(), 3);
     assert_eq!(discovery.joined().len(), 2, "one peer per node");
     assert_eq!(gateway.peers().len(), 2);
-    assert_eq!(discovery.stats().connect_failures, 0, "an alias is no failure");
+    assert_eq!(
+        discovery.stats().connect_failures,
+        0,
+        "an alias is no failure"
+    );
     gateway.close().await;
     both.close().await;
     other.close().await;
@@ -248,9 +256,8 @@ async fn our_own_address_in_the_answer_is_skipped() {
     dns.set("workers", &[loopback(1), loopback(2), loopback(3)], 60)
         .await;
     let mut events = gateway.events();
-    let discovery = gateway.discover(
-        Dns::new(format!("workers.mesh.test.:{port}")).name_server(dns.address),
-    );
+    let discovery =
+        gateway.discover(Dns::new(format!("workers.mesh.test.:{port}")).name_server(dns.address));
     until_peers(&gateway, &ids(&[1, 2]), LIMIT).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stats = discovery.stats();
@@ -259,7 +266,10 @@ async fn our_own_address_in_the_answer_is_skipped() {
     assert_eq!(discovery.listed().len(), 3);
     // No error event about connecting to ourselves.
     let refused = events
-        .wait_for(|e| matches!(e, NodeEvent::Error { .. }), Duration::from_millis(300))
+        .wait_for(
+            |e| matches!(e, NodeEvent::Error { .. }),
+            Duration::from_millis(300),
+        )
         .await;
     assert!(refused.is_err(), "no error: {refused:?}");
     gateway.close().await;
@@ -289,7 +299,11 @@ async fn an_empty_answer_or_a_dead_name_server_keeps_the_peers() {
     })
     .await;
     assert!(discovery.stats().empty >= 1);
-    assert_eq!(peer_ids(&gateway), ids(&[1, 2]), "an empty answer drops nobody");
+    assert_eq!(
+        peer_ids(&gateway),
+        ids(&[1, 2]),
+        "an empty answer drops nobody"
+    );
     let answer: String = gateway
         .request(&Filter::new().eq("role", "worker"), "who", &())
         .await
@@ -316,7 +330,10 @@ async fn an_empty_answer_or_a_dead_name_server_keeps_the_peers() {
     })
     .await;
     assert!(
-        matches!(error, DiscoveryError::Timeout { .. } | DiscoveryError::Resolve { .. }),
+        matches!(
+            error,
+            DiscoveryError::Timeout { .. } | DiscoveryError::Resolve { .. }
+        ),
         "{error:?}"
     );
     let watched = Duration::from_secs(3);
@@ -357,8 +374,14 @@ async fn ttl_zero_is_bounded_and_a_ttl_of_a_year_is_clamped() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let answers = zero.stats().answers;
     let most = start.elapsed().as_millis() as u64 / min.as_millis() as u64 + 2;
-    assert!(answers <= most, "TTL 0: {answers} answers in 2 s, at most {most}");
-    assert!(answers >= 3, "TTL 0 is asked again, at the minimum ({answers})");
+    assert!(
+        answers <= most,
+        "TTL 0: {answers} answers in 2 s, at most {most}"
+    );
+    assert!(
+        answers >= 3,
+        "TTL 0 is asked again, at the minimum ({answers})"
+    );
     // The year-long record changes: seen within the maximum (2 s), not a year.
     dns.set("year", &[loopback(1), loopback(2)], 365 * 24 * 3600)
         .await;
@@ -400,7 +423,10 @@ async fn flapping_records_stay_bounded_and_requests_keep_being_answered() {
     let stats = discovery.stats();
     // 3 s at one answer per 300 ms at most (and the first).
     assert!(stats.answers <= 13, "resolutions bounded ({stats:?})");
-    assert!(gateway.peers().get("worker-1").is_some(), "the steady one stays");
+    assert!(
+        gateway.peers().get("worker-1").is_some(),
+        "the steady one stays"
+    );
     gateway.close().await;
     for w in all {
         w.close().await;
@@ -415,7 +441,9 @@ async fn ten_thousand_records_are_bounded_by_the_cap() {
     let many: Vec<IpAddr> = (0..10_000u32)
         .map(|i| IpAddr::V4(Ipv4Addr::new(127, 1, (i / 250) as u8, (i % 250 + 1) as u8)))
         .collect();
+    let t0 = std::time::Instant::now();
     dns.set("many", &many, 60).await;
+    println!("zone set in {:?}", t0.elapsed());
     let (all, port) = workers(1).await;
     let gateway = client("gateway").await;
     gateway.connect(&address(&all[0])).await.unwrap();
@@ -425,7 +453,10 @@ async fn ten_thousand_records_are_bounded_by_the_cap() {
         .max_peers(cap)
         .connect_timeout(Duration::from_millis(500));
     let by_dns = gateway.discover_with(
-        Dns::new(format!("many.mesh.test.:{port}")).name_server(dns.address),
+        Dns::new(format!("many.mesh.test.:{port}"))
+            .name_server(dns.address)
+            .timeout(Duration::from_secs(1))
+            .max_addresses(1000),
         options,
     );
     within("the large answer is handled", async {
@@ -435,10 +466,15 @@ async fn ten_thousand_records_are_bounded_by_the_cap() {
     })
     .await;
     let stats = by_dns.stats();
-    assert!(
-        stats.failures == 1 || by_dns.listed().len() <= 10_000,
-        "{stats:?}"
+    println!(
+        "dns answered in {:?}: {stats:?}, {} listed",
+        t0.elapsed(),
+        by_dns.listed().len()
     );
+    // Whatever part of it came (none, here: the server cannot send it), at most the
+    // addresses kept per answer, and at most the cap connected.
+    assert!(by_dns.listed().len() <= 1000, "{stats:?}");
+    assert!(by_dns.joined().len() <= cap, "{stats:?}");
 
     // The same 10,000 from a source of our own: capped, with an event.
     let listed: Vec<String> = many.iter().map(|ip| format!("tcp://{ip}:{port}")).collect();
@@ -451,13 +487,20 @@ async fn ten_thousand_records_are_bounded_by_the_cap() {
     })
     .await;
     assert_eq!((said, said_cap), (10_000, cap));
+    println!("capped at {:?}", t0.elapsed());
     tokio::time::sleep(Duration::from_secs(1)).await;
     // Nothing listens on 127.1.x.x: connects fail, retried with backoff, at most `cap` at
     // once; the peer joined before keeps answering.
-    assert!(by_list.stats().connects <= 4 * cap as u64, "{:?}", by_list.stats());
+    assert!(
+        by_list.stats().connects <= 4 * cap as u64,
+        "{:?}",
+        by_list.stats()
+    );
     let answer: String = gateway.request("worker-1", "who", &()).await.unwrap();
     assert_eq!(answer, "worker-1");
+    println!("answered at {:?}", t0.elapsed());
     gateway.close().await;
+    println!("closed at {:?}", t0.elapsed());
     for w in all {
         w.close().await;
     }

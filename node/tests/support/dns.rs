@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use hickory_server::authority::{AuthorityObject, Catalog, ZoneType};
 use hickory_server::proto::rr::rdata::{A, AAAA, SOA, SRV};
-use hickory_server::proto::rr::{LowerName, Name, RData, Record, RecordType, RrKey};
+use hickory_server::proto::rr::{LowerName, Name, RData, Record, RecordSet, RecordType, RrKey};
 use hickory_server::store::in_memory::InMemoryAuthority;
 use hickory_server::ServerFuture;
 use tokio::net::{TcpListener, UdpSocket};
@@ -88,16 +88,23 @@ impl TestDns {
             records.remove(&RrKey::new(LowerName::new(&name), RecordType::A));
             records.remove(&RrKey::new(LowerName::new(&name), RecordType::AAAA));
         }
+        // Built whole and put in at once: the authority's `upsert` copies the set at each
+        // record (10,000 records took 17 s that way).
+        let mut v4 = RecordSet::new(name.clone(), RecordType::A, serial);
+        let mut v6 = RecordSet::new(name.clone(), RecordType::AAAA, serial);
         for ip in ips {
-            let data = match ip {
-                IpAddr::V4(v4) => RData::A(A(*v4)),
-                IpAddr::V6(v6) => RData::AAAA(AAAA(*v6)),
+            let (set, data) = match ip {
+                IpAddr::V4(a) => (&mut v4, RData::A(A(*a))),
+                IpAddr::V6(a) => (&mut v6, RData::AAAA(AAAA(*a))),
             };
-            let inserted = self
-                .authority
-                .upsert(Record::from_rdata(name.clone(), ttl, data), serial)
-                .await;
-            assert!(inserted, "the zone took {ip}");
+            assert!(set.insert(Record::from_rdata(name.clone(), ttl, data), serial));
+        }
+        let mut records = self.authority.records_mut().await;
+        for set in [v4, v6] {
+            if !set.is_empty() {
+                let key = RrKey::new(LowerName::new(&name), set.record_type());
+                records.insert(key, Arc::new(set));
+            }
         }
     }
 
@@ -113,7 +120,10 @@ impl TestDns {
             let srv = SRV::new(0, 0, *port, TestDns::name(target));
             let inserted = self
                 .authority
-                .upsert(Record::from_rdata(name.clone(), ttl, RData::SRV(srv)), serial)
+                .upsert(
+                    Record::from_rdata(name.clone(), ttl, RData::SRV(srv)),
+                    serial,
+                )
                 .await;
             assert!(inserted);
         }
