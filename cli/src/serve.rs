@@ -328,7 +328,12 @@ async fn log_events(mut events: node::EventStream) {
 fn say_discovery(event: &node::DiscoveryEvent) {
     use node::DiscoveryEvent;
     let few = |addresses: &[String]| {
-        let mut text = addresses.iter().take(5).cloned().collect::<Vec<_>>().join(" ");
+        let mut text = addresses
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" ");
         if addresses.len() > 5 {
             text.push_str(&format!(" (+{} more)", addresses.len() - 5));
         }
@@ -345,12 +350,12 @@ fn say_discovery(event: &node::DiscoveryEvent) {
             few(added),
             few(removed)
         )),
-        DiscoveryEvent::Empty { source } => {
-            say(format_args!("discovered {source}: empty answer, peers kept"))
-        }
-        DiscoveryEvent::Failed { source, error } => {
-            say(format_args!("discovery of {source} failed: {error}; peers kept"))
-        }
+        DiscoveryEvent::Empty { source } => say(format_args!(
+            "discovered {source}: empty answer, peers kept"
+        )),
+        DiscoveryEvent::Failed { source, error } => say(format_args!(
+            "discovery of {source} failed: {error}; peers kept"
+        )),
         DiscoveryEvent::Capped {
             source,
             listed,
