@@ -341,6 +341,8 @@ impl Dns {
         };
         let options = builder.options_mut();
         options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        // Answers of a few hundred records fit one UDP message with EDNS(0).
+        options.edns0 = true;
         options.timeout = self.timeout;
         options.attempts = 1;
         // Our own timing decides when to ask again; a cache would only hide changes.
@@ -411,38 +413,42 @@ fn endpoint(ip: IpAddr, port: u16) -> String {
     format!("tcp://{}", SocketAddr::new(ip, port))
 }
 
-/// The A and AAAA records of `name`, each with `port`; the shortest TTL.
+/// The A and AAAA records of `name`, each with `port`; the shortest TTL. Asked apart,
+/// so that a failure of one is a failure (not hidden behind the other's "no records").
 async fn lookup_ip(
     resolver: &TokioResolver,
     name: &str,
     port: u16,
     max: usize,
 ) -> Result<(Vec<String>, Duration), DiscoveryError> {
-    let lookup = match resolver.lookup_ip(name).await {
-        Ok(lookup) => lookup,
-        Err(e) => {
-            return match resolve_error(name, &e) {
-                None => Ok((Vec::new(), Duration::ZERO)),
-                Some(e) => Err(e),
+    let (v4, v6) = tokio::join!(resolver.ipv4_lookup(name), resolver.ipv6_lookup(name));
+    let mut set = BTreeSet::new();
+    let mut ttl = u32::MAX;
+    let mut take = |lookup: &hickory_resolver::lookup::Lookup| {
+        for record in lookup.records() {
+            ttl = ttl.min(record.ttl());
+            let ip = match record.data() {
+                hickory_resolver::proto::rr::RData::A(a) => IpAddr::V4(a.0),
+                hickory_resolver::proto::rr::RData::AAAA(a) => IpAddr::V6(a.0),
+                _ => continue,
+            };
+            if set.len() < max {
+                set.insert(endpoint(ip, port));
             }
         }
     };
-    let ttl = lookup
-        .as_lookup()
-        .records()
-        .iter()
-        .map(|r| r.ttl())
-        .min()
-        .unwrap_or(0);
-    let set: BTreeSet<String> = lookup
-        .iter()
-        .take(max)
-        .map(|ip| endpoint(ip, port))
-        .collect();
-    Ok((
-        set.into_iter().collect(),
-        Duration::from_secs(u64::from(ttl)),
-    ))
+    for outcome in [v4.map(|l| l.as_lookup().clone()), v6.map(|l| l.as_lookup().clone())] {
+        match outcome {
+            Ok(lookup) => take(&lookup),
+            Err(e) => {
+                if let Some(e) = resolve_error(name, &e) {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    let ttl = if ttl == u32::MAX { 0 } else { ttl };
+    Ok((set.into_iter().collect(), Duration::from_secs(u64::from(ttl))))
 }
 
 /// The SRV records `_zeronode._tcp.NAME`, each target resolved; the shortest TTL.
