@@ -65,24 +65,36 @@ fn the_kubernetes_manifest_has_a_headless_service_workers_and_a_gateway_followin
         .iter()
         .find(|d| kind(d, "Service", "zeronode-workers"))
         .expect("the workers' Service");
-    assert_eq!(service["spec"]["clusterIP"].as_str(), Some("None"), "headless");
+    assert_eq!(
+        service["spec"]["clusterIP"].as_str(),
+        Some("None"),
+        "headless"
+    );
     let port = &service["spec"]["ports"][0];
     // Named `zeronode` over TCP: the SRV records are `_zeronode._tcp.NAME`.
     assert_eq!(port["name"].as_str(), Some("zeronode"));
     assert_eq!(port["protocol"].as_str(), Some("TCP"));
     let worker_port = port["port"].as_i64().expect("a port");
-    let selector = service["spec"]["selector"]["app"].as_str().expect("a selector");
+    let selector = service["spec"]["selector"]["app"]
+        .as_str()
+        .expect("a selector");
 
     let workers = docs
         .iter()
         .find(|d| kind(d, "Deployment", "zeronode-workers"))
         .expect("the workers' Deployment");
     let template = &workers["spec"]["template"];
-    assert_eq!(template["metadata"]["labels"]["app"].as_str(), Some(selector));
+    assert_eq!(
+        template["metadata"]["labels"]["app"].as_str(),
+        Some(selector)
+    );
     assert!(workers["spec"]["replicas"].as_i64().unwrap_or(0) > 1);
     let args = strings(&template["spec"]["containers"][0]["args"]);
     flags_exist(&args);
-    assert_eq!(after(&args, "--bind"), format!("tcp://0.0.0.0:{worker_port}"));
+    assert_eq!(
+        after(&args, "--bind"),
+        format!("tcp://0.0.0.0:{worker_port}")
+    );
 
     let gateway = docs
         .iter()
@@ -132,7 +144,16 @@ fn the_dockerfile_builds_the_command_and_runs_it_unprivileged() {
         })
         .collect();
     const KNOWN: [&str; 10] = [
-        "FROM", "WORKDIR", "COPY", "RUN", "USER", "EXPOSE", "ENTRYPOINT", "CMD", "ENV", "ARG",
+        "FROM",
+        "WORKDIR",
+        "COPY",
+        "RUN",
+        "USER",
+        "EXPOSE",
+        "ENTRYPOINT",
+        "CMD",
+        "ENV",
+        "ARG",
     ];
     for (word, _) in &instructions {
         assert!(KNOWN.contains(&word.as_str()), "unknown instruction {word}");
@@ -172,12 +193,13 @@ fn the_dockerfile_builds_the_command_and_runs_it_unprivileged() {
     let cmd = exec("CMD");
     flags_exist(&cmd);
     let port = after(&cmd, "--bind").rsplit(':').next().unwrap().to_owned();
-    assert!(instructions.iter().any(|(w, r)| w == "EXPOSE" && *r == port));
+    assert!(instructions
+        .iter()
+        .any(|(w, r)| w == "EXPOSE" && *r == port));
     // The build context is the workspace: the Dockerfile copies it whole, the
     // .dockerignore keeps target/ out.
-    let ignore = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.dockerignore"),
-    )
-    .expect(".dockerignore");
+    let ignore =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.dockerignore"))
+            .expect(".dockerignore");
     assert!(ignore.lines().any(|l| l.trim() == "target/"));
 }

@@ -437,7 +437,10 @@ async fn lookup_ip(
             }
         }
     };
-    for outcome in [v4.map(|l| l.as_lookup().clone()), v6.map(|l| l.as_lookup().clone())] {
+    for outcome in [
+        v4.map(|l| l.as_lookup().clone()),
+        v6.map(|l| l.as_lookup().clone()),
+    ] {
         match outcome {
             Ok(lookup) => take(&lookup),
             Err(e) => {
@@ -448,7 +451,10 @@ async fn lookup_ip(
         }
     }
     let ttl = if ttl == u32::MAX { 0 } else { ttl };
-    Ok((set.into_iter().collect(), Duration::from_secs(u64::from(ttl))))
+    Ok((
+        set.into_iter().collect(),
+        Duration::from_secs(u64::from(ttl)),
+    ))
 }
 
 /// The SRV records `_zeronode._tcp.NAME`, each target resolved; the shortest TTL.

@@ -560,4 +560,3 @@ async fn a_builder_follows_a_static_list() {
         w.close().await;
     }
 }
-
