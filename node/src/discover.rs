@@ -4,7 +4,7 @@
 //! A [`Discover`] source is a [`Stream`] of address sets: each item is the whole current
 //! set (`tcp://10.0.0.7:5555`, ...), or why there is none this time. Two are built in:
 //! [`Dns`] (A and AAAA records of `NAME:PORT`, or the SRV records `_zeronode._tcp.NAME`,
-//! followed by their TTL) and [`Static`] (a fixed list). [`Node::discover`] runs one:
+//! followed by their TTL) and [`Static`] (a fixed list). [`Node::discover`](crate::Node::discover) runs one:
 //!
 //! - an address that appears is connected to (at most [`DiscoverOptions::max_peers`] at
 //!   once: past it, [`DiscoveryEvent::Capped`]), our own address is skipped, and two
@@ -651,7 +651,7 @@ impl DiscoverOptions {
     }
 }
 
-/// What a discovery reports, in [`NodeEvent::Discovery`](crate::NodeEvent::Discovery).
+/// What a discovery reports, in [`NodeEvent::Discovery`].
 /// Each names its source ([`Discover::describe`]). Counted in
 /// [`Discovery::stats`] and, with metrics on, in `zeronode_discovery_total{kind}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
