@@ -451,9 +451,10 @@ async fn ten_thousand_records_are_bounded_by_the_cap() {
     let gateway = Node::builder().id("gateway").build().await.unwrap();
     gateway.connect(&address(&all[0])).await.unwrap();
     let mut events = gateway.events();
-    let cap = 32;
+    let cap = 16;
     let options = DiscoverOptions::new()
         .max_peers(cap)
+        .connect_concurrency(8)
         .connect_timeout(Duration::from_millis(500));
     let by_dns = gateway.discover_with(
         Dns::new(format!("many.mesh.test.:{port}"))
@@ -499,6 +500,13 @@ async fn ten_thousand_records_are_bounded_by_the_cap() {
         "{:?}",
         by_list.stats()
     );
+    let left = events
+        .wait_for(
+            |e| matches!(e, NodeEvent::PeerLeft { .. }),
+            Duration::from_millis(10),
+        )
+        .await;
+    assert!(left.is_err(), "the peer joined before stays: {left:?}");
     let answer: String = gateway.request("worker-1", "who", &()).await.unwrap();
     assert_eq!(answer, "worker-1");
     println!("answered at {:?}", t0.elapsed());
@@ -555,6 +563,52 @@ async fn a_builder_follows_a_static_list() {
         .await
         .unwrap();
     until_peers(&gateway, &ids(&[1, 2]), LIMIT).await;
+    gateway.close().await;
+    for w in all {
+        w.close().await;
+    }
+}
+
+#[tokio::test]
+async fn changes_empty_answers_and_failures_are_counted_in_the_metrics() {
+    // The process's recorder (only this test of the file reads it).
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).unwrap();
+    let dns = TestDns::start().await;
+    let (all, port) = workers(1).await;
+    dns.set("metered", &[loopback(1)], 1).await;
+    let gateway = builder("metered-gateway")
+        .metrics(true)
+        .build()
+        .await
+        .unwrap();
+    let mut events = gateway.events();
+    gateway.discover(
+        Dns::new(format!("metered.mesh.test.:{port}"))
+            .name_server(dns.address)
+            .ttl_bounds(Duration::from_millis(100), Duration::from_secs(1)),
+    );
+    until_peers(&gateway, &ids(&[1]), LIMIT).await;
+    dns.set("metered", &[], 1).await;
+    wait_for(&mut events, "an empty answer", |e| match e {
+        NodeEvent::Discovery(DiscoveryEvent::Empty { .. }) => Some(()),
+        _ => None,
+    })
+    .await;
+    let text = handle.render();
+    let line = |kind: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("zeronode_discovery_total{")
+                    && l.contains("node=\"metered-gateway\"")
+                    && l.contains(&format!("kind=\"{kind}\""))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+    };
+    assert_eq!(line("changed"), Some(1.0), "{text}");
+    assert!(line("empty").is_some_and(|n| n >= 1.0), "{text}");
+    assert_eq!(gateway.peers().len(), 1, "the empty answer dropped nobody");
     gateway.close().await;
     for w in all {
         w.close().await;
