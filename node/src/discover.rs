@@ -720,25 +720,25 @@ pub struct DiscoveryStats {
 }
 
 #[derive(Default)]
-struct Counters {
-    answers: AtomicU64,
-    failures: AtomicU64,
-    empty: AtomicU64,
-    changes: AtomicU64,
-    capped: AtomicU64,
-    connects: AtomicU64,
-    connect_failures: AtomicU64,
-    released: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) answers: AtomicU64,
+    pub(crate) failures: AtomicU64,
+    pub(crate) empty: AtomicU64,
+    pub(crate) changes: AtomicU64,
+    pub(crate) capped: AtomicU64,
+    pub(crate) connects: AtomicU64,
+    pub(crate) connect_failures: AtomicU64,
+    pub(crate) released: AtomicU64,
 }
 
 /// What the handle and the driver share.
 #[derive(Default)]
-struct Shared {
-    counters: Counters,
+pub(crate) struct Shared {
+    pub(crate) counters: Counters,
     /// The addresses joined through this source, with their peer.
-    joined: Mutex<BTreeMap<String, NodeId>>,
+    pub(crate) joined: Mutex<BTreeMap<String, NodeId>>,
     /// The last set the source listed.
-    listed: Mutex<Vec<String>>,
+    pub(crate) listed: Mutex<Vec<String>>,
 }
 
 /// A running discovery ([`Node::discover`](crate::Node::discover)): its counters and
@@ -746,8 +746,8 @@ struct Shared {
 /// does, leaving the peers it joined connected.
 #[derive(Clone)]
 pub struct Discovery {
-    shared: Arc<Shared>,
-    task: Arc<Mutex<Option<JoinHandle<()>>>>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) task: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
 impl std::fmt::Debug for Discovery {
@@ -796,12 +796,8 @@ impl Discovery {
 /// Makes a source for each node a builder builds.
 pub(crate) type Starter = Arc<dyn Fn() -> (Box<dyn Discover>, DiscoverOptions) + Send + Sync>;
 
-mod driver;
-pub(crate) use driver::start;
-
 #[cfg(test)]
 mod tests {
-    use super::driver::{is_local, socket_address};
     use super::*;
 
     #[test]
@@ -822,18 +818,6 @@ mod tests {
             "tcp://10.0.0.7:5555"
         );
         assert_eq!(endpoint("::1".parse().unwrap(), 5555), "tcp://[::1]:5555");
-        assert_eq!(
-            socket_address("tcp://[::1]:5555"),
-            Some("[::1]:5555".parse().unwrap())
-        );
-        assert_eq!(socket_address("ipc:///tmp/x"), None);
-    }
-
-    #[test]
-    fn only_addresses_of_this_host_are_local() {
-        assert!(is_local("127.0.0.1".parse().unwrap()));
-        // TEST-NET-3 (RFC 5737) is never assigned to a host.
-        assert!(!is_local("203.0.113.9".parse().unwrap()));
     }
 
     #[tokio::test]

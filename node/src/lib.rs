@@ -80,8 +80,8 @@
 //! - the node's life: `phase.rs` (open, draining, closing), `drain.rs` (graceful close);
 //! - observability: `events.rs`, `observe.rs` (hooks, per-request metrics), `metrics.rs`,
 //!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports);
-//! - discovery: `discover.rs` (following a DNS name or another source of addresses,
-//!   through `connect` and `disconnect`);
+//! - discovery: `discover.rs` (the sources: a DNS name, a list, the `Discover` trait),
+//!   `follow.rs` (a task per source, through `connect` and `disconnect`);
 //! - `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
 //!   `context.rs` (a request's deadline and what calls inherit), `codes.rs` (the codes on
 //!   the wire), `config.rs`, `error.rs`; `breaker.rs` (a client layer).
@@ -106,6 +106,7 @@ mod events;
 mod fair;
 mod fanout;
 pub mod filter;
+mod follow;
 mod forward;
 mod handler;
 mod handshake;

@@ -222,7 +222,7 @@ impl Node {
         }
         for starter in &builder.discover {
             let (source, options) = starter();
-            crate::discover::start(&node.inner, source, options);
+            crate::follow::start(&node.inner, source, options);
         }
         Ok(node)
     }

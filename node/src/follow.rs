@@ -1,5 +1,6 @@
-//! The task that follows one source: applies each address set to the node through
-//! `connect` and `disconnect` (see the parent module).
+//! Following a discovery source (`discover.rs`): one task per source applies each address
+//! set to the node through `connect` and `disconnect`; `Node::discover` and
+//! `NodeBuilder::discover` start it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasher;
@@ -14,7 +15,9 @@ use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::{Discover, DiscoverOptions, Discovery, DiscoveryError, DiscoveryEvent, Shared};
+use crate::discover::{
+    Discover, DiscoverOptions, Discovery, DiscoveryError, DiscoveryEvent, Shared,
+};
 use crate::events::{LeaveReason, NodeEvent};
 use crate::inner::Inner;
 use crate::link::Link;
@@ -479,13 +482,13 @@ fn is_own(inner: &Inner, address: &str) -> bool {
 }
 
 /// `tcp://IP:PORT` as a socket address (`None` for a host name or another transport).
-pub(super) fn socket_address(endpoint: &str) -> Option<SocketAddr> {
+fn socket_address(endpoint: &str) -> Option<SocketAddr> {
     endpoint.strip_prefix("tcp://")?.parse().ok()
 }
 
 /// Whether `ip` is an address of this host: only those can be bound (no I/O beyond the
 /// bind, which is released at once).
-pub(super) fn is_local(ip: IpAddr) -> bool {
+fn is_local(ip: IpAddr) -> bool {
     ip.is_loopback() || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
@@ -515,5 +518,26 @@ pub(crate) fn start(
     Discovery {
         shared,
         task: Arc::new(Mutex::new(Some(task))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_tcp_ip_endpoints_are_socket_addresses() {
+        assert_eq!(
+            socket_address("tcp://[::1]:5555"),
+            Some("[::1]:5555".parse().unwrap())
+        );
+        assert_eq!(socket_address("ipc:///tmp/x"), None);
+    }
+
+    #[test]
+    fn only_addresses_of_this_host_are_local() {
+        assert!(is_local("127.0.0.1".parse().unwrap()));
+        // TEST-NET-3 (RFC 5737) is never assigned to a host.
+        assert!(!is_local("203.0.113.9".parse().unwrap()));
     }
 }
