@@ -643,7 +643,7 @@ impl DiscoverOptions {
     }
 }
 
-/// What a discovery reports, in [`NodeEvent::Discovery`].
+/// What a discovery reports, in [`NodeEvent::Discovery`](crate::NodeEvent::Discovery).
 /// Each names its source ([`Discover::describe`]). Counted in
 /// [`Discovery::stats`] and, with metrics on, in `zeronode_discovery_total{kind}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
