@@ -110,6 +110,15 @@ pub(crate) struct NodeArgs {
     /// Node to connect to; repeat the flag (or separate with commas) for several.
     #[arg(short, long, value_name = "ADDR", value_delimiter = ',', value_parser = parse_connect_address)]
     pub(crate) connect: Vec<String>,
+    /// A DNS name to follow: `NAME:PORT` connects to every A and AAAA record of NAME at
+    /// PORT, `NAME` to every SRV record `_zeronode._tcp.NAME`; re-resolved by the
+    /// records' TTL (1 s to 60 s) and when a connection fails. Repeat it for several.
+    #[arg(long, value_name = "NAME[:PORT]")]
+    pub(crate) discover: Vec<String>,
+    /// The name server --discover asks (`IP:PORT`), instead of the system's
+    /// (`/etc/resolv.conf`).
+    #[arg(long, value_name = "IP:PORT", requires = "discover")]
+    pub(crate) dns_server: Option<std::net::SocketAddr>,
     /// An option this node advertises to its peers (typed: see `KEY=VALUE` below); repeat it.
     #[arg(short = 'o', long = "option", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub(crate) options: Vec<KeyValue>,

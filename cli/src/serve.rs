@@ -5,7 +5,9 @@
 //! ```text
 //! listening on tcp://127.0.0.1:40123      (with --bind; the port resolved)
 //! metrics on http://127.0.0.1:9100/metrics (with --metrics)
+//! following workers.svc:5555                (each --discover)
 //! node api-1 ready                         (every --connect joined)
+//! discovered workers.svc:5555: 3 listed; added [tcp://10.0.0.7:5555 ...] removed []
 //! peer joined w1 (downstream) role=worker
 //! peer left w1 (downstream, stopped)
 //! stats: 2 peers, 1520.0 requests/s, 0.0 ticks/s      (with --stats)
@@ -131,6 +133,14 @@ async fn serve(
             }
             signal = signals.recv() => return stop(node, signal, signals, logger).await,
         }
+    }
+    for name in &args.discover {
+        let mut dns = node::Dns::new(name.as_str());
+        if let Some(server) = args.dns_server {
+            dns = dns.name_server(server);
+        }
+        node.discover_with(dns, node::DiscoverOptions::new().connect_timeout(timeout));
+        say(format_args!("following {name}"));
     }
     say(format_args!("node {} ready", node.id()));
     let stats = args
@@ -350,6 +360,7 @@ async fn log_events(mut events: node::EventStream) {
             Some(NodeEvent::Error { source, message }) => {
                 tracing::warn!(?source, "{message}");
             }
+            Some(NodeEvent::Discovery(event)) => say_discovery(&event),
             Some(NodeEvent::Stopped) | None => break,
             Some(NodeEvent::Lagged { missed }) => {
                 say(format_args!(
@@ -358,6 +369,49 @@ async fn log_events(mut events: node::EventStream) {
             }
             Some(other) => tracing::debug!(?other, "node event"),
         }
+    }
+}
+
+/// A discovery event, in one line (a change lists at most a few addresses).
+fn say_discovery(event: &node::DiscoveryEvent) {
+    use node::DiscoveryEvent;
+    let few = |addresses: &[String]| {
+        let mut text = addresses
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if addresses.len() > 5 {
+            text.push_str(&format!(" (+{} more)", addresses.len() - 5));
+        }
+        text
+    };
+    match event {
+        DiscoveryEvent::Changed {
+            source,
+            added,
+            removed,
+            listed,
+        } => say(format_args!(
+            "discovered {source}: {listed} listed; added [{}] removed [{}]",
+            few(added),
+            few(removed)
+        )),
+        DiscoveryEvent::Empty { source } => say(format_args!(
+            "discovered {source}: empty answer, peers kept"
+        )),
+        DiscoveryEvent::Failed { source, error } => say(format_args!(
+            "discovery of {source} failed: {error}; peers kept"
+        )),
+        DiscoveryEvent::Capped {
+            source,
+            listed,
+            cap,
+        } => say(format_args!(
+            "discovered {source}: {listed} listed, connecting to {cap} at most"
+        )),
+        other => tracing::debug!(?other, "discovery event"),
     }
 }
 

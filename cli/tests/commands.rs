@@ -587,3 +587,25 @@ fn node_serves_prometheus_metrics_after_traffic() {
         "{text}"
     );
 }
+
+#[test]
+fn a_node_following_a_name_joins_the_node_it_names() {
+    // `localhost` through the system's resolver configuration (hosts file included): the
+    // default path of `--discover`, with no name server of our own.
+    let srv = server(&[]);
+    let port = srv.address.rsplit(':').next().expect("a port").to_owned();
+    let name = format!("localhost:{port}");
+    let mut gateway = NodeProcess::start(&["--id", "gw", "--discover", &name]);
+    assert_eq!(gateway.next_line(), format!("following {name}"));
+    gateway.wait_for("the change", |l| {
+        l.starts_with(&format!("discovered {name}: "))
+            && l.contains(&format!("tcp://127.0.0.1:{port}"))
+    });
+    gateway.wait_for("the join", |l| l.starts_with("peer joined srv (upstream)"));
+}
+
+#[test]
+fn dns_server_needs_discover() {
+    let run = zeronode(&["node", "--dns-server", "127.0.0.1:53"]);
+    assert!(run.failed().contains("--discover"), "{}", run.failed());
+}

@@ -252,6 +252,8 @@ pub struct NodeBuilder {
     pub(crate) id: Option<NodeId>,
     pub(crate) options: Options,
     pub(crate) bind: Option<String>,
+    /// The discovery sources to follow once built (`discover.rs`).
+    pub(crate) discover: Vec<crate::discover::Starter>,
     /// The base configuration ([`config`](Self::config)), under what the other methods set.
     base: Config,
     /// Every setting made with a method, applied over `base` in order when the node is

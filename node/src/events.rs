@@ -130,6 +130,9 @@ pub enum NodeEvent {
         /// How long until it listens again.
         retry_in: std::time::Duration,
     },
+    /// A discovery source answered with a change, nothing, or a failure, or its set is
+    /// past the cap ([`Node::discover`](crate::Node::discover)).
+    Discovery(crate::discover::DiscoveryEvent),
     /// This node began a graceful close: its peers were told to stop picking it, and it
     /// finishes the requests it has within the close grace.
     /// [`Stopped`](NodeEvent::Stopped) follows.

@@ -96,6 +96,8 @@
 //!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports),
 //!   `describe.rs` (what a node tells a peer that asks about it, and the per-event load
 //!   behind it), `introspect.rs` (building it, answering, asking);
+//! - discovery: `discover.rs` (the sources: a DNS name, a list, the `Discover` trait),
+//!   `follow.rs` (a task per source, through `connect` and `disconnect`);
 //! - `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
 //!   `context.rs` (a request's deadline and what calls inherit), `codes.rs` (the codes on
 //!   the wire), `config.rs`, `error.rs`; `breaker.rs` (a client layer).
@@ -113,6 +115,7 @@ mod codes;
 mod config;
 mod context;
 mod describe;
+pub mod discover;
 mod dispatch;
 mod drain;
 mod error;
@@ -120,6 +123,7 @@ mod events;
 mod fair;
 mod fanout;
 pub mod filter;
+mod follow;
 mod forward;
 mod handler;
 mod handshake;
@@ -160,6 +164,7 @@ pub use describe::{
     Counts, DescribePolicy, Description, EventStats, Latency, Limits, PeerSummary, RouterCounts,
     Totals, MAX_DESCRIBED_EVENTS,
 };
+pub use discover::{Discover, DiscoverOptions, Discovery, DiscoveryEvent, Dns, Static};
 pub use error::{Error, ErrorCode, HandlerBound, Result};
 pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent, WaitError};
 pub use filter::Filter;

@@ -26,7 +26,9 @@
 //! `zeronode_timeouts_total`, `zeronode_forwarded_total`, `zeronode_forward_failed_total`.
 //! As they happen: `zeronode_peers_joined_total`, `zeronode_peers_left_total{reason}`,
 //! `zeronode_connections_refused_total` (security handshakes refused),
-//! `zeronode_accept_paused_total` (out of file descriptors), and the histogram
+//! `zeronode_accept_paused_total` (out of file descriptors),
+//! `zeronode_discovery_total{kind}` (a discovery's answers: `changed`, `empty`, `failed`,
+//! and `capped`, see [`DiscoveryEvent`](crate::DiscoveryEvent)), and the histogram
 //! `zeronode_queue_wait_seconds` (a message's wait for a handler slot).
 
 use std::time::Duration;

@@ -258,6 +258,10 @@ impl Node {
         if let Some(address) = builder.bind {
             node.bind(&address).await?;
         }
+        for starter in &builder.discover {
+            let (source, options) = starter();
+            crate::follow::start(&node.inner, source, options);
+        }
         Ok(node)
     }
 

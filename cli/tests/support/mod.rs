@@ -81,7 +81,20 @@ impl NodeProcess {
     /// Starts `zeronode node ARGS`; when `--bind` is among them, waits for `listening on`
     /// and keeps the address.
     pub fn start(args: &[&str]) -> NodeProcess {
-        let mut child = Command::new(BIN)
+        NodeProcess::start_in(None, args)
+    }
+
+    /// [`start`](Self::start) inside a network namespace (`ip netns exec`; needs root).
+    pub fn start_in(namespace: Option<&str>, args: &[&str]) -> NodeProcess {
+        let mut command = match namespace {
+            Some(namespace) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", namespace, BIN]);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        let mut child = command
             .arg("node")
             .args(args)
             .stdin(Stdio::piped())
@@ -187,6 +200,11 @@ impl NodeProcess {
         while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
             self.seen.push(line);
         }
+        self.seen.clone()
+    }
+
+    /// Every stdout line read so far.
+    pub fn rest_so_far(&self) -> Vec<String> {
         self.seen.clone()
     }
 
