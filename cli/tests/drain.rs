@@ -320,6 +320,12 @@ fn a_rolling_restart_of_workers_behind_a_gateway_fails_no_request() {
                 "{engine}: w{i} drained: {}",
                 mesh.workers[i]
             );
+            // Its goodbye and the new process's handshake reach the gateway on two
+            // connections, in either order; started before the gateway has seen the
+            // goodbye, the new one is refused as a duplicate id.
+            let left = format!("peer left w{i} ");
+            mesh.gateway
+                .wait_for(&format!("w{i} left"), |l| l.starts_with(&left));
             mesh.workers[i] = mesh.worker(i);
             std::thread::sleep(Duration::from_millis(300));
         }
