@@ -321,7 +321,8 @@ pub(crate) fn event_rows(
         row.extend(
             [
                 c.ok,
-                c.error,
+                // A panic is the handler's failure too.
+                c.error + c.panicked,
                 c.refused,
                 c.timeout,
                 c.cancelled,

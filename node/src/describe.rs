@@ -260,12 +260,15 @@ pub struct Counts {
     pub timeout: u64,
     /// Stopped because its requester left or the node was aborted.
     pub cancelled: u64,
+    /// The handler panicked.
+    #[serde(default)]
+    pub panicked: u64,
 }
 
 impl Counts {
     /// Every outcome together.
     pub fn total(&self) -> u64 {
-        self.ok + self.error + self.refused + self.timeout + self.cancelled
+        self.ok + self.error + self.refused + self.timeout + self.cancelled + self.panicked
     }
 
     /// Every outcome but `ok`.
@@ -273,14 +276,15 @@ impl Counts {
         self.total() - self.ok
     }
 
-    fn from_array(counts: [u64; 5]) -> Counts {
-        let [ok, error, refused, timeout, cancelled] = counts;
+    fn from_array(counts: [u64; Outcome::ALL.len()]) -> Counts {
+        let [ok, error, refused, timeout, cancelled, panicked] = counts;
         Counts {
             ok,
             error,
             refused,
             timeout,
             cancelled,
+            panicked,
         }
     }
 }
@@ -323,7 +327,7 @@ struct EventLoad {
     /// Jobs started (requests and ticks).
     started: AtomicU64,
     /// Jobs ended, `[request, tick]` by outcome index.
-    ended: [[AtomicU64; 5]; 2],
+    ended: [[AtomicU64; Outcome::ALL.len()]; 2],
     /// The requests' latency in microseconds since the node was built (`None` only if the
     /// crate refused our constant configuration, which a unit test rules out).
     latency: Option<AtomicHistogram>,

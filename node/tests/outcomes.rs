@@ -72,6 +72,10 @@ async fn a_panicking_handler_is_a_panic_for_its_caller_not_a_handler_error() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(*handled.lock().unwrap(), [Outcome::Panicked]);
+    // Its description counts it as a panic.
+    let described = a.description();
+    let boom = described.events.iter().find(|e| e.event == "boom").unwrap();
+    assert_eq!((boom.requests.panicked, boom.requests.failed()), (1, 1));
     assert_eq!(Outcome::Panicked.as_str(), "panicked");
     assert!(err.is_panic());
     assert!(!err.is_cancelled() && !err.is_retry_safe());
