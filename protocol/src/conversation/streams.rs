@@ -22,7 +22,7 @@ use std::task::{Context, Poll, Waker};
 use futures::future::BoxFuture;
 
 use super::*;
-use crate::credit::{decode_grant, encode_grant, Credit, Violation, Window, DEFAULT_WINDOW};
+use crate::credit::{encode_grant, Credit, Violation, Window, DEFAULT_WINDOW};
 use crate::envelope::{FLAG_BODY_STREAMED, FLAG_END, FLAG_REPLY_STREAMED};
 use crate::handler::Slots;
 
@@ -242,7 +242,7 @@ impl<L: Link> Conversation<L> {
         self.counters.requests_sent.fetch_add(1, Ordering::Relaxed);
         self.counters.streams_opened.fetch_add(1, Ordering::Relaxed);
         if let Some(grant) = grant {
-            self.control(peer, Kind::Credit, id, 0, &encode_grant(grant));
+            self.control(peer, Kind::Credit, id, 0, &grant.payload());
         }
         Ok(id)
     }
@@ -330,7 +330,7 @@ impl<L: Link> Conversation<L> {
             self.violated(peer, id, violation);
             return true;
         }
-        match inbox.window.arrive() {
+        match inbox.window.arrive(item.len()) {
             Ok(()) => {
                 inbox.items.push_back(item);
                 self.counters
@@ -366,7 +366,7 @@ impl<L: Link> Conversation<L> {
         let Some(credit) = stream.send.as_mut() else {
             return false;
         };
-        match decode_grant(payload).and_then(|n| credit.grant(n)) {
+        match credit.receive(payload) {
             Ok(()) => match &stream.send_waker {
                 Some(waker) => waker.wake_by_ref(),
                 None => {
@@ -430,7 +430,7 @@ impl<L: Link> Conversation<L> {
                 max: self.max_payload,
             })
         } else {
-            inbox.window.arrive().map(|()| {
+            inbox.window.arrive(item.len()).map(|()| {
                 inbox.items.push_back(item);
                 self.counters
                     .stream_items_received
@@ -457,7 +457,7 @@ impl<L: Link> Conversation<L> {
         let Some(credit) = ends.send.as_mut() else {
             return false;
         };
-        if let Err(violation) = decode_grant(payload).and_then(|n| credit.grant(n)) {
+        if let Err(violation) = credit.receive(payload) {
             tracing::debug!(peer = %peer.short(), id, %violation, "streamed reply stopped: protocol violation");
             self.counters
                 .stream_violations
@@ -583,7 +583,7 @@ impl<L: Link> Conversation<L> {
                 Kind::Credit,
                 id,
                 FLAG_BODY_STREAMED,
-                &encode_grant(grant),
+                &grant.payload(),
             );
         }
         true
