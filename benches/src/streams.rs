@@ -12,7 +12,7 @@
 //! - **`tcp-bulk`**, the floor: the server writes 64 KiB chunks, each after a 4-byte length,
 //!   as fast as TCP takes them; the client reads them whole; bytes per second;
 //! - **`stream-64k`**: a streamed reply of 64 KiB raw items (`Sink::send_raw` of one shared
-//!   buffer) read through `call(..).raw().stream(..)`, the default window (32 items);
+//!   buffer) read through `call(..).raw().stream(..)`, the default window;
 //! - **`stream-100b`**: the same with 100-byte items, items per second, beside
 //!   **`node-native-tick`**: 100-byte one-way ticks counted by the server (as the per-layer
 //!   report's row of that name measures them);

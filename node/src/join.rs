@@ -141,6 +141,15 @@ pub(crate) fn handshake_downstream(
     }
 }
 
+/// How long to wait before asking again after the `attempt`th (from 0) refusal of our id
+/// as a duplicate, `None` to give up: 25 ms doubling, about 1.5 s in all. A node restarted
+/// under its id gets in once its old instance's goodbye arrives; a live duplicate is still
+/// refused, only later.
+fn duplicate_retry(attempt: u32) -> Option<Duration> {
+    const TRIES: u32 = 6;
+    (attempt < TRIES).then(|| Duration::from_millis(25) * 2u32.pow(attempt))
+}
+
 /// The client side: sends our hello (with the ticket this server gave us when we joined
 /// it before, if we did), checks the server's. Returns the server's hello, whose `token`
 /// is the ticket of this join.
@@ -154,10 +163,30 @@ pub(crate) async fn handshake_upstream(
         ..inner.hello()
     };
     let payload = encode_value(&ours)?;
-    let reply = match client
-        .system_request(HANDSHAKE, &[], payload, inner.config.handshake_timeout)
-        .await
-    {
+    let mut attempt = 0;
+    let reply = loop {
+        let answer = client
+            .system_request(
+                HANDSHAKE,
+                &[],
+                payload.clone(),
+                inner.config.handshake_timeout,
+            )
+            .await;
+        // Our id may be held by the instance we replace, whose goodbye is still on its way
+        // on its own connection: ask again a few times before taking it as a duplicate.
+        if let Err(protocol::Error::Remote(remote)) = &answer {
+            if remote.system && remote.code == DUPLICATE_ID {
+                if let Some(wait) = duplicate_retry(attempt) {
+                    attempt += 1;
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            }
+        }
+        break answer;
+    };
+    let reply = match reply {
         Ok(reply) => reply,
         Err(protocol::Error::Remote(remote)) if remote.system => {
             return Err(match remote.code.as_str() {
@@ -213,5 +242,19 @@ pub(crate) async fn handshake_upstream(
         Err(_) => Err(Error::DuplicateId {
             id: hello.id.to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_id_is_asked_again_for_about_a_second_and_a_half() {
+        let waits: Vec<Duration> = (0..).map_while(duplicate_retry).collect();
+        assert_eq!(waits.first(), Some(&Duration::from_millis(25)));
+        let total: Duration = waits.iter().sum();
+        assert!(total >= Duration::from_secs(1) && total <= Duration::from_secs(2));
+        assert!(waits.windows(2).all(|w| w[1] == w[0] * 2));
     }
 }

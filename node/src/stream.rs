@@ -23,9 +23,9 @@
 //! ```
 //!
 //! Flow control is credit counted in items (the `protocol` crate's `credit.rs`): the
-//! receiver holds at most its window of items (32 by default, [`Items::window`]), each
-//! bounded by the payload limit, so a stream costs its receiver at most window x
-//! `max_payload` bytes; a handler whose caller reads slowly waits in [`Sink::send`].
+//! receiver holds at most its window of items (256 by default, [`Items::window`]; it
+//! grants fewer while items are large, aiming at about 2 MiB), each bounded by the payload
+//! limit, so a stream costs its receiver at most window x `max_payload` bytes; a handler whose caller reads slowly waits in [`Sink::send`].
 //! Dropping [`Items`] cancels the handler (its next send fails). The call's timeout (or
 //! deadline) bounds the whole stream; [`Items::idle_timeout`] bounds the wait for each
 //! item. A peer that leaves ends the stream with [`Error::PeerLeft`].
@@ -401,8 +401,9 @@ impl<'a, R> Items<'a, R> {
         }
     }
 
-    /// Items this caller holds at most (its credit window; default 32): memory for the
-    /// stream is at most `items` x the largest payload. Set before the first poll.
+    /// Items this caller holds at most (its credit window; default 256, fewer granted
+    /// while items are large): memory for the stream is at most `items` x the largest
+    /// payload. Set before the first poll.
     pub fn window(mut self, items: u32) -> Self {
         self.window = items.max(1);
         self

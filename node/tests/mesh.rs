@@ -141,6 +141,32 @@ async fn a_duplicate_id_is_refused_on_both_sides() {
     ));
 }
 
+/// A node restarted under its id while its old instance is still leaving: the restart's
+/// hello may reach the other side before the old instance's goodbye. It gets in once the
+/// old one is gone, not a `DuplicateId`.
+#[tokio::test]
+async fn a_node_restarted_under_its_id_joins_once_its_old_instance_leaves() {
+    let a = server("a").await;
+    let old = client("worker").await;
+    old.connect(&address(&a)).await.unwrap();
+    let new = client("worker").await;
+    new.on_request("which", |_req: Request| async move {
+        Ok::<_, HandlerError>("new")
+    });
+    // The old instance leaves a little after the new one first asks to join (the new one
+    // asks again for about 1.5 s; 100 ms leaves room for a slow machine).
+    let leaving = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        old.close().await;
+    });
+    within("the restart joins", new.connect(&address(&a)))
+        .await
+        .unwrap();
+    leaving.await.unwrap();
+    let which: String = a.request("worker", "which", &()).await.unwrap();
+    assert_eq!(which, "new");
+}
+
 #[tokio::test]
 async fn unknown_ids_and_unmatched_filters_are_typed_errors() {
     let a = server("a").await;

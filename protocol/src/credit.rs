@@ -325,17 +325,20 @@ mod tests {
         // A window stated twice.
         let mut credit = Credit::new();
         credit.receive(&opening(8, 2)).unwrap();
-        assert_eq!(
-            credit.receive(&opening(8, 2)),
-            Err(Violation::BadCredit(8))
-        );
+        assert_eq!(credit.receive(&opening(8, 2)), Err(Violation::BadCredit(8)));
     }
 
     #[test]
     fn an_opening_grants_part_of_its_window_and_later_grants_fill_it() {
         let mut credit = Credit::new();
         credit
-            .receive(&Opening { window: 8, granted: 2 }.payload())
+            .receive(
+                &Opening {
+                    window: 8,
+                    granted: 2,
+                }
+                .payload(),
+            )
             .unwrap();
         assert_eq!((credit.window(), credit.available()), (Some(8), 2));
         credit.receive(&encode_grant(6)).unwrap();
@@ -434,7 +437,10 @@ mod tests {
                 granted_after += grant;
             }
         }
-        assert!(granted_after <= 2, "granted {granted_after} more 1 MiB items");
+        assert!(
+            granted_after <= 2,
+            "granted {granted_after} more 1 MiB items"
+        );
     }
 
     /// Sender and receiver driven together: the receiver never holds more than its window,

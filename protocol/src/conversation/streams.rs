@@ -578,13 +578,7 @@ impl<L: Link> Conversation<L> {
             .streams_accepted
             .fetch_add(1, Ordering::Relaxed);
         if let Some(grant) = grant {
-            self.control(
-                peer,
-                Kind::Credit,
-                id,
-                FLAG_BODY_STREAMED,
-                &grant.payload(),
-            );
+            self.control(peer, Kind::Credit, id, FLAG_BODY_STREAMED, &grant.payload());
         }
         true
     }
