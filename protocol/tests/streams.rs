@@ -560,7 +560,8 @@ async fn a_body_item_without_credit_ends_the_body() {
         .unwrap();
     let credit = next(&raw).await;
     assert_eq!(credit.kind(), Kind::Credit);
-    assert_eq!(&credit.payload()[..], &4u32.to_be_bytes());
+    // The first credit states the window, then grants: 4 and 4.
+    assert_eq!(&credit.payload()[..], &[0, 0, 0, 4, 0, 0, 0, 4]);
     for _ in 0..5 {
         raw.send(frame(Kind::StreamItem, BODY, 1, "", b"item"))
             .await
