@@ -11,7 +11,10 @@
 //! - `zeronode_requests_handled_total`, `zeronode_ticks_handled_total`, and the histogram
 //!   `zeronode_handler_seconds` (arrival to answer);
 //! - `zeronode_requests_sent_total`, `zeronode_ticks_sent_total`, and the histogram
-//!   `zeronode_request_seconds` (the round trip).
+//!   `zeronode_request_seconds` (the round trip);
+//! - per stream, when it ends, with the label `side` (`served`: a stream handler's items
+//!   out; `read`: a caller's items in), the histograms `zeronode_stream_items`,
+//!   `zeronode_stream_bytes` and `zeronode_stream_seconds`.
 //!
 //! Event names are chosen by peers: the first [`MAX_EVENT_LABELS`] distinct names get a
 //! label of their own, every later one is counted under `event="_other"`, so a peer cannot
@@ -157,6 +160,23 @@ impl Metrics {
         }
     }
 
+    /// A stream ended on this node's `side` (`"served"` or `"read"`): its items, bytes and
+    /// duration, once per stream.
+    pub(crate) fn stream_ended(&self, event: &str, side: &'static str, ended: StreamEnd) {
+        let event = match self.series(event) {
+            SeriesId::Event(_) => SharedString::from(event.to_owned()),
+            SeriesId::Other => SharedString::const_str(OTHER),
+        };
+        let labels = vec![
+            Label::new("node", self.node.clone()),
+            Label::new("event", event),
+            Label::new("side", side),
+        ];
+        histogram!("zeronode_stream_items", labels.clone()).record(ended.items as f64);
+        histogram!("zeronode_stream_bytes", labels.clone()).record(ended.bytes as f64);
+        histogram!("zeronode_stream_seconds", labels).record(ended.duration.as_secs_f64());
+    }
+
     /// A message waited `waited` for a handler slot.
     pub(crate) fn queue_wait(&self, waited: Duration) {
         self.queue_wait.record(waited.as_secs_f64());
@@ -212,6 +232,14 @@ impl Metrics {
             counter!(name, "node" => node()).absolute(count);
         }
     }
+}
+
+/// What one stream carried, recorded when it ends ([`Metrics::stream_ended`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StreamEnd {
+    pub(crate) items: u64,
+    pub(crate) bytes: u64,
+    pub(crate) duration: Duration,
 }
 
 /// The node-wide numbers [`Metrics::sample`] records.

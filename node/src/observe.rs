@@ -142,7 +142,7 @@ pub(crate) struct Observers {
     calls: AtomicBool,
     handled: RwLock<Vec<HandledHook>>,
     called: RwLock<Vec<CalledHook>>,
-    pub(crate) metrics: Option<Metrics>,
+    pub(crate) metrics: Option<Arc<Metrics>>,
     /// The node's id, for its logs.
     node: NodeId,
     /// The node's events, to every [`EventStream`](crate::EventStream).
@@ -168,7 +168,7 @@ impl Observers {
             calls: AtomicBool::new(metrics),
             handled: RwLock::new(Vec::new()),
             called: RwLock::new(Vec::new()),
-            metrics: metrics.then(|| Metrics::new(node)),
+            metrics: metrics.then(|| Arc::new(Metrics::new(node))),
             node: node.clone(),
             events: EventChannel::default(),
             reports: Reports::default(),

@@ -54,6 +54,7 @@ use crate::codes::Code;
 use crate::error::{Error, Result};
 use crate::handler::{HandlerError, Request, Response};
 use crate::link::{Link, Target};
+use crate::metrics::StreamEnd;
 use crate::node::Node;
 use crate::peer::NodeId;
 use crate::routing::{forward_error, Relay};
@@ -158,10 +159,13 @@ impl Node {
         F: Fn(Request, Sink) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
     {
+        // Not the node itself: the handler table would hold it alive.
+        let metrics = self.inner.observers.metrics.clone();
         self.on_request_service(
             pattern,
             tower::service_fn(move |request: Request| {
                 let handler = handler.clone();
+                let metrics = metrics.clone();
                 async move {
                     let Some(sink) = request.incoming().take_sink() else {
                         return Err(BoxError::from(not_streamed("streams its reply")));
@@ -174,11 +178,19 @@ impl Node {
                     let event = request.event().to_owned();
                     let started = std::time::Instant::now();
                     let result = handler(request, sink).await;
+                    let end = StreamEnd {
+                        items: counts.items.load(Ordering::Relaxed),
+                        bytes: counts.bytes.load(Ordering::Relaxed),
+                        duration: started.elapsed(),
+                    };
+                    if let Some(metrics) = &metrics {
+                        metrics.stream_ended(&event, "served", end);
+                    }
                     tracing::debug!(
                         %event,
-                        items = counts.items.load(Ordering::Relaxed),
-                        bytes = counts.bytes.load(Ordering::Relaxed),
-                        duration_us = started.elapsed().as_micros() as u64,
+                        items = end.items,
+                        bytes = end.bytes,
+                        duration_us = end.duration.as_micros() as u64,
                         ok = result.is_ok(),
                         "stream served"
                     );
@@ -441,9 +453,17 @@ impl<'a, R> Items<'a, R> {
         }))
     }
 
-    /// The stream ended with `result`: recorded in its span, hooks and log.
+    /// The stream ended with `result`: recorded in its span, hooks, metrics and log.
     fn ended(&mut self, prepared: &mut Prepared<'_>, result: &Result<()>) {
         prepared.finished(false, result);
+        if let Some(metrics) = &prepared.node.inner.observers.metrics {
+            let end = StreamEnd {
+                items: self.items,
+                bytes: self.bytes,
+                duration: self.started.elapsed(),
+            };
+            metrics.stream_ended(prepared.event, "read", end);
+        }
         tracing::debug!(
             event = prepared.event,
             items = self.items,

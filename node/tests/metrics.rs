@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures::StreamExt;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use node::{HandlerError, Outcome, Request, MAX_EVENT_LABELS};
+use node::{HandlerError, Outcome, Request, Sink, MAX_EVENT_LABELS};
 use regex::Regex;
 use support::*;
 
@@ -86,6 +88,13 @@ async fn traffic_shows_in_the_metrics_and_the_hooks() {
         |_req: Request| async move { Ok::<_, HandlerError>(()) },
     );
     server.on_tick("note", |_req: Request| async move {});
+    server.on_stream("count", |req: Request, mut sink: Sink| async move {
+        for i in 0..req.decode::<u32>()? {
+            sink.send_raw(Bytes::from(vec![0u8; i as usize + 1]))
+                .await?;
+        }
+        Ok::<_, HandlerError>(())
+    });
     let handled = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&handled);
     server.hooks().on_handled(move |h| {
@@ -114,6 +123,14 @@ async fn traffic_shows_in_the_metrics_and_the_hooks() {
     for _ in 0..3 {
         client.tick("server", "note", &()).await.unwrap();
     }
+    // One stream of 4 items, 1 + 2 + 3 + 4 bytes.
+    let items: Vec<_> = client
+        .call("server", "count")
+        .raw()
+        .stream(protocol::encode_value(&4u32).unwrap())
+        .collect()
+        .await;
+    assert_eq!(items.len(), 4);
 
     let samples = until(&handle, "the counts", |s| {
         value(
@@ -187,6 +204,31 @@ async fn traffic_shows_in_the_metrics_and_the_hooks() {
         Some(1.0)
     );
 
+    // The stream, once on each side: its items, bytes and duration.
+    let samples = until(&handle, "the stream's end on both sides", |s| {
+        ["server", "client"].iter().all(|node| {
+            value(
+                s,
+                "zeronode_stream_seconds_count",
+                &[("node", node), ("event", "count")],
+            ) == Some(1.0)
+        })
+    })
+    .await;
+    for (node, side) in [("server", "served"), ("client", "read")] {
+        let labels = [("node", node), ("event", "count"), ("side", side)];
+        assert_eq!(
+            value(&samples, "zeronode_stream_items_sum", &labels),
+            Some(4.0),
+            "{side}"
+        );
+        assert_eq!(
+            value(&samples, "zeronode_stream_bytes_sum", &labels),
+            Some(10.0),
+            "{side}"
+        );
+    }
+
     // The hooks saw the same traffic.
     let handled = handled.lock().unwrap().clone();
     let count = |event: &str, tick: bool, outcome: Outcome| {
@@ -254,12 +296,12 @@ async fn traffic_shows_in_the_metrics_and_the_hooks() {
         .filter_map(|(_, l, _)| l.get("event").map(String::as_str))
         .collect();
     assert!(labels.len() <= MAX_EVENT_LABELS + 1, "{}", labels.len());
-    // echo, fail and note took three of the labels first (note is a tick's).
+    // echo, fail, note and count took four of the labels first (note is a tick's).
     let other = value(
         &samples,
         "zeronode_requests_handled_total",
         &[("node", "server"), ("event", "_other"), ("outcome", "ok")],
     )
     .unwrap();
-    assert_eq!(other as usize, extra + 3);
+    assert_eq!(other as usize, extra + 4);
 }
