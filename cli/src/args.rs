@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use node::{Filter, Options, Scope, Value};
 
 use crate::error::Error;
@@ -155,6 +155,21 @@ pub(crate) struct NodeArgs {
     /// key may start with `-`: taken as the value.)
     #[arg(long, value_name = "KEY|FILE", allow_hyphen_values = true)]
     pub(crate) allow: Vec<String>,
+    /// Who may ask this node to describe itself (`info`, `ls`, `top`): any joined node,
+    /// only the --allow keys (under CURVE), or nobody.
+    #[arg(long, value_enum, value_name = "WHO", default_value_t = DescribeTo::Anyone)]
+    pub(crate) describe: DescribeTo,
+}
+
+/// `zeronode node --describe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum DescribeTo {
+    /// Any joined node.
+    Anyone,
+    /// The clients whose keys --allow lists.
+    Allowed,
+    /// Nobody.
+    Off,
 }
 
 impl NodeArgs {

@@ -195,7 +195,7 @@ pub(crate) fn ls_lines(found: &[Found], me: &NodeId) -> Vec<String> {
                 on_off(d.curve).into(),
                 d.peers.iter().filter(|p| &p.id != me).count().to_string(),
                 uptime(d.uptime_ms),
-                list_or_dash(&d.requests),
+                list_or_dash(&handled(d)),
                 d.address.clone().unwrap_or_else(|| "-".into()),
             ],
             Err(e) => vec![f.id.to_string(), "?".into(), format!("({e})")],
@@ -225,6 +225,8 @@ pub(crate) fn info_lines(d: &Description) -> Vec<String> {
         ),
         format!("options   {}", format_options(&d.options)),
         format!("requests  {}", list_or_dash(&d.requests)),
+        format!("streams   {}", list_or_dash(&d.streams)),
+        format!("uploads   {}", list_or_dash(&d.uploads)),
         format!("ticks     {}", list_or_dash(&d.ticks)),
     ];
     let l = &d.limits;
@@ -254,6 +256,14 @@ pub(crate) fn info_lines(d: &Description) -> Vec<String> {
         lines.push(format!(
             "routing   forwarded {}, failed {}, looped {}, expired {}",
             r.forwarded, r.failed, r.looped, r.expired
+        ));
+        // Where it went: one entry per next hop.
+        let hops: Vec<String> = (r.hops.iter())
+            .map(|h| format!("{} {}/{}", h.to, h.forwarded, h.failed))
+            .collect();
+        lines.push(format!(
+            "  to      {} (forwarded/failed)",
+            list_or_dash(&hops)
         ));
     }
     lines.push(format!("peers     {}", d.peers.len()));
@@ -391,6 +401,12 @@ fn on_off(on: bool) -> &'static str {
     } else {
         "off"
     }
+}
+
+/// Every request event a node answers: with one reply, a stream, or to an upload.
+pub(crate) fn handled(d: &Description) -> Vec<String> {
+    let all = d.requests.iter().chain(&d.streams).chain(&d.uploads);
+    all.cloned().collect()
 }
 
 fn list_or_dash(items: &[String]) -> String {

@@ -26,12 +26,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use node::{BoxError, HandlerError, LeaveReason, Node, NodeEvent, Request, Response, Sink};
+use node::{
+    BoxError, DescribePolicy, HandlerError, LeaveReason, Node, NodeEvent, Request, Response, Sink,
+};
 use regex::Regex;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::args::NodeArgs;
+use crate::args::{DescribeTo, NodeArgs};
 use crate::error::Error;
 use crate::keys::{self, Security};
 use crate::output::say;
@@ -52,6 +54,16 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
             "--allow needs --key: only a secured node checks client keys".into(),
         ));
     }
+    let describe = match args.describe {
+        DescribeTo::Anyone => DescribePolicy::Anyone,
+        DescribeTo::Off => DescribePolicy::Off,
+        DescribeTo::Allowed if allowed.is_empty() => {
+            return Err(Error::Usage(
+                "--describe allowed needs the keys to allow (--key and --allow)".into(),
+            ))
+        }
+        DescribeTo::Allowed => DescribePolicy::Keys(allowed.clone()),
+    };
     // The recorder first: the node takes its metric handles from it.
     let metrics = match &args.metrics {
         Some(address) => Some(crate::metrics::serve(address).await?),
@@ -62,7 +74,8 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
         .options(args.options())
         .handshake_timeout(Duration::from_millis(args.connect_timeout))
         .close_grace(args.grace)
-        .router(args.router);
+        .router(args.router)
+        .describe(describe);
     if let Some(id) = &args.id {
         builder = builder.id(id.as_str());
     }

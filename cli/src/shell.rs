@@ -58,7 +58,7 @@ impl Words {
                 add(&mut self.ids, p.id.as_str());
             }
             // A pattern (`/regex/`) is no name to complete.
-            for e in d.requests.iter().chain(&d.ticks) {
+            for e in crate::mesh::handled(d).iter().chain(&d.ticks) {
                 if !e.starts_with('/') {
                     add(&mut self.events, e);
                 }

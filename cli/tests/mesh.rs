@@ -70,6 +70,9 @@ fn info_describes_a_node_through_the_router_with_its_events() {
     assert!(lines[0].starts_with("node w1 (zeronode "), "{text}");
     assert!(lines[0].ends_with("native engine, CURVE off)"), "{text}");
     assert!(lines.contains(&"options   role=worker"), "{text}");
+    // The built-in handlers, by what they answer with.
+    assert!(lines.contains(&"streams   count"), "{text}");
+    assert!(lines.contains(&"uploads   -"), "{text}");
     let echo: Vec<&str> = lines
         .iter()
         .find(|l| l.trim_start().starts_with("echo "))
@@ -103,6 +106,18 @@ fn info_describes_a_node_through_the_router_with_its_events() {
     assert!(
         router["routing"]["forwarded"].as_u64().unwrap() >= 4,
         "{router}"
+    );
+    // ... and to where: all of it to w1, the one node behind it.
+    let hops = router["routing"]["hops"].as_array().expect("hops");
+    assert_eq!(hops.len(), 1, "{router}");
+    assert_eq!(hops[0]["to"], "w1");
+    assert!(hops[0]["forwarded"].as_u64().unwrap() >= 4, "{router}");
+    let text = zeronode(&["info", "--connect", &hub.address])
+        .ok()
+        .to_owned();
+    assert!(
+        text.lines().any(|l| l.starts_with("  to      w1 ")),
+        "{text}"
     );
 }
 
@@ -142,4 +157,28 @@ fn top_prints_plain_rows_when_not_on_a_terminal() {
         );
         assert!(lines.iter().any(|l| l.starts_with("w1 ")), "{text}");
     }
+}
+
+#[test]
+fn a_node_started_with_describe_off_answers_info_with_an_error() {
+    let mut quiet = NodeProcess::start(&[
+        "--id",
+        "quiet",
+        "--bind",
+        "tcp://127.0.0.1:0",
+        "--describe",
+        "off",
+    ]);
+    assert_eq!(quiet.next_line(), "node quiet ready");
+    let run = zeronode(&["info", "--connect", &quiet.address]);
+    assert!(run.failed().contains("does not describe itself"), "{run:?}");
+    // Still a node: its requests are answered.
+    let run = zeronode(&["request", "--connect", &quiet.address, "ping"]);
+    assert_eq!(run.ok().trim(), "\"pong\"");
+}
+
+#[test]
+fn describe_allowed_without_keys_is_a_usage_error() {
+    let run = zeronode(&["node", "--describe", "allowed"]);
+    assert!(run.failed().contains("--describe allowed needs"), "{run:?}");
 }

@@ -136,9 +136,15 @@ pub struct Description {
     /// The options it advertises.
     #[serde(default)]
     pub options: Options,
-    /// The request events and patterns it handles (a regex as `/regex/`).
+    /// The request events and patterns it answers with one reply (a regex as `/regex/`).
     #[serde(default)]
     pub requests: Vec<String>,
+    /// The events and patterns whose reply it streams (`on_stream`).
+    #[serde(default)]
+    pub streams: Vec<String>,
+    /// The events and patterns that take a streamed body (`on_upload`).
+    #[serde(default)]
+    pub uploads: Vec<String>,
     /// The tick events and patterns it handles.
     #[serde(default)]
     pub ticks: Vec<String>,
@@ -308,8 +314,8 @@ pub struct Latency {
     pub max_us: u64,
 }
 
-/// What a router forwarded (see [`RouterStats`](crate::RouterStats)).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What a router forwarded (see [`RouterStats`](crate::RouterStats)), and to where.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct RouterCounts {
     /// Forwarded successfully.
@@ -320,6 +326,10 @@ pub struct RouterCounts {
     pub looped: u64,
     /// Ran out of time here.
     pub expired: u64,
+    /// Where it passed messages on: each next hop (a local peer or another router) with
+    /// what it took and what failed there, by id, at most
+    /// [`MAX_DESCRIBED_HOPS`](crate::MAX_DESCRIBED_HOPS) of them.
+    pub hops: Vec<crate::HopCount>,
 }
 
 /// One event's slot: written by handler jobs (atomics only), read by a description.

@@ -207,7 +207,7 @@ impl Relay<'_> {
         deadline: Instant,
     ) -> Fanned {
         let mut all = Fanned::default();
-        for (_, link) in routers {
+        for (id, link) in routers {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -218,10 +218,11 @@ impl Relay<'_> {
             };
             let mut meta = user.clone();
             meta.set(":forward", MetaValue::Bytes(&header));
-            let Ok(reply) = link
+            let sent = link
                 .system_request(FORWARD, meta.as_bytes(), payload.clone(), left)
-                .await
-            else {
+                .await;
+            self.passed(&id, sent.is_ok());
+            let Ok(reply) = sent else {
                 // That router reached nobody we can count on; the others may.
                 continue;
             };
@@ -288,16 +289,17 @@ impl Relay<'_> {
                     }
                 });
                 fanned.entries = futures::future::join_all(asks).await;
+                for entry in &fanned.entries {
+                    self.passed(&entry.id, matches!(entry.outcome, Outcome::Reply { .. }));
+                }
             }
             _ => {
                 // A group tick answers with what it delivered and served: a node belongs
                 // to one group, so the groups served are what keeps it exactly once.
-                for (_, link, group) in &targets {
-                    if link
-                        .tick(&forward.event, &leaf, payload.clone())
-                        .await
-                        .is_ok()
-                    {
+                for (id, link, group) in &targets {
+                    let sent = link.tick(&forward.event, &leaf, payload.clone()).await;
+                    self.passed(id, sent.is_ok());
+                    if sent.is_ok() {
                         fanned.delivered += 1;
                         fanned.served.extend(group.clone());
                     }

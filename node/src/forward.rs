@@ -192,6 +192,8 @@ pub(crate) struct Routing {
     pub(crate) failed: AtomicU64,
     pub(crate) looped: AtomicU64,
     pub(crate) expired: AtomicU64,
+    /// The same, by next hop.
+    pub(crate) hops: crate::hops::HopCounts,
     pub(crate) seen: Mutex<Seen>,
 }
 

@@ -28,7 +28,7 @@ impl Inner {
         let now = Instant::now();
         let stats = self.stats();
         let config = &self.config;
-        let (requests, ticks) = self.handlers.patterns();
+        let patterns = self.handlers.patterns();
         let peers = self
             .state
             .lock()
@@ -60,8 +60,10 @@ impl Inner {
                 .as_ref()
                 .map(|s| s.endpoint().to_owned()),
             options: self.options.read().clone(),
-            requests,
-            ticks,
+            requests: patterns.requests,
+            streams: patterns.streams,
+            uploads: patterns.uploads,
+            ticks: patterns.ticks,
             peers,
             uptime_ms: load.map_or(0, |l| millis(now.saturating_duration_since(l.born))),
             closing: self.life.is_closing(),
@@ -93,6 +95,7 @@ impl Inner {
                 failed: routing.failed.load(Ordering::Relaxed),
                 looped: routing.looped.load(Ordering::Relaxed),
                 expired: routing.expired.load(Ordering::Relaxed),
+                hops: routing.hops.snapshot(),
             }),
         }
     }

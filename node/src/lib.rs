@@ -91,7 +91,7 @@
 //!   policy), `heartbeat.rs`, `watch.rs` (the bound socket's monitor);
 //! - routing and forwarding: `forward.rs` (the forwarded message and the pure decisions
 //!   about it), `routing.rs` (`Relay`: router nodes at run time), `fanout.rs` (gathers and
-//!   group ticks);
+//!   group ticks), `hops.rs` (what a router passed to each next hop);
 //! - the node's life: `phase.rs` (open, draining, closing), `drain.rs` (graceful close);
 //! - observability: `events.rs`, `observe.rs` (hooks, per-request metrics), `metrics.rs`,
 //!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports),
@@ -129,6 +129,7 @@ mod forward;
 mod handler;
 mod handshake;
 mod heartbeat;
+mod hops;
 mod host;
 mod inner;
 mod introspect;
@@ -172,6 +173,7 @@ pub use filter::Filter;
 pub use forward::{RouterStats, DEFAULT_HOP_LIMIT};
 pub use handler::{with_state, HandlerError, HandlerService, Pattern, Request, Response, Route};
 pub use handshake::PROTOCOL_VERSION;
+pub use hops::{HopCount, MAX_DESCRIBED_HOPS, OTHER_HOPS};
 pub use link::Target;
 pub use metrics::MAX_EVENT_LABELS;
 pub use node::{Keys, Node, NodeStats, Peers, StreamStats, WeakNode};

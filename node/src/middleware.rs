@@ -95,7 +95,7 @@ impl Stage {
 /// Every handler and middleware of a node.
 #[derive(Default)]
 pub(crate) struct Table {
-    requests: Vec<(Pattern, HandlerService)>,
+    requests: Vec<(Pattern, HandlerService, Shape)>,
     ticks: Vec<(Pattern, TickHandler)>,
     stages: Vec<Stage>,
 }
@@ -106,9 +106,9 @@ impl Table {
     fn request_handler(&self, event: &str) -> Option<&HandlerService> {
         self.requests
             .iter()
-            .find(|(p, _)| matches!(p, Pattern::Exact(name) if name == event))
-            .or_else(|| self.requests.iter().find(|(p, _)| p.matches(event)))
-            .map(|(_, s)| s)
+            .find(|(p, _, _)| matches!(p, Pattern::Exact(name) if name == event))
+            .or_else(|| self.requests.iter().find(|(p, _, _)| p.matches(event)))
+            .map(|(_, s, _)| s)
     }
 
     fn tick_handlers(&self, event: &str) -> Vec<TickHandler> {
@@ -139,13 +139,18 @@ pub(crate) struct Handlers {
 
 impl Handlers {
     pub(crate) fn add_request(&self, pattern: Pattern, service: HandlerService) {
-        self.table.write().requests.push((pattern, service));
+        self.add_shaped(pattern, service, Shape::Reply);
+    }
+
+    /// Adds a request handler that answers in the given shape (a stream, an upload).
+    pub(crate) fn add_shaped(&self, pattern: Pattern, service: HandlerService, shape: Shape) {
+        self.table.write().requests.push((pattern, service, shape));
     }
 
     pub(crate) fn remove_request(&self, pattern: &Pattern) -> bool {
         let mut table = self.table.write();
         let before = table.requests.len();
-        table.requests.retain(|(p, _)| !p.same(pattern));
+        table.requests.retain(|(p, _, _)| !p.same(pattern));
         before != table.requests.len()
     }
 
@@ -206,18 +211,27 @@ impl Handlers {
         }
     }
 
-    /// The request and tick patterns handled, in registration order (a regex as
-    /// `/regex/`), for a node's description.
-    pub(crate) fn patterns(&self) -> (Vec<String>, Vec<String>) {
+    /// The patterns handled, by shape, in registration order (a regex as `/regex/`), for a
+    /// node's description.
+    pub(crate) fn patterns(&self) -> Patterns {
         let show = |p: &Pattern| match p {
             Pattern::Exact(name) => name.clone(),
             Pattern::Regex(regex) => format!("/{}/", regex.as_str()),
         };
         let table = self.table.read();
-        (
-            table.requests.iter().map(|(p, _)| show(p)).collect(),
-            table.ticks.iter().map(|(p, _)| show(p)).collect(),
-        )
+        let shaped = |shape: Shape| {
+            let requests = table.requests.iter();
+            requests
+                .filter(|(_, _, s)| *s == shape)
+                .map(|(p, _, _)| show(p))
+                .collect()
+        };
+        Patterns {
+            requests: shaped(Shape::Reply),
+            streams: shaped(Shape::Stream),
+            uploads: shaped(Shape::Upload),
+            ticks: table.ticks.iter().map(|(p, _)| show(p)).collect(),
+        }
     }
 
     /// Drops every handler and layer (closing node: handlers often hold their node, and
@@ -225,6 +239,25 @@ impl Handlers {
     pub(crate) fn clear(&self) {
         *self.table.write() = Table::default();
     }
+}
+
+/// What a request handler answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// One reply.
+    Reply,
+    /// A streamed reply (`on_stream`).
+    Stream,
+    /// One reply to a streamed body (`on_upload`).
+    Upload,
+}
+
+/// The patterns a node handles, by shape (see [`Handlers::patterns`]).
+pub(crate) struct Patterns {
+    pub(crate) requests: Vec<String>,
+    pub(crate) streams: Vec<String>,
+    pub(crate) uploads: Vec<String>,
+    pub(crate) ticks: Vec<String>,
 }
 
 /// Where a request or tick goes first (see [`Handlers::first`]).

@@ -187,10 +187,11 @@ impl Relay<'_> {
             let mut meta = user.clone();
             meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
             let metadata = meta.as_bytes().clone();
-            match link
+            let sent = link
                 .system_request(FORWARD, &metadata, payload.clone(), left)
-                .await
-            {
+                .await;
+            self.passed(&id, sent.is_ok());
+            match sent {
                 Ok(reply) if forward.action == Action::TickAll => {
                     delivered += decode_value::<u64>(reply.payload()).unwrap_or(0) as usize;
                 }
@@ -240,6 +241,14 @@ impl Relay<'_> {
                     RemoteError::system_error(code::NO_MATCH, "no node matches")
                 }
             }))
+    }
+
+    /// Counts a message this router passed to its next hop `to` (a node that is not a
+    /// router, fanning out its own calls, counts nothing).
+    pub(crate) fn passed(&self, to: &NodeId, ok: bool) {
+        if self.config.router {
+            self.routing.hops.record(to, ok);
+        }
     }
 
     /// A router receives a forwarded message from its peer `from`.
@@ -378,6 +387,7 @@ impl Relay<'_> {
                         link.request(&forward.event, &metadata, payload.clone(), left)
                             .await
                     };
+                    self.passed(&reach.id, sent.is_ok());
                     match sent {
                         Ok(reply) => Ok(answer_of(reply)),
                         // Nothing ran on the peer picked (stopping, and marked draining
@@ -390,10 +400,14 @@ impl Relay<'_> {
                         Err(e) => Err(hop_error(e)),
                     }
                 }
-                _ => match link.tick(&forward.event, &metadata, payload).await {
-                    Ok(()) => Ok(count_answer(1)),
-                    Err(e) => Err(hop_error(e)),
-                },
+                _ => {
+                    let sent = link.tick(&forward.event, &metadata, payload).await;
+                    self.passed(&reach.id, sent.is_ok());
+                    match sent {
+                        Ok(()) => Ok(count_answer(1)),
+                        Err(e) => Err(hop_error(e)),
+                    }
+                }
             };
         }
     }
@@ -420,24 +434,20 @@ impl Relay<'_> {
         };
         let filter = Filter::from_spec(spec.clone())
             .map_err(|e| RemoteError::system_error(BAD_FORWARD, e.to_string()))?;
-        let links: Vec<Arc<Link>> = self
+        let links: Vec<(NodeId, Arc<Link>)> = self
             .state
             .lock()
             .registry
             .matching(&filter, *scope)
             .into_iter()
             .filter(|e| !forward.excludes(e.id()) && e.id() != from)
-            .map(|e| e.link().clone())
+            .map(|e| (e.id().clone(), e.link().clone()))
             .collect();
         let mut reached = 0usize;
-        for link in links {
-            if link
-                .tick(&forward.event, &metadata, payload.clone())
-                .await
-                .is_ok()
-            {
-                reached += 1;
-            }
+        for (id, link) in links {
+            let sent = link.tick(&forward.event, &metadata, payload.clone()).await;
+            self.passed(&id, sent.is_ok());
+            reached += usize::from(sent.is_ok());
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let next = forward.next_hop(self.id, left);

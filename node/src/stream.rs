@@ -25,7 +25,8 @@
 //! Flow control is credit counted in items (the `protocol` crate's `credit.rs`): the
 //! receiver holds at most its window of items (256 by default, [`Items::window`]; it
 //! grants fewer while items are large, aiming at about 2 MiB), each bounded by the payload
-//! limit, so a stream costs its receiver at most window x `max_payload` bytes; a handler whose caller reads slowly waits in [`Sink::send`].
+//! limit, so a stream costs its receiver at most window x `max_payload` bytes; a handler
+//! whose caller reads slowly waits in [`Sink::send`].
 //! Dropping [`Items`] cancels the handler (its next send fails). The call's timeout (or
 //! deadline) bounds the whole stream; [`Items::idle_timeout`] bounds the wait for each
 //! item. A peer that leaves ends the stream with [`Error::PeerLeft`].
@@ -55,6 +56,7 @@ use crate::error::{Error, Result};
 use crate::handler::{HandlerError, Request, Response};
 use crate::link::{Link, Target};
 use crate::metrics::StreamEnd;
+use crate::middleware::Shape;
 use crate::node::Node;
 use crate::peer::NodeId;
 use crate::routing::{forward_error, Relay};
@@ -161,9 +163,9 @@ impl Node {
     {
         // Not the node itself: the handler table would hold it alive.
         let metrics = self.inner.observers.metrics.clone();
-        self.on_request_service(
-            pattern,
-            tower::service_fn(move |request: Request| {
+        self.inner.handlers.add_shaped(
+            pattern.into(),
+            crate::handler::boxed(tower::service_fn(move |request: Request| {
                 let handler = handler.clone();
                 let metrics = metrics.clone();
                 async move {
@@ -198,7 +200,8 @@ impl Node {
                         .map(|()| Response::raw(Bytes::new()))
                         .map_err(BoxError::from)
                 }
-            }),
+            })),
+            Shape::Stream,
         );
     }
 
@@ -212,7 +215,7 @@ impl Node {
         Fut: Future<Output = std::result::Result<R, HandlerError>> + Send + 'static,
         R: Serialize + Send + 'static,
     {
-        self.on_request(pattern, move |request: Request| {
+        let service = crate::handler::service_from_fn(move |request: Request| {
             let handler = handler.clone();
             async move {
                 let Some(body) = request.incoming().take_body() else {
@@ -221,6 +224,7 @@ impl Node {
                 handler(request, Body { inner: body }).await
             }
         });
+        (self.inner.handlers).add_shaped(pattern.into(), service, Shape::Upload);
     }
 
     /// Finds the peer a stream goes to (an id, or one match of a filter; no router).

@@ -124,8 +124,11 @@ impl Relay<'_> {
         let link = routers
             .iter()
             .filter(|id| !forward.excludes(id) && *id != self.id)
-            .find_map(|id| self.state.lock().registry.route(id).map(|r| r.link.clone()));
-        let Some(link) = link else {
+            .find_map(|id| {
+                let reach = self.state.lock().registry.route(id);
+                reach.map(|r| (id, r.link.clone()))
+            });
+        let Some((id, link)) = link else {
             return Err(match &forward.to {
                 Destination::Id(id) => RemoteError::system_error(code::NOT_FOUND, id.to_string()),
                 Destination::Filter(..) => {
@@ -139,10 +142,11 @@ impl Relay<'_> {
         let header = encode_value(&header).map_err(|e| RemoteError::handler(e.to_string()))?;
         let mut meta = user.clone();
         meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
-        link.system_upload(FORWARD, meta.as_bytes(), items, StreamOptions::new(left))
-            .await
-            .map(answer_of)
-            .map_err(hop_error)
+        let sent = link
+            .system_upload(FORWARD, meta.as_bytes(), items, StreamOptions::new(left))
+            .await;
+        self.passed(id, sent.is_ok());
+        sent.map(answer_of).map_err(hop_error)
     }
 
     /// A router's side of an upload: its body goes on to the next hop item by item (the
@@ -165,12 +169,13 @@ impl Relay<'_> {
         });
         let sent = async {
             match self.pick_for(forward, from, &[])? {
-                Some(reach) => reach
-                    .link
-                    .upload(&forward.event, &leaf, items, StreamOptions::new(left))
-                    .await
-                    .map(answer_of)
-                    .map_err(hop_error),
+                Some(reach) => {
+                    let sent = (reach.link)
+                        .upload(&forward.event, &leaf, items, StreamOptions::new(left))
+                        .await;
+                    self.passed(&reach.id, sent.is_ok());
+                    sent.map(answer_of).map_err(hop_error)
+                }
                 None => {
                     let next = forward.next_hop(self.id, left);
                     let routers = self
@@ -229,10 +234,11 @@ impl Relay<'_> {
             let mut meta = user.clone();
             meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
             let options = StreamOptions::new(left).window(window);
-            match link
+            let opened = link
                 .system_request_stream(FORWARD, meta.as_bytes(), payload.clone(), options)
-                .await
-            {
+                .await;
+            self.passed(&id, opened.is_ok());
+            match opened {
                 Ok(stream) => return Ok(stream),
                 // Not sent (the connection is down): the next router may do.
                 Err(e) => last = Some(hop_error(e)),
@@ -261,11 +267,13 @@ impl Relay<'_> {
             return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
         }
         let stream = match self.pick_for(forward, from, &[])? {
-            Some(reach) => reach
-                .link
-                .request_stream(&forward.event, &leaf, payload, StreamOptions::new(left))
-                .await
-                .map_err(hop_error)?,
+            Some(reach) => {
+                let opened = (reach.link)
+                    .request_stream(&forward.event, &leaf, payload, StreamOptions::new(left))
+                    .await;
+                self.passed(&reach.id, opened.is_ok());
+                opened.map_err(hop_error)?
+            }
             None => {
                 let next = forward.next_hop(self.id, left);
                 let routers = self

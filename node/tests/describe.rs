@@ -4,12 +4,13 @@
 mod support;
 
 use node::{
-    ConnectOptions, DescribePolicy, Direction, Error, ErrorCode, HandlerError, KeyPair, Node,
-    Request,
+    Body, ConnectOptions, DescribePolicy, Direction, Error, ErrorCode, HandlerError, KeyPair,
+    Node, Request, Sink,
 };
 use support::*;
 
-/// A server answering `echo` (and failing `boom`), handling the tick `note`.
+/// A server answering `echo` (and failing `boom`), streaming `count`, taking the upload
+/// `store`, handling the tick `note`.
 async fn worker(id: &str, policy: DescribePolicy) -> Node {
     let node = builder(id)
         .option("role", "worker")
@@ -26,6 +27,13 @@ async fn worker(id: &str, policy: DescribePolicy) -> Node {
         Err::<(), _>(HandlerError::new("E_BOOM", "no"))
     });
     node.on_tick(regex::Regex::new("^note").unwrap(), |_req: Request| async {
+    });
+    node.on_stream("count", |_req: Request, mut sink: Sink| async move {
+        sink.send(&1u32).await?;
+        Ok(())
+    });
+    node.on_upload("store", |_req: Request, _body: Body| async move {
+        Ok::<_, HandlerError>(())
     });
     node
 }
@@ -52,6 +60,8 @@ async fn a_peer_is_described_with_its_handlers_peers_and_per_event_counts() {
     assert_eq!(described.address, server.address());
     assert_eq!(described.options, server.options());
     assert_eq!(described.requests, ["echo", "boom"]);
+    assert_eq!(described.streams, ["count"]);
+    assert_eq!(described.uploads, ["store"]);
     assert_eq!(described.ticks, ["/^note/"]);
     assert_eq!(described.peers.len(), 1);
     assert_eq!(described.peers[0].id.as_str(), "desk");
@@ -87,6 +97,8 @@ async fn a_router_forwards_the_ask_and_adds_what_it_forwarded() {
     let asker = client("asker").await;
     asker.connect(&address(&hub)).await.unwrap();
     let _: String = asker.request("leaf", "echo", "via hub").await.unwrap();
+    let failed: Result<(), Error> = asker.request("leaf", "boom", &()).await;
+    assert_eq!(failed.unwrap_err().code(), ErrorCode::HandlerError);
 
     let far = within("describe through the router", asker.describe("leaf"))
         .await
@@ -101,8 +113,15 @@ async fn a_router_forwards_the_ask_and_adds_what_it_forwarded() {
     let router = asker.describe("hub").await.unwrap();
     assert!(router.router);
     let counts = router.routing.expect("a router says what it forwarded");
-    // The echo and the description, each forwarded once.
-    assert_eq!(counts.forwarded, 2, "{counts:?}");
+    // The echo and the description, each forwarded once; the handler's error failed.
+    assert_eq!((counts.forwarded, counts.failed), (2, 1), "{counts:?}");
+    // All of it went to the leaf, the one next hop.
+    let hops: Vec<_> = counts
+        .hops
+        .iter()
+        .map(|h| (h.to.as_str(), h.forwarded, h.failed))
+        .collect();
+    assert_eq!(hops, [("leaf", 2, 1)]);
     let mut ids: Vec<_> = router.peers.iter().map(|p| p.id.to_string()).collect();
     ids.sort();
     assert_eq!(ids, ["asker", "leaf"]);
