@@ -600,3 +600,77 @@ async fn a_stream_both_ways() {
         .collect();
     assert_eq!(back, expected);
 }
+
+/// Streams under CURVE: the handler sees the caller's key and the call's metadata, for a
+/// streamed reply and for an upload alike.
+#[tokio::test]
+async fn streams_under_curve_carry_the_callers_key_and_metadata() {
+    let keys = || node::KeyPair::generate().expect("this build has CURVE");
+    let (server_keys, client_keys) = (keys(), keys());
+    let server = builder("vault")
+        .curve(server_keys.clone())
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    // Echoes what the request carried: the caller's key and its `tenant`.
+    let seen = |req: &Request| {
+        let key = req.peer_key().map(|k| k.to_z85()).unwrap_or_default();
+        let tenant = req.meta().get("tenant").and_then(|v| v.as_str().map(str::to_owned));
+        (key, tenant.unwrap_or_default())
+    };
+    server.on_stream("who", move |req: Request, mut sink: Sink| async move {
+        let (key, tenant) = seen(&req);
+        sink.send(&key).await?;
+        sink.send(&tenant).await?;
+        Ok(())
+    });
+    server.on_upload("who-up", move |req: Request, mut body: Body| async move {
+        let mut items = 0u32;
+        while let Some(item) = body.next().await {
+            item?;
+            items += 1;
+        }
+        let (key, tenant) = seen(&req);
+        Ok::<_, HandlerError>((key, tenant, items))
+    });
+    let caller = builder("teller")
+        .curve(client_keys.clone())
+        .build()
+        .await
+        .unwrap();
+    caller
+        .connect_with(
+            &address(&server),
+            node::ConnectOptions::new().server_key(server_keys.public),
+        )
+        .await
+        .unwrap();
+
+    let items: Vec<String> = within(
+        "a stream under CURVE",
+        caller
+            .call("vault", "who")
+            .meta("tenant", "acme")
+            .stream::<String>(&())
+            .map(Result::unwrap)
+            .collect(),
+    )
+    .await;
+    assert_eq!(items, [client_keys.public.to_z85(), "acme".to_owned()]);
+
+    let chunks = futures::stream::iter((0..5).map(|_| Bytes::from_static(&[7; 100])));
+    let (key, tenant, count): (String, String, u32) = within(
+        "an upload under CURVE",
+        caller
+            .call("vault", "who-up")
+            .meta("tenant", "globex")
+            .upload(chunks),
+    )
+    .await
+    .unwrap();
+    assert_eq!(key, client_keys.public.to_z85());
+    assert_eq!((tenant.as_str(), count), ("globex", 5));
+    caller.close().await;
+    server.close().await;
+}
