@@ -74,7 +74,13 @@ pub(crate) async fn stream(args: StreamArgs) -> Result<(), Error> {
         node::Error::Timeout { timeout: after, .. } => Error::StreamTimeout {
             event: args.event.clone(),
             after,
-            idle: idle == Some(after) && idle != Some(timeout),
+            idle: false,
+            received,
+        },
+        node::Error::IdleTimeout { idle: after, .. } => Error::StreamTimeout {
+            event: args.event.clone(),
+            after,
+            idle: true,
             received,
         },
         source => session.send_error(&aim, source),

@@ -19,6 +19,8 @@ pub enum ErrorCode {
     NoNodesMatchFilter,
     /// No reply within the deadline.
     RequestTimeout,
+    /// A stream's next item did not come within its idle timeout.
+    IdleTimeout,
     /// The remote handler (or its middleware) failed.
     HandlerError,
     /// The remote has no handler for the event.
@@ -79,6 +81,7 @@ impl ErrorCode {
             ErrorCode::NodeNotFound => "NODE_NOT_FOUND",
             ErrorCode::NoNodesMatchFilter => "NO_NODES_MATCH_FILTER",
             ErrorCode::RequestTimeout => "REQUEST_TIMEOUT",
+            ErrorCode::IdleTimeout => "IDLE_TIMEOUT",
             ErrorCode::HandlerError => "HANDLER_ERROR",
             ErrorCode::NoHandler => "NO_HANDLER",
             ErrorCode::PeerLeft => "PEER_LEFT",
@@ -139,6 +142,15 @@ pub enum Error {
         event: String,
         /// Its timeout.
         timeout: Duration,
+    },
+    /// A stream's next item did not come within its idle timeout
+    /// ([`Items::idle_timeout`](crate::Items::idle_timeout)); the handler was cancelled.
+    #[error("stream {event:?} had no item for {idle:?}")]
+    IdleTimeout {
+        /// The stream's event.
+        event: String,
+        /// The idle timeout it was given.
+        idle: Duration,
     },
     /// The remote handler answered with an error (its code and message): what its
     /// [`HandlerError`](crate::HandlerError) said.
@@ -320,6 +332,7 @@ impl Error {
             Error::NodeNotFound { .. } => ErrorCode::NodeNotFound,
             Error::NoNodesMatchFilter => ErrorCode::NoNodesMatchFilter,
             Error::Timeout { .. } => ErrorCode::RequestTimeout,
+            Error::IdleTimeout { .. } => ErrorCode::IdleTimeout,
             Error::Handler { .. } => ErrorCode::HandlerError,
             Error::NoHandler { .. } => ErrorCode::NoHandler,
             Error::PeerLeft { .. } => ErrorCode::PeerLeft,
@@ -365,10 +378,19 @@ impl Error {
         }
     }
 
-    /// Whether the request timed out: the caller's timer ([`Error::Timeout`]) or the
-    /// remote's stop at the deadline ([`Error::DeadlineExceeded`]).
+    /// Whether the request timed out: the caller's timer ([`Error::Timeout`]), the
+    /// remote's stop at the deadline ([`Error::DeadlineExceeded`]), or a stream's wait for
+    /// its next item ([`Error::IdleTimeout`]).
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Timeout { .. } | Error::DeadlineExceeded)
+        matches!(
+            self,
+            Error::Timeout { .. } | Error::DeadlineExceeded | Error::IdleTimeout { .. }
+        )
+    }
+
+    /// Whether a stream ended because its next item did not come within its idle timeout.
+    pub fn is_idle_timeout(&self) -> bool {
+        matches!(self, Error::IdleTimeout { .. })
     }
 
     /// The remote handler's code, for a [`Error::Handler`].
@@ -422,11 +444,7 @@ impl From<protocol::Error> for Error {
             protocol::Error::NotConnected => Error::NotConnected,
             protocol::Error::Closed => Error::Closed,
             protocol::Error::Refused { endpoint, reason } => Error::Refused { endpoint, reason },
-            // A stream's wait for its next item ran out: a timeout, with the idle bound.
-            protocol::Error::IdleTimeout { event, idle } => Error::Timeout {
-                event,
-                timeout: idle,
-            },
+            protocol::Error::IdleTimeout { event, idle } => Error::IdleTimeout { event, idle },
             other => Error::Protocol(other),
         }
     }
@@ -556,6 +574,7 @@ mod tests {
             ErrorCode::NodeNotFound,
             ErrorCode::NoNodesMatchFilter,
             ErrorCode::RequestTimeout,
+            ErrorCode::IdleTimeout,
             ErrorCode::HandlerError,
             ErrorCode::NoHandler,
             ErrorCode::PeerLeft,

@@ -426,7 +426,7 @@ impl<'a, R> Items<'a, R> {
     }
 
     /// The most time to wait for each next item (the timeout still bounds the whole
-    /// stream); running out ends the stream with [`Error::Timeout`] and cancels the handler.
+    /// stream); running out ends the stream with [`Error::IdleTimeout`] and cancels the handler.
     pub fn idle_timeout(mut self, idle: Duration) -> Self {
         self.idle = Some(idle);
         self

@@ -4,8 +4,8 @@
 mod support;
 
 use node::{
-    Body, ConnectOptions, DescribePolicy, Direction, Error, ErrorCode, HandlerError, KeyPair,
-    Node, Request, Sink,
+    Body, ConnectOptions, DescribePolicy, Direction, Error, ErrorCode, HandlerError, KeyPair, Node,
+    Request, Sink,
 };
 use support::*;
 

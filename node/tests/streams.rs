@@ -360,10 +360,9 @@ async fn an_idle_timeout_ends_the_stream() {
     .await;
     assert_eq!(all.len(), 2, "{all:?}");
     assert_eq!(all[0].as_ref().unwrap(), "first");
-    assert_eq!(
-        all[1].as_ref().unwrap_err().code(),
-        ErrorCode::RequestTimeout
-    );
+    let idle = all[1].as_ref().unwrap_err();
+    assert_eq!(idle.code(), ErrorCode::IdleTimeout, "{idle:?}");
+    assert!(idle.is_idle_timeout() && idle.is_timeout());
     assert_eq!(
         within("handler told", ended_rx.recv()).await,
         Some(Err(ErrorCode::Cancelled))
@@ -616,7 +615,10 @@ async fn streams_under_curve_carry_the_callers_key_and_metadata() {
     // Echoes what the request carried: the caller's key and its `tenant`.
     let seen = |req: &Request| {
         let key = req.peer_key().map(|k| k.to_z85()).unwrap_or_default();
-        let tenant = req.meta().get("tenant").and_then(|v| v.as_str().map(str::to_owned));
+        let tenant = req
+            .meta()
+            .get("tenant")
+            .and_then(|v| v.as_str().map(str::to_owned));
         (key, tenant.unwrap_or_default())
     };
     server.on_stream("who", move |req: Request, mut sink: Sink| async move {
