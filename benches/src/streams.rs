@@ -125,6 +125,10 @@ struct Figures {
     stream_100b_items_per_s: f64,
     /// 100 B ticks per second, counted by the server.
     tick_per_s: f64,
+    /// Each round's ratios, `[64 KiB stream / floor, 100 B items / ticks]`: the spread
+    /// of the same-run comparison.
+    #[serde(default)]
+    round_ratios: Vec<[f64; 2]>,
     /// Time to the first item, p50, microseconds.
     first_item_p50_us: f64,
     /// Time to the first item, p95.
@@ -202,7 +206,7 @@ fn print_table(f: &Figures, args: &StreamsArgs, before: Option<String>, after: O
     let kb = |k: Option<u64>| k.map_or("?".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
     println!(
         "streams: {} s measured per phase after {} s warm-up, median of {} interleaved \
-         rounds, native engine, window 32",
+         rounds, native engine, the default window (256 items, about 2 MiB)",
         args.duration, args.warmup, args.rounds
     );
     println!();
@@ -240,6 +244,17 @@ fn print_table(f: &Figures, args: &StreamsArgs, before: Option<String>, after: O
         kb(f.server_rss_start_kb),
         kb(f.server_rss_end_kb)
     );
+    if f.round_ratios.len() > 1 {
+        let spread = |i: usize| {
+            let mut r: Vec<f64> = f.round_ratios.iter().map(|r| r[i]).collect();
+            r.sort_by(f64::total_cmp);
+            let shown: Vec<String> = r.iter().map(|x| format!("{x:.2}")).collect();
+            format!("median {:.2} ({})", percentile(&r, 0.5), shown.join(", "))
+        };
+        println!();
+        println!("each round's ratio, same-run: 64 KiB x floor {}", spread(0));
+        println!("each round's ratio, same-run: 100 B x ticks {}", spread(1));
+    }
     println!();
     println!(
         "load average: {} before, {} after",
@@ -376,6 +391,14 @@ pub(crate) fn client(args: &ClientArgs) -> Result<()> {
                 .push(stream_rate(&client, &server, SMALL, warmup, duration).await? / SMALL as f64);
             rates[3].push(tick_rate(&client, &server, warmup, duration).await?);
         }
+        let round_ratios = (0..rates[0].len())
+            .map(|i| {
+                [
+                    rates[1][i] / rates[0][i].max(1.0),
+                    rates[2][i] / rates[3][i].max(1.0),
+                ]
+            })
+            .collect();
         let [tcp_bulk_bytes_per_s, stream_64k_bytes_per_s, stream_100b_items_per_s, tick_per_s] =
             rates.map(|r| percentile(&r, 0.5));
         let (first, trip) = latencies(&client, &server).await?;
@@ -386,6 +409,7 @@ pub(crate) fn client(args: &ClientArgs) -> Result<()> {
             stream_64k_bytes_per_s,
             stream_100b_items_per_s,
             tick_per_s,
+            round_ratios,
             first_item_p50_us: percentile(&first, 0.50),
             first_item_p95_us: percentile(&first, 0.95),
             round_trip_p50_us: percentile(&trip, 0.50),

@@ -23,7 +23,7 @@
 //! ```
 //!
 //! Flow control is credit counted in items (the `protocol` crate's `credit.rs`): the
-//! receiver holds at most its window of items (256 by default, [`Items::window`]; it
+//! receiver holds at most its window of items (1,024 by default, [`Items::window`]; it
 //! grants fewer while items are large, aiming at about 2 MiB), each bounded by the payload
 //! limit, so a stream costs its receiver at most window x `max_payload` bytes; a handler
 //! whose caller reads slowly waits in [`Sink::send`].
@@ -417,7 +417,7 @@ impl<'a, R> Items<'a, R> {
         }
     }
 
-    /// Items this caller holds at most (its credit window; default 256, fewer granted
+    /// Items this caller holds at most (its credit window; default 1,024, fewer granted
     /// while items are large): memory for the stream is at most `items` x the largest
     /// payload. Set before the first poll.
     pub fn window(mut self, items: u32) -> Self {

@@ -284,8 +284,9 @@ async fn a_caller_that_leaves_cancels_the_handler() {
     within("caller closed", caller.close()).await;
     // What the caller still holds ends (with an error, or simply ends).
     let rest: Vec<_> = within("rest", items.collect()).await;
-    // At most the window (256 small items) and the one in hand.
-    assert!(rest.len() <= 257, "{} items after the close", rest.len());
+    // At most the window (the default, for small items) and the one in hand.
+    let most = protocol::DEFAULT_WINDOW as usize + 1;
+    assert!(rest.len() <= most, "{} items after the close", rest.len());
     within("handler ended", ended_rx.recv()).await.unwrap();
 }
 
@@ -472,8 +473,8 @@ async fn a_stream_through_a_router() {
         .contains("not you"));
 
     // Nobody reads: the worker stops at the windows on the path (the caller's 4, the
-    // router's 256 for items this small, and the one item the router holds while it waits
-    // to send it on).
+    // router's default for items this small, and the one item the router holds while it
+    // waits to send it on).
     let mut items = caller
         .call("counter-1", "forever")
         .stream::<String>(&())
@@ -482,7 +483,7 @@ async fn a_stream_through_a_router() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let ahead = sent.load(Ordering::SeqCst);
     assert!(
-        ahead <= 4 + 256 + 1 + 1,
+        ahead <= 4 + protocol::DEFAULT_WINDOW as usize + 1 + 1,
         "{ahead} items sent ahead of the reader"
     );
     drop(items);

@@ -17,12 +17,13 @@
 //! - a grant that would give the sender more credit than the window is a [`Violation`] (a
 //!   sender cannot be owed more than the receiver can hold).
 //!
-//! Why bytes as well as items: a window of 32 items held small items to 0.55-0.6 of the
-//! one-way tick rate (the sender waits for credit every 32), and a window of 256 held
-//! 64 KiB items to a third of the TCP floor (16 MiB in flight); PERFORMANCE.md, "Streams".
+//! Why bytes as well as items: a window of 256 items held small items to 0.85 of the
+//! one-way tick rate (the sender waited for credit), 1,024 let them pass it; and a window
+//! of 256 held 64 KiB items to a third of the TCP floor (16 MiB in flight), so large items
+//! get fewer; PERFORMANCE.md, "Streams".
 
-/// The window a stream's receiver grants when none is configured: 256 items.
-pub const DEFAULT_WINDOW: u32 = 256;
+/// The window a stream's receiver grants when none is configured: 1,024 items.
+pub const DEFAULT_WINDOW: u32 = 1024;
 
 /// The largest window a receiver may grant (bounds what a peer can ask a sender to believe
 /// it holds, and keeps counts far from overflowing).
