@@ -206,8 +206,11 @@ fn print_table(f: &Figures, args: &StreamsArgs, before: Option<String>, after: O
     let kb = |k: Option<u64>| k.map_or("?".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
     println!(
         "streams: {} s measured per phase after {} s warm-up, median of {} interleaved \
-         rounds, native engine, the default window (256 items, about 2 MiB)",
-        args.duration, args.warmup, args.rounds
+         rounds, native engine, the default window ({} items, about 2 MiB)",
+        args.duration,
+        args.warmup,
+        args.rounds,
+        protocol::DEFAULT_WINDOW
     );
     println!();
     println!("| figure | value | beside |");
