@@ -198,3 +198,44 @@ fn a_bad_window_is_refused_before_connecting() {
     assert!(line.contains("--window"), "{line}");
     assert_eq!(run.status.code(), Some(2));
 }
+
+/// Three processes on each engine: a router, a worker joined to it, and the command joined
+/// to the router only. The stream is relayed item by item through the router.
+#[test]
+fn a_stream_through_a_router_process_on_each_engine() {
+    for engine in ["native", "libzmq"] {
+        let mut hub = NodeProcess::start(&[
+            "--id",
+            "hub",
+            "--router",
+            "--bind",
+            "tcp://127.0.0.1:0",
+            "--engine",
+            engine,
+        ]);
+        assert_eq!(hub.next_line(), "node hub ready");
+        let mut worker = NodeProcess::start(&[
+            "--id",
+            "w1",
+            "--connect",
+            &hub.address,
+            "--engine",
+            engine,
+        ]);
+        worker.wait_for("w1 ready", |l| l == "node w1 ready");
+        hub.wait_for("w1 joining", |l| l.starts_with("peer joined w1"));
+        let run = zeronode(&[
+            "stream",
+            "--connect",
+            &hub.address,
+            "--engine",
+            engine,
+            "--to",
+            "w1",
+            "count",
+            "300",
+        ]);
+        let expected: Vec<String> = (1..=300).map(|i| i.to_string()).collect();
+        assert_eq!(run.ok(), expected.join("\n"), "on {engine}");
+    }
+}
