@@ -214,14 +214,8 @@ fn a_stream_through_a_router_process_on_each_engine() {
             engine,
         ]);
         assert_eq!(hub.next_line(), "node hub ready");
-        let mut worker = NodeProcess::start(&[
-            "--id",
-            "w1",
-            "--connect",
-            &hub.address,
-            "--engine",
-            engine,
-        ]);
+        let mut worker =
+            NodeProcess::start(&["--id", "w1", "--connect", &hub.address, "--engine", engine]);
         worker.wait_for("w1 ready", |l| l == "node w1 ready");
         hub.wait_for("w1 joining", |l| l.starts_with("peer joined w1"));
         let run = zeronode(&[

@@ -219,6 +219,8 @@ pub(crate) mod system {
     pub(crate) const SHUTTING_DOWN: &str = RemoteError::SHUTTING_DOWN;
     /// A payload over the receiver's limit, its numbers in `limit` (protocol's).
     pub(crate) const PAYLOAD_TOO_LARGE: &str = RemoteError::PAYLOAD_TOO_LARGE;
+    /// A streamed request over the receiver's most open streams.
+    pub(crate) const TOO_MANY_STREAMS: &str = RemoteError::TOO_MANY_STREAMS;
     /// The handler panicked (protocol's).
     pub(crate) const PANICKED: &str = RemoteError::PANICKED;
 

@@ -6,6 +6,7 @@ use protocol::Limit;
 
 use crate::codes::system::{
     BAD_METADATA, BUSY, CANCELLED, DEADLINE_EXCEEDED, PANICKED, PAYLOAD_TOO_LARGE, SHUTTING_DOWN,
+    TOO_MANY_STREAMS,
 };
 use crate::codes::Code;
 
@@ -68,6 +69,8 @@ pub enum ErrorCode {
     HandlerPanicked,
     /// A payload is larger than its receiver accepts.
     PayloadTooLarge,
+    /// A stream was refused: its receiver had its most streams open.
+    TooManyStreams,
     /// Metadata refused: a bad key, over the limits, or malformed.
     Metadata,
 }
@@ -105,6 +108,7 @@ impl ErrorCode {
             ErrorCode::Cancelled => "CANCELLED",
             ErrorCode::HandlerPanicked => "HANDLER_PANICKED",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            ErrorCode::TooManyStreams => "TOO_MANY_STREAMS",
             ErrorCode::Metadata => "METADATA",
         }
     }
@@ -282,6 +286,13 @@ pub enum Error {
         /// The receiver's limit.
         max: usize,
     },
+    /// A stream was refused before its handler ran: the remote had `max` streams open on
+    /// the connection (0 when it did not say).
+    #[error("the remote has its most streams open ({max})")]
+    TooManyStreams {
+        /// The remote's most open streams.
+        max: usize,
+    },
     /// The remote node is closing and took no new request: nothing ran.
     #[error("the remote node is shutting down")]
     ShuttingDown,
@@ -358,6 +369,7 @@ impl Error {
             Error::HandlerPanicked => ErrorCode::HandlerPanicked,
             Error::DeadlineExceeded => ErrorCode::RequestTimeout,
             Error::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            Error::TooManyStreams { .. } => ErrorCode::TooManyStreams,
             Error::Metadata(_) | Error::MetadataRefused { .. } => ErrorCode::Metadata,
             Error::RouteLoop { .. } => ErrorCode::RouteLoop,
             Error::Protocol(e) => match e.code() {
@@ -470,6 +482,13 @@ impl Error {
                     };
                 }
                 (SHUTTING_DOWN, _) => return Error::ShuttingDown,
+                (TOO_MANY_STREAMS, limit) => {
+                    let max = match limit {
+                        Some(Limit::Streams { max }) => saturate(max),
+                        _ => 0,
+                    };
+                    return Error::TooManyStreams { max };
+                }
                 (CANCELLED, _) => return Error::Cancelled,
                 (PANICKED, _) => return Error::HandlerPanicked,
                 (DEADLINE_EXCEEDED, _) => return Error::DeadlineExceeded,
@@ -549,6 +568,15 @@ mod tests {
             matches!(big, Error::PayloadTooLarge { size: 9, max: 8 }),
             "{big:?}"
         );
+        let streams = Error::from_remote(
+            RemoteError::system_error("TOO_MANY_STREAMS", "full")
+                .with_limit(Limit::Streams { max: 1024 }),
+        );
+        assert!(
+            matches!(streams, Error::TooManyStreams { max: 1024 }),
+            "{streams:?}"
+        );
+        assert_eq!(streams.code(), ErrorCode::TooManyStreams);
         let panicked = Error::from_remote(RemoteError::system_error("HANDLER_PANICKED", ""));
         assert!(panicked.is_panic(), "{panicked:?}");
         let late = Error::from_remote(RemoteError::system_error("DEADLINE_EXCEEDED", ""));
@@ -598,6 +626,7 @@ mod tests {
             ErrorCode::Cancelled,
             ErrorCode::HandlerPanicked,
             ErrorCode::PayloadTooLarge,
+            ErrorCode::TooManyStreams,
             ErrorCode::Metadata,
         ];
         let names: std::collections::HashSet<_> = codes.iter().map(|c| c.as_str()).collect();

@@ -154,6 +154,11 @@ pub enum Limit {
         /// node-wide bound.
         per_peer: bool,
     },
+    /// The receiver had its most streams open on the connection.
+    Streams {
+        /// The most streams it keeps open.
+        max: u64,
+    },
 }
 
 /// For `skip_serializing_if`.
@@ -173,7 +178,8 @@ impl RemoteError {
     /// Code sent for a request whose payload is over the receiver's limit (its numbers in
     /// [`limit`](Self::limit), [`Limit::Payload`]).
     pub const PAYLOAD_TOO_LARGE: &'static str = "PAYLOAD_TOO_LARGE";
-    /// Code sent for a streamed request over the receiver's limit of open streams.
+    /// Code sent for a streamed request over the receiver's limit of open streams (its
+    /// number in [`limit`](Self::limit), [`Limit::Streams`]).
     pub const TOO_MANY_STREAMS: &'static str = "TOO_MANY_STREAMS";
     /// Code sent when a handler that streams was called without a stream (or the reverse).
     pub const NOT_STREAMED: &'static str = "NOT_STREAMED";

@@ -24,6 +24,7 @@ use futures::future::BoxFuture;
 use super::*;
 use crate::credit::{encode_grant, Credit, Violation, Window, DEFAULT_WINDOW};
 use crate::envelope::{FLAG_BODY_STREAMED, FLAG_END, FLAG_REPLY_STREAMED};
+use crate::error::Limit;
 use crate::handler::Slots;
 
 /// Streamed requests a callee keeps open at once by default, over all its peers: each holds
@@ -568,7 +569,8 @@ impl<L: Link> Conversation<L> {
                 let refusal = RemoteError::system_error(
                     RemoteError::TOO_MANY_STREAMS,
                     format!("{max} streams are open; no more accepted"),
-                );
+                )
+                .with_limit(Limit::Streams { max: max as u64 });
                 self.answer(peer, id, Err(refusal));
                 return false;
             }
