@@ -336,15 +336,14 @@ async fn a_close_ends_open_streams_after_its_grace() {
 #[tokio::test]
 async fn an_idle_timeout_ends_the_stream() {
     let server = server("slow").await;
-    let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (stopped_tx, mut stopped_rx) = tokio::sync::mpsc::unbounded_channel();
     server.on_stream("items", move |_req: Request, mut sink: Sink| {
-        let ended_tx = ended_tx.clone();
+        let stopped = Stopped(stopped_tx.clone());
         async move {
+            let _stopped = stopped;
             sink.send(&"first").await?;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            ended_tx
-                .send(sink.send(&"late").await.map_err(|e| e.code()))
-                .unwrap();
+            // Far longer than the test waits: the idle timeout's cancel stops this.
+            tokio::time::sleep(Duration::from_secs(600)).await;
             Ok(())
         }
     });
@@ -364,10 +363,16 @@ async fn an_idle_timeout_ends_the_stream() {
     let idle = all[1].as_ref().unwrap_err();
     assert_eq!(idle.code(), ErrorCode::IdleTimeout, "{idle:?}");
     assert!(idle.is_idle_timeout() && idle.is_timeout());
-    assert_eq!(
-        within("handler told", ended_rx.recv()).await,
-        Some(Err(ErrorCode::Cancelled))
-    );
+    within("handler stopped", stopped_rx.recv()).await.unwrap();
+}
+
+/// Tells its channel when dropped: a handler holding one was stopped (or ended).
+struct Stopped(tokio::sync::mpsc::UnboundedSender<()>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
 }
 
 /// A network cut: the peer is declared gone by its heartbeats, and the stream ends with
@@ -676,4 +681,44 @@ async fn streams_under_curve_carry_the_callers_key_and_metadata() {
     assert_eq!((tenant.as_str(), count), ("globex", 5));
     caller.close().await;
     server.close().await;
+}
+
+/// A handler waiting between items (not sending) is stopped when its caller drops the
+/// stream, directly and through a router: the handler's task ends, not only its next send.
+#[tokio::test]
+async fn a_handler_idle_between_items_is_stopped_when_its_caller_drops_the_stream() {
+    let hub = router("hub").await;
+    let worker = builder("slow-worker")
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    let (dropped_tx, mut dropped_rx) = tokio::sync::mpsc::unbounded_channel();
+    worker.on_stream("slow", move |_req: Request, mut sink: Sink| {
+        let guard = Stopped(dropped_tx.clone());
+        async move {
+            let _guard = guard;
+            sink.send(&"first").await?;
+            // Far longer than the test waits: only a cancellation ends this.
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            Ok(())
+        }
+    });
+    worker.connect(&address(&hub)).await.unwrap();
+    let direct = client("direct").await;
+    direct.connect(&address(&worker)).await.unwrap();
+    let routed = client("routed").await;
+    routed.connect(&address(&hub)).await.unwrap();
+    for caller in [&direct, &routed] {
+        let mut items = (caller.call("slow-worker", "slow"))
+            .timeout(Duration::from_secs(600))
+            .stream::<String>(&());
+        let first = within("first item", items.next()).await.unwrap().unwrap();
+        assert_eq!(first, "first");
+        drop(items);
+        // Bounded by the test's limit (15 s), well before the stream's own deadline.
+        within("the handler stopped", dropped_rx.recv())
+            .await
+            .unwrap();
+    }
 }

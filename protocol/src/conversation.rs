@@ -560,15 +560,19 @@ impl<L: Link> Conversation<L> {
                     return false;
                 };
                 let streamed = envelope.reply_streamed() || envelope.body_streamed();
-                if streamed && !self.accept_stream(&peer, &envelope) {
-                    return false;
-                }
+                let caller_gone = match streamed {
+                    true => match self.accept_stream(&peer, &envelope) {
+                        Some(gone) => Some(gone),
+                        None => return false,
+                    },
+                    false => None,
+                };
                 self.responders.fetch_add(1, Ordering::AcqRel);
                 let to: Arc<dyn Answering> = Arc::clone(self) as Arc<dyn Answering>;
                 let mut responder = Responder::new(Arc::clone(&to), peer.clone(), id);
                 let mut incoming = Incoming::new(peer.clone(), key, envelope);
-                if streamed {
-                    responder = responder.streamed();
+                if let Some(gone) = caller_gone {
+                    responder = responder.streamed(gone);
                     let slots = streams::slots(to, peer, incoming.envelope());
                     incoming = incoming.with_streams(slots);
                 }

@@ -179,6 +179,8 @@ pub struct Responder {
     answered: bool,
     /// A streamed request: its stream closes with the answer.
     stream: bool,
+    /// A streamed request: cancelled when its caller cancels the stream or leaves.
+    caller_gone: Option<CancellationToken>,
 }
 
 /// An item of a streamed body and the credit to grant for it, if any.
@@ -232,13 +234,16 @@ impl Responder {
             id,
             answered: false,
             stream: false,
+            caller_gone: None,
         }
     }
 
     /// The responder of a streamed request, whose stream the conversation registered (and
-    /// closes when this answers or goes).
-    pub(crate) fn streamed(mut self) -> Responder {
+    /// closes when this answers or goes); `caller_gone` is cancelled when its caller
+    /// cancels the stream or leaves.
+    pub(crate) fn streamed(mut self, caller_gone: CancellationToken) -> Responder {
         self.stream = true;
+        self.caller_gone = Some(caller_gone);
         self
     }
 
@@ -271,9 +276,18 @@ impl Responder {
         self.to.abort().is_cancelled()
     }
 
-    /// Resolves when the socket is aborted (see [`is_aborting`](Self::is_aborting)).
+    /// Resolves when the answer would go nowhere: the socket is aborted (see
+    /// [`is_aborting`](Self::is_aborting)), or, for a streamed request, its caller
+    /// cancelled the stream (dropped it) or left. Work still running may stop then.
     pub async fn aborted(&self) {
-        self.to.abort().cancelled().await
+        let abort = self.to.abort();
+        match &self.caller_gone {
+            Some(gone) => tokio::select! {
+                () = abort.cancelled() => {}
+                () = gone.cancelled() => {}
+            },
+            None => abort.cancelled().await,
+        }
     }
 }
 

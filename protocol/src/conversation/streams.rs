@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::credit::{encode_grant, Credit, Violation, Window, DEFAULT_WINDOW};
@@ -44,6 +45,9 @@ pub(crate) struct Ends {
     recv_waker: Option<Waker>,
     /// Callee side: why the stream stopped before its handler answered.
     stopped: Option<Stop>,
+    /// Callee side: cancelled when the caller cancels the stream or leaves, so a handler
+    /// waiting between items is stopped, not only its next send.
+    caller_gone: CancellationToken,
 }
 
 /// Items received and not consumed yet, bounded by the window.
@@ -470,7 +474,8 @@ impl<L: Link> Conversation<L> {
     }
 
     /// Callee side: stops the open streams whose key `select` picks (a cancel, a peer that
-    /// left, the close); their handlers see it at their next send or read. Returns how many.
+    /// left, the close); their handlers see it at their next send or read, and a cancel
+    /// stops them ([`Responder::aborted`]). Returns how many.
     fn stop_callee(&self, select: impl Fn(&(PeerId, u64)) -> bool, stop: Stop) -> usize {
         let mut callee = self.callee.lock();
         let mut count = 0;
@@ -478,6 +483,9 @@ impl<L: Link> Conversation<L> {
             if select(key) && ends.stopped.is_none() {
                 ends.stopped = Some(stop);
                 ends.wake();
+                if matches!(stop, Stop::Cancelled) {
+                    ends.caller_gone.cancel();
+                }
                 count += 1;
             }
         }
@@ -533,9 +541,13 @@ impl<L: Link> Conversation<L> {
     }
 
     /// Callee side: a streamed request arrived. Registers its stream (granting the body's
-    /// window at once) and says whether its handler may run; a refusal is answered or
-    /// dropped here.
-    pub(super) fn accept_stream(self: &Arc<Self>, peer: &PeerId, envelope: &Envelope) -> bool {
+    /// window at once); `Some` when its handler may run, with what tells it the caller is
+    /// gone. A refusal is answered or dropped here.
+    pub(super) fn accept_stream(
+        self: &Arc<Self>,
+        peer: &PeerId,
+        envelope: &Envelope,
+    ) -> Option<CancellationToken> {
         let id = envelope.id();
         let mut ends = Ends::default();
         let mut grant = None;
@@ -547,7 +559,7 @@ impl<L: Link> Conversation<L> {
             grant = Some(inbox.window.open());
             ends.recv = Some(inbox);
         }
-        {
+        let gone = {
             let mut callee = self.callee.lock();
             let key = (peer.clone(), id);
             if callee.contains_key(&key) {
@@ -558,7 +570,7 @@ impl<L: Link> Conversation<L> {
                     .stream_violations
                     .fetch_add(1, Ordering::Relaxed);
                 self.reject(peer, Error::Violation(Violation::ReusedId));
-                return false;
+                return None;
             }
             let max = self.max_streams.load(Ordering::Relaxed);
             if callee.len() >= max {
@@ -572,17 +584,19 @@ impl<L: Link> Conversation<L> {
                 )
                 .with_limit(Limit::Streams { max: max as u64 });
                 self.answer(peer, id, Err(refusal));
-                return false;
+                return None;
             }
+            let gone = ends.caller_gone.clone();
             callee.insert(key, ends);
-        }
+            gone
+        };
         self.counters
             .streams_accepted
             .fetch_add(1, Ordering::Relaxed);
         if let Some(grant) = grant {
             self.control(peer, Kind::Credit, id, FLAG_BODY_STREAMED, &grant.payload());
         }
-        true
+        Some(gone)
     }
 
     /// Callee side: takes one credit for the streamed reply of `(peer, id)`, or says why
