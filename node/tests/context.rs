@@ -1,7 +1,8 @@
 //! The request context across real nodes over loopback: metadata set by a caller and read
 //! by a handler (also through two routers), deadlines seen by handlers and inherited by
 //! nested calls, requests whose deadline passed not run, metadata limits as typed errors,
-//! and middleware handing typed values to handlers.
+//! middleware handing typed values to handlers, and a trace carried on by requests and
+//! streams.
 
 mod support;
 
@@ -408,6 +409,36 @@ async fn a_trace_context_is_carried_on_by_the_calls_a_handler_makes() {
     a.connect(&address(&c)).await.unwrap();
     let none: Option<String> = a.request("c", "leaf", &()).await.unwrap();
     assert!(none.is_none());
+
+    // A stream handler is in the trace the same way: b streams what c saw.
+    let weak = b.downgrade();
+    b.on_stream(
+        "relay-stream",
+        move |_req: Request, mut sink: node::Sink| {
+            let node = weak.upgrade().expect("b is alive");
+            async move {
+                let seen: Option<String> = node.request("c", "leaf", &()).await?;
+                sink.send(&seen).await?;
+                Ok(())
+            }
+        },
+    );
+    let items: Vec<node::Result<Option<String>>> = within(
+        "a traced stream",
+        futures::StreamExt::collect(
+            a.call("b", "relay-stream")
+                .meta("traceparent", &sent.to_string())
+                .stream::<Option<String>>(&()),
+        ),
+    )
+    .await;
+    let items: Vec<Option<String>> = items.into_iter().map(Result::unwrap).collect();
+    let seen = node::TraceParent::parse(items[0].as_deref().expect("a traceparent")).unwrap();
+    assert_eq!(
+        seen.trace_id, sent.trace_id,
+        "the stream is in the same trace"
+    );
+    assert_ne!(seen.parent_id, sent.parent_id, "under b's span");
 }
 
 #[tokio::test]
