@@ -45,7 +45,7 @@
 //! producer. Dropping a stream cancels its handler; the call's timeout bounds the whole
 //! stream, [`Items::idle_timeout`] each item. Streams and uploads go through router nodes
 //! as requests do: each router relays the items one by one, holding at most a window of
-//! them. A stream both ways ([`Call::bidi`], raw items) goes to a joined peer.
+//! them; a stream both ways ([`Call::bidi`], raw items) too.
 //!
 //! The rest of a node:
 //!

@@ -317,20 +317,26 @@ impl Relay<'_> {
             deadline,
         };
         // A streamed reply or body is relayed item by item (`stream_route.rs`).
+        let streamed = !fans_out(&forward);
         let (sink, body) = (incoming.take_sink(), incoming.take_body());
-        let result = if let Some(sink) = sink.filter(|_| !fans_out(&forward)) {
-            let leaf = (hop.leaf, &user);
-            Box::pin(self.stream_here(&forward, &from, leaf, payload, deadline, sink)).await
-        } else if let Some(body) = body.filter(|_| !fans_out(&forward)) {
-            let leaf = (hop.leaf, &user);
-            Box::pin(self.upload_here(&forward, &from, leaf, deadline, body)).await
-        } else if fans_out(&forward) {
-            Box::pin(self.fan_here(&forward, &from, hop.leaf, &user, payload, deadline)).await
-        } else {
-            match forward.action {
+        let result = match (sink.filter(|_| streamed), body.filter(|_| streamed)) {
+            // A streamed reply, with a body too for a stream both ways.
+            (Some(sink), body) => {
+                let leaf = (hop.leaf, &user);
+                let here = self.stream_here(&forward, &from, leaf, payload, deadline, sink, body);
+                Box::pin(here).await
+            }
+            (None, Some(body)) => {
+                let leaf = (hop.leaf, &user);
+                Box::pin(self.upload_here(&forward, &from, leaf, deadline, body)).await
+            }
+            (None, None) if !streamed => {
+                Box::pin(self.fan_here(&forward, &from, hop.leaf, &user, payload, deadline)).await
+            }
+            (None, None) => match forward.action {
                 Action::TickAll => self.forward_tick_all(&forward, hop, payload).await,
                 _ => self.forward_one(&forward, hop, payload).await,
-            }
+            },
         };
         let counter = match &result {
             Ok(_) => &routing.forwarded,

@@ -27,13 +27,13 @@
 //! grants fewer while items are large, aiming at about 2 MiB), each bounded by the payload
 //! limit, so a stream costs its receiver at most window x `max_payload` bytes; a handler
 //! whose caller reads slowly waits in [`Sink::send`].
-//! Dropping [`Items`] cancels the handler (its next send fails). The call's timeout (or
+//! Dropping [`Items`] cancels the handler (its task is stopped). The call's timeout (or
 //! deadline) bounds the whole stream; [`Items::idle_timeout`] bounds the wait for each
 //! item. A peer that leaves ends the stream with [`Error::PeerLeft`].
 //!
-//! Streams go to an id or to one match of a filter, directly or (a streamed reply, when no
-//! joined peer fits) through router nodes, which relay the items one by one and hold at
-//! most a window of them each; an upload likewise.
+//! Streams go to an id or to one match of a filter, directly or (when no joined peer fits)
+//! through router nodes, which relay the items one by one and hold at most a window of
+//! them each; an upload and a stream both ways likewise.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -266,7 +266,7 @@ impl Link {
     }
 
     /// Opens a stream both ways on this link.
-    async fn request_bidi(
+    pub(crate) async fn request_bidi(
         &self,
         event: &str,
         metadata: &[u8],
@@ -305,6 +305,29 @@ impl Link {
             Link::Down { server, route, .. } => {
                 server
                     .system_request_stream(route, event, metadata, payload, options)
+                    .await
+            }
+        }
+    }
+
+    /// Opens a stream both ways as a system request (a forward, to a router) on this link.
+    pub(crate) async fn system_request_bidi(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: futures::stream::BoxStream<'static, Bytes>,
+        options: StreamOptions,
+    ) -> protocol::Result<ReplyStream> {
+        match self {
+            Link::Up { client, .. } => {
+                client
+                    .system_request_bidi(event, metadata, payload, items, options)
+                    .await
+            }
+            Link::Down { server, route, .. } => {
+                server
+                    .system_request_bidi(route, event, metadata, payload, items, options)
                     .await
             }
         }
@@ -488,15 +511,14 @@ async fn open(
     let node = prepared.node;
     let (id, link) = match node.stream_reach(&prepared.to) {
         Ok(found) => found,
-        // No joined peer fits: through a router, if we are joined to one (a stream both
-        // ways goes to a joined peer only).
-        Err(local @ (Error::NodeNotFound { .. } | Error::NoNodesMatchFilter)) if body.is_none() => {
+        // No joined peer fits: through a router, if we are joined to one.
+        Err(local @ (Error::NodeNotFound { .. } | Error::NoNodesMatchFilter)) => {
             let window = options.window;
             let stream = Relay::of(&node.inner)
                 .stream_from_here(
                     &prepared.to,
                     prepared.event,
-                    payload,
+                    (payload, body),
                     &prepared.outgoing,
                     window,
                     local,
@@ -637,7 +659,8 @@ impl<'a> Call<'a, Raw> {
     /// A stream both ways, with raw items: `items` go to the handler as the request's body
     /// (each as it grants credit; read it with [`Body::take`]) while its reply comes back
     /// as [`Items`]. The body is sent as the returned stream is polled: read it to keep
-    /// both moving. To a joined peer only (not through routers).
+    /// both moving. Through routers too: each passes the body on as the next hop grants
+    /// credit (a body is sent once, so only the first router joined is tried).
     pub fn bidi(
         self,
         payload: Bytes,

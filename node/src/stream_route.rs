@@ -9,7 +9,7 @@
 //! cancel to the next hop), and so on to the leaf's handler.
 //!
 //! An upload goes the same way the other direction: each router reads the body it was sent
-//! only as the next hop grants credit for it.
+//! only as the next hop grants credit for it; a stream both ways does both at once.
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -28,6 +28,9 @@ use crate::peer::NodeId;
 use crate::routing::{forward_error, hop_error, Relay, FORWARD_KEY};
 use crate::stream::checked;
 
+/// A stream both ways' body, as it leaves for the next hop.
+type Body = futures::stream::BoxStream<'static, Bytes>;
+
 impl Relay<'_> {
     /// The origin's side: no joined peer fits `target` (`local` says why), so the stream
     /// goes through a router. The stream's errors are the routers' and the leaf's error
@@ -36,7 +39,7 @@ impl Relay<'_> {
         &self,
         target: &Target,
         event: &str,
-        payload: Bytes,
+        (payload, body): (Bytes, Option<Body>),
         outgoing: &Outgoing,
         window: u32,
         local: Error,
@@ -44,7 +47,8 @@ impl Relay<'_> {
         let timeout = outgoing.timeout;
         let (forward, routers) = self.forward_for(target, event, payload.len(), timeout, local)?;
         let deadline = Instant::now() + timeout;
-        self.stream_via(&forward, routers, payload, deadline, &outgoing.meta, window)
+        let opening = (payload, body);
+        self.stream_via(&forward, routers, opening, deadline, &outgoing.meta, window)
             .await
             .map_err(|remote| forward_error(remote, target, event, timeout))
     }
@@ -197,18 +201,24 @@ impl Relay<'_> {
         }
     }
 
-    /// Opens the stream of `forward` at the first of `routers` that takes it.
+    /// Opens the stream of `forward` at the first of `routers` that takes it (with a body,
+    /// a stream both ways, the first joined one: a body is sent once).
     async fn stream_via(
         &self,
         forward: &Forward,
         routers: Vec<NodeId>,
-        payload: Bytes,
+        (payload, mut body): (Bytes, Option<Body>),
         deadline: Instant,
         user: &protocol::Meta,
         window: u32,
     ) -> std::result::Result<ReplyStream, RemoteError> {
         let mut last = None;
+        let both_ways = body.is_some();
         for id in routers {
+            // The body went with a router that failed to open: it cannot go again.
+            if both_ways && body.is_none() {
+                break;
+            }
             if forward.excludes(&id) || id == *self.id {
                 continue;
             }
@@ -234,9 +244,22 @@ impl Relay<'_> {
             let mut meta = user.clone();
             meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
             let options = StreamOptions::new(left).window(window);
-            let opened = link
-                .system_request_stream(FORWARD, meta.as_bytes(), payload.clone(), options)
-                .await;
+            let opened = match body.take() {
+                Some(items) => {
+                    link.system_request_bidi(
+                        FORWARD,
+                        meta.as_bytes(),
+                        payload.clone(),
+                        items,
+                        options,
+                    )
+                    .await
+                }
+                None => {
+                    link.system_request_stream(FORWARD, meta.as_bytes(), payload.clone(), options)
+                        .await
+                }
+            };
             self.passed(&id, opened.is_ok());
             match opened {
                 Ok(stream) => return Ok(stream),
@@ -250,9 +273,12 @@ impl Relay<'_> {
         }))
     }
 
-    /// A router's side: `forward` asked for a streamed reply, to be sent into `sink`.
-    /// Opens the next hop's stream (the leaf, with `leaf` metadata, or the next router) and
-    /// relays its items; the answer ends the stream the router was asked for.
+    /// A router's side: `forward` asked for a streamed reply, to be sent into `sink`, and
+    /// for a stream both ways sent its `body` too. Opens the next hop's stream (the leaf,
+    /// with `leaf` metadata, or the next router), passes the body on as the next hop grants
+    /// credit, and relays the reply's items; the answer ends the stream the router was
+    /// asked for.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn stream_here(
         &self,
         forward: &Forward,
@@ -261,16 +287,37 @@ impl Relay<'_> {
         payload: Bytes,
         deadline: Instant,
         sink: ItemSink,
+        body: Option<ItemStream>,
     ) -> std::result::Result<Answer, RemoteError> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
         }
+        // A body that fails (its caller gave up) must not reach the next hop as a whole one.
+        let (body, failed) = match body {
+            Some(body) => {
+                let (items, failed) = checked(body, |item: protocol::Result<Bytes>| {
+                    item.map_err(Error::from)
+                });
+                (Some(items.boxed()), Some(failed))
+            }
+            None => (None, None),
+        };
         let stream = match self.pick_for(forward, from, &[])? {
             Some(reach) => {
-                let opened = (reach.link)
-                    .request_stream(&forward.event, &leaf, payload, StreamOptions::new(left))
-                    .await;
+                let options = StreamOptions::new(left);
+                let opened = match body {
+                    Some(items) => {
+                        (reach.link)
+                            .request_bidi(&forward.event, &leaf, payload, items, options)
+                            .await
+                    }
+                    None => {
+                        (reach.link)
+                            .request_stream(&forward.event, &leaf, payload, options)
+                            .await
+                    }
+                };
                 self.passed(&reach.id, opened.is_ok());
                 opened.map_err(hop_error)?
             }
@@ -288,7 +335,7 @@ impl Relay<'_> {
                 self.stream_via(
                     &next,
                     routers,
-                    payload,
+                    (payload, body),
                     deadline,
                     user,
                     protocol::DEFAULT_WINDOW,
@@ -296,7 +343,15 @@ impl Relay<'_> {
                 .await?
             }
         };
-        relay(stream, sink).await
+        match failed {
+            Some(failed) => tokio::select! {
+                answer = relay(stream, sink) => answer,
+                Ok(error) = failed => {
+                    Err(RemoteError::system_error(code::HOP_FAILED, error.to_string()))
+                }
+            },
+            None => relay(stream, sink).await,
+        }
     }
 }
 

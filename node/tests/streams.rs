@@ -606,6 +606,50 @@ async fn a_stream_both_ways() {
     assert_eq!(back, expected);
 }
 
+/// A stream both ways through routers: the body goes on as each next hop grants credit and
+/// the reply comes back item by item, through one router and through two.
+#[tokio::test]
+async fn a_stream_both_ways_through_one_and_two_routers() {
+    let r1 = router("r1").await;
+    let r2 = router("r2").await;
+    r2.connect(&address(&r1)).await.unwrap();
+    let worker = client("upper").await;
+    worker.on_stream("upper", |req: Request, mut sink: Sink| async move {
+        let mut body = Body::take(&req).ok_or_else(|| HandlerError::invalid_argument("no body"))?;
+        while let Some(word) = body.next().await {
+            sink.send_raw(Bytes::from(word?.to_ascii_uppercase()))
+                .await?;
+        }
+        Ok(())
+    });
+    worker.connect(&address(&r2)).await.unwrap();
+    let near = client("near").await;
+    near.connect(&address(&r2)).await.unwrap();
+    let far = client("far").await;
+    far.connect(&address(&r1)).await.unwrap();
+    let words: Vec<Bytes> = (0..500).map(|i| Bytes::from(format!("w{i}"))).collect();
+    let expected: Vec<Bytes> = words
+        .iter()
+        .map(|w| Bytes::from(w.to_ascii_uppercase()))
+        .collect();
+    for (caller, hops) in [(&near, "one router"), (&far, "two routers")] {
+        let back: Vec<Bytes> = within(
+            hops,
+            caller
+                .call("upper", "upper")
+                .raw()
+                .bidi(Bytes::new(), futures::stream::iter(words.clone()))
+                .window(2)
+                .map(Result::unwrap)
+                .collect(),
+        )
+        .await;
+        assert_eq!(back, expected, "through {hops}");
+    }
+    assert_eq!(r1.stats().router.forwarded, 1);
+    assert_eq!(r2.stats().router.forwarded, 2);
+}
+
 /// Streams under CURVE: the handler sees the caller's key and the call's metadata, for a
 /// streamed reply and for an upload alike.
 #[tokio::test]

@@ -421,6 +421,23 @@ impl Client {
             .await
     }
 
+    /// [`request_bidi`](Self::request_bidi) for a system event (`_system:` namespace; for
+    /// the node layer's forwarding).
+    pub async fn system_request_bidi(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: impl futures::Stream<Item = Bytes> + Send + 'static,
+        options: StreamOptions,
+    ) -> Result<ReplyStream> {
+        check_system_event(event)?;
+        self.check_connected()?;
+        self.conversation
+            .request_bidi(server(), event, metadata, payload, items, options)
+            .await
+    }
+
     /// [`request_stream`](Self::request_stream) for a system event (`_system:` namespace; for
     /// the node layer's forwarding).
     pub async fn system_request_stream(

@@ -211,6 +211,23 @@ impl Server {
             .await
     }
 
+    /// [`request_bidi`](Self::request_bidi) for a system event (`_system:` namespace; for
+    /// the node layer's forwarding).
+    pub async fn system_request_bidi(
+        &self,
+        peer: &PeerId,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: impl futures::Stream<Item = Bytes> + Send + 'static,
+        options: StreamOptions,
+    ) -> Result<ReplyStream> {
+        check_system_event(event)?;
+        self.conversation
+            .request_bidi(peer, event, metadata, payload, items, options)
+            .await
+    }
+
     /// [`request_stream`](Self::request_stream) for a system event (`_system:` namespace; for
     /// the node layer's forwarding).
     pub async fn system_request_stream(
