@@ -323,7 +323,8 @@ impl Relay<'_> {
             // A streamed reply, with a body too for a stream both ways.
             (Some(sink), body) => {
                 let leaf = (hop.leaf, &user);
-                let here = self.stream_here(&forward, &from, leaf, payload, deadline, sink, body);
+                let ends = (sink, body);
+                let here = self.stream_here(&forward, &from, leaf, payload, deadline, ends);
                 Box::pin(here).await
             }
             (None, Some(body)) => {

@@ -278,7 +278,6 @@ impl Relay<'_> {
     /// with `leaf` metadata, or the next router), passes the body on as the next hop grants
     /// credit, and relays the reply's items; the answer ends the stream the router was
     /// asked for.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn stream_here(
         &self,
         forward: &Forward,
@@ -286,8 +285,7 @@ impl Relay<'_> {
         (leaf, user): (Bytes, &protocol::Meta),
         payload: Bytes,
         deadline: Instant,
-        sink: ItemSink,
-        body: Option<ItemStream>,
+        (sink, body): (ItemSink, Option<ItemStream>),
     ) -> std::result::Result<Answer, RemoteError> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
