@@ -67,7 +67,9 @@ use crate::routing::{forward_error, Relay};
 /// produces) and for room in the connection's queue, so the handler never holds more than
 /// the item in hand. It fails once the caller is gone: it dropped its stream
 /// ([`ErrorCode::Cancelled`](crate::ErrorCode::Cancelled)), its deadline passed, it left,
-/// or this node closes; the handler should return then (`?` does).
+/// or this node closes; the handler should return then (`?` does). A handler whose caller
+/// dropped the stream or left is stopped wherever it waits, as a request's handler is when
+/// its caller leaves: code that must run then belongs in a `Drop`.
 #[derive(Debug)]
 pub struct Sink {
     inner: protocol::ItemSink,

@@ -5,8 +5,10 @@
 //! `on_stream`: it opens a stream to the worker and sends each item on to its caller. Each
 //! hop has its own credit window, so a slow caller slows the gateway's reads, which slow
 //! the worker: no hop holds more than its window. When the caller stops reading early and
-//! drops its stream, the gateway's sink fails, the gateway drops its stream to the worker,
-//! and the worker's sink fails in turn: the cancel travels back both hops.
+//! drops its stream, the gateway's handler is stopped, which drops its stream to the worker,
+//! whose handler is stopped in turn (between two tokens, or in its send): the cancel
+//! travels back both hops. The worker says how its stream ended from a guard's `Drop`, the
+//! code that runs when a handler is stopped.
 //!
 //! Run it with `cargo run -p examples --bin relay`.
 
@@ -24,6 +26,24 @@ struct Prompt {
     text: String,
     /// How many tokens at most (0: until the caller stops reading).
     max_tokens: u32,
+}
+
+/// Tells the app how a worker's stream ended when the handler's future goes: finished, or
+/// stopped (the caller dropped the stream, or a send failed).
+struct Report {
+    ended: mpsc::UnboundedSender<String>,
+    tokens: u32,
+    finished: bool,
+}
+
+impl Drop for Report {
+    fn drop(&mut self) {
+        let line = match self.finished {
+            true => format!("worker: stream finished, {} tokens", self.tokens),
+            false => format!("worker: stream cancelled after {} tokens", self.tokens),
+        };
+        let _ = self.ended.send(line);
+    }
 }
 
 /// The worker's "model": the prompt's words, then numbered words, one token at a time.
@@ -48,18 +68,19 @@ async fn main() -> Result {
     worker.on_stream("generate", move |req: Request, mut sink: Sink| {
         let ended = ended_tx.clone();
         async move {
+            let mut report = Report {
+                ended,
+                tokens: 0,
+                finished: false,
+            };
             let prompt: Prompt = req.decode()?;
-            let mut i = 0;
-            while prompt.max_tokens == 0 || i < prompt.max_tokens {
+            while prompt.max_tokens == 0 || report.tokens < prompt.max_tokens {
                 // A token takes a moment to "generate".
                 tokio::time::sleep(Duration::from_millis(2)).await;
-                if let Err(e) = sink.send(&token(&prompt.text, i)).await {
-                    let _ = ended.send(format!("worker: stream cancelled after {i} tokens ({e})"));
-                    return Err(e.into());
-                }
-                i += 1;
+                sink.send(&token(&prompt.text, report.tokens)).await?;
+                report.tokens += 1;
             }
-            let _ = ended.send(format!("worker: stream finished, {i} tokens"));
+            report.finished = true;
             Ok::<_, HandlerError>(())
         }
     });

@@ -1099,7 +1099,8 @@ impl<L: Link> Conversation<L> {
 /// A send fails with [`Error::Cancelled`] once the caller dropped its stream, sent a
 /// cancel or left, with [`Error::Closed`] when the conversation closes or the request was
 /// answered already, and with [`Error::Violation`] when the caller broke the credit rules:
-/// the handler should stop then. The stream ends when the handler answers its request.
+/// the handler should stop then (the node layer stops a cancelled one wherever it waits:
+/// [`Responder::aborted`]). The stream ends when the handler answers its request.
 pub struct ItemSink {
     core: Arc<dyn Answering>,
     peer: PeerId,
