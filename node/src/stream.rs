@@ -83,6 +83,42 @@ struct Counts {
     bytes: AtomicU64,
 }
 
+/// A served stream's figures, recorded when its handler returns or is stopped (a caller
+/// that drops its stream stops the handler: then this is dropped with its future).
+struct Served {
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+    event: String,
+    counts: Arc<Counts>,
+    started: std::time::Instant,
+    /// Whether the handler returned `Ok`; `None` while it runs (or once it was stopped).
+    ok: Option<bool>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let end = StreamEnd {
+            items: self.counts.items.load(Ordering::Relaxed),
+            bytes: self.counts.bytes.load(Ordering::Relaxed),
+            duration: self.started.elapsed(),
+        };
+        if let Some(metrics) = &self.metrics {
+            metrics.stream_ended(&self.event, "served", end);
+        }
+        tracing::debug!(
+            event = %self.event,
+            items = end.items,
+            bytes = end.bytes,
+            duration_us = end.duration.as_micros() as u64,
+            ended = match self.ok {
+                Some(true) => "ok",
+                Some(false) => "error",
+                None => "stopped",
+            },
+            "stream served"
+        );
+    }
+}
+
 impl Counts {
     fn add(&self, bytes: usize) {
         self.items.fetch_add(1, Ordering::Relaxed);
@@ -179,25 +215,16 @@ impl Node {
                         inner: sink,
                         counts: Arc::clone(&counts),
                     };
-                    let event = request.event().to_owned();
-                    let started = std::time::Instant::now();
-                    let result = handler(request, sink).await;
-                    let end = StreamEnd {
-                        items: counts.items.load(Ordering::Relaxed),
-                        bytes: counts.bytes.load(Ordering::Relaxed),
-                        duration: started.elapsed(),
+                    let mut served = Served {
+                        metrics,
+                        event: request.event().to_owned(),
+                        counts,
+                        started: std::time::Instant::now(),
+                        ok: None,
                     };
-                    if let Some(metrics) = &metrics {
-                        metrics.stream_ended(&event, "served", end);
-                    }
-                    tracing::debug!(
-                        %event,
-                        items = end.items,
-                        bytes = end.bytes,
-                        duration_us = end.duration.as_micros() as u64,
-                        ok = result.is_ok(),
-                        "stream served"
-                    );
+                    let result = handler(request, sink).await;
+                    served.ok = Some(result.is_ok());
+                    drop(served);
                     result
                         .map(|()| Response::raw(Bytes::new()))
                         .map_err(BoxError::from)

@@ -95,6 +95,13 @@ async fn traffic_shows_in_the_metrics_and_the_hooks() {
         }
         Ok::<_, HandlerError>(())
     });
+    // Two items, then a wait its caller does not sit out: it drops the stream.
+    server.on_stream("endless", |_req: Request, mut sink: Sink| async move {
+        sink.send_raw(Bytes::from_static(b"ab")).await?;
+        sink.send_raw(Bytes::from_static(b"cd")).await?;
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        Ok::<_, HandlerError>(())
+    });
     let handled = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&handled);
     server.hooks().on_handled(move |h| {
@@ -229,6 +236,22 @@ async fn traffic_shows_in_the_metrics_and_the_hooks() {
         );
     }
 
+    // A stream its caller dropped (which stops the handler mid-wait) is recorded too.
+    let mut endless = client.call("server", "endless").raw().stream(Bytes::new());
+    for _ in 0..2 {
+        endless.next().await.unwrap().unwrap();
+    }
+    drop(endless);
+    let served = [("node", "server"), ("event", "endless"), ("side", "served")];
+    let samples = until(&handle, "the dropped stream's end", |s| {
+        value(s, "zeronode_stream_seconds_count", &served) == Some(1.0)
+    })
+    .await;
+    assert_eq!(
+        value(&samples, "zeronode_stream_bytes_sum", &served),
+        Some(4.0)
+    );
+
     // The hooks saw the same traffic.
     let handled = handled.lock().unwrap().clone();
     let count = |event: &str, tick: bool, outcome: Outcome| {
@@ -296,12 +319,13 @@ async fn traffic_shows_in_the_metrics_and_the_hooks() {
         .filter_map(|(_, l, _)| l.get("event").map(String::as_str))
         .collect();
     assert!(labels.len() <= MAX_EVENT_LABELS + 1, "{}", labels.len());
-    // echo, fail, note and count took four of the labels first (note is a tick's).
+    // echo, fail, note, count and endless took five of the labels first (note is a
+    // tick's).
     let other = value(
         &samples,
         "zeronode_requests_handled_total",
         &[("node", "server"), ("event", "_other"), ("outcome", "ok")],
     )
     .unwrap();
-    assert_eq!(other as usize, extra + 4);
+    assert_eq!(other as usize, extra + 5);
 }
