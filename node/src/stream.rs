@@ -580,6 +580,20 @@ async fn open(
     })
 }
 
+impl<R> Drop for Items<'_, R> {
+    /// Dropped while items flowed (its reader stopped early, which cancels the handler):
+    /// recorded as cancelled in its span, hooks and metrics, as a stream that ended is.
+    fn drop(&mut self) {
+        if let State::Open(..) = self.state {
+            if let State::Open(mut prepared, _) =
+                std::mem::replace(&mut self.state, State::Failed(None))
+            {
+                self.ended(&mut prepared, &Err(Error::Cancelled));
+            }
+        }
+    }
+}
+
 impl<R> Stream for Items<'_, R> {
     type Item = Result<R>;
 

@@ -236,21 +236,26 @@ async fn traffic_shows_in_the_metrics_and_the_hooks() {
         );
     }
 
-    // A stream its caller dropped (which stops the handler mid-wait) is recorded too.
+    // A stream its caller dropped (which stops the handler mid-wait) is recorded too, on
+    // both sides.
     let mut endless = client.call("server", "endless").raw().stream(Bytes::new());
     for _ in 0..2 {
         endless.next().await.unwrap().unwrap();
     }
     drop(endless);
     let served = [("node", "server"), ("event", "endless"), ("side", "served")];
+    let read = [("node", "client"), ("event", "endless"), ("side", "read")];
     let samples = until(&handle, "the dropped stream's end", |s| {
         value(s, "zeronode_stream_seconds_count", &served) == Some(1.0)
     })
     .await;
-    assert_eq!(
-        value(&samples, "zeronode_stream_bytes_sum", &served),
-        Some(4.0)
-    );
+    for labels in [served, read] {
+        assert_eq!(
+            value(&samples, "zeronode_stream_bytes_sum", &labels),
+            Some(4.0),
+            "{labels:?}"
+        );
+    }
 
     // The hooks saw the same traffic.
     let handled = handled.lock().unwrap().clone();
