@@ -119,8 +119,29 @@ pub struct RemoteError {
     /// and read back). Absent on the wire when `None`, and ignored by a receiver that does
     /// not know it, so the reply stays readable by older nodes. Boxed: it is rare, and
     /// every `Result` carrying an error would otherwise grow by its size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "known_limit"
+    )]
     pub limit: Option<Box<Limit>>,
+}
+
+/// A limit this build knows, or `None` for one it does not (a newer peer's): the error is
+/// read either way.
+fn known_limit<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Option<Box<Limit>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Maybe {
+        Known(Limit),
+        Unknown(serde::de::IgnoredAny),
+    }
+    Ok(match Option::<Maybe>::deserialize(deserializer)? {
+        Some(Maybe::Known(limit)) => Some(Box::new(limit)),
+        Some(Maybe::Unknown(_)) | None => None,
+    })
 }
 
 /// The numbers of a limit a message went over, carried in a [`RemoteError`].
@@ -341,3 +362,43 @@ impl Error {
 
 /// The protocol layer's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::{decode_value, encode_value};
+
+    /// What a newer node might send: the same error with a limit this build has no variant
+    /// for.
+    #[derive(Serialize)]
+    struct Newer {
+        code: String,
+        message: String,
+        system: bool,
+        limit: NewerLimit,
+    }
+
+    #[derive(Serialize)]
+    enum NewerLimit {
+        Gigawatts { wanted: u64 },
+    }
+
+    #[test]
+    fn an_unknown_limit_is_ignored_and_the_error_still_read() {
+        let newer = Newer {
+            code: "SOMETHING_NEW".into(),
+            message: "over a limit we do not know".into(),
+            system: true,
+            limit: NewerLimit::Gigawatts { wanted: 121 },
+        };
+        let read: RemoteError = decode_value(&encode_value(&newer).unwrap()).unwrap();
+        assert_eq!(read.code, "SOMETHING_NEW");
+        assert!(read.system);
+        assert_eq!(read.limit, None);
+        // A known one still comes through.
+        let known = RemoteError::system_error("TOO_MANY_STREAMS", "full")
+            .with_limit(Limit::Streams { max: 7 });
+        let read: RemoteError = decode_value(&encode_value(&known).unwrap()).unwrap();
+        assert_eq!(read.limit.as_deref(), Some(&Limit::Streams { max: 7 }));
+    }
+}
