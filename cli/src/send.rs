@@ -70,20 +70,18 @@ pub(crate) async fn stream(args: StreamArgs) -> Result<(), Error> {
     let received = items.received();
     // Dropped before closing: a stream ended early cancels the handler at once.
     drop(items);
-    let failed = failed.map(|source| match source {
-        node::Error::Timeout { timeout: after, .. } => Error::StreamTimeout {
+    let failed = failed.map(|source| {
+        let (after, idle) = match &source {
+            node::Error::Timeout { timeout, .. } => (*timeout, false),
+            node::Error::IdleTimeout { idle, .. } => (*idle, true),
+            _ => return session.send_error(&aim, source),
+        };
+        Error::StreamTimeout {
             event: args.event.clone(),
             after,
-            idle: false,
+            idle,
             received,
-        },
-        node::Error::IdleTimeout { idle: after, .. } => Error::StreamTimeout {
-            event: args.event.clone(),
-            after,
-            idle: true,
-            received,
-        },
-        source => session.send_error(&aim, source),
+        }
     });
     session.close().await;
     match failed {

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::Stream;
 use parking_lot::Mutex;
-use protocol::{Client, Envelope, PeerId, Server};
+use protocol::{Client, Envelope, PeerId, ReplyStream, Server, StreamOptions};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -247,6 +248,143 @@ impl Link {
             }
             Link::Down { server, route, .. } => {
                 server.fail_pending(route, || protocol::Error::ConnectionLost);
+            }
+        }
+    }
+}
+
+/// Streams on a link: the node layer's `Client` and `Server` calls, one method each.
+impl Link {
+    /// Opens a streamed reply on this link.
+    pub(crate) async fn request_stream(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        options: StreamOptions,
+    ) -> protocol::Result<ReplyStream> {
+        match self {
+            Link::Up { client, .. } => {
+                client
+                    .request_stream(event, metadata, payload, options)
+                    .await
+            }
+            Link::Down { server, route, .. } => {
+                server
+                    .request_stream(route, event, metadata, payload, options)
+                    .await
+            }
+        }
+    }
+
+    /// Opens a stream both ways on this link.
+    pub(crate) async fn request_bidi(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: futures::stream::BoxStream<'static, Bytes>,
+        options: StreamOptions,
+    ) -> protocol::Result<ReplyStream> {
+        match self {
+            Link::Up { client, .. } => {
+                client
+                    .request_bidi(event, metadata, payload, items, options)
+                    .await
+            }
+            Link::Down { server, route, .. } => {
+                server
+                    .request_bidi(route, event, metadata, payload, items, options)
+                    .await
+            }
+        }
+    }
+
+    /// Opens a streamed system request (a forward, to a router) on this link.
+    pub(crate) async fn system_request_stream(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        options: StreamOptions,
+    ) -> protocol::Result<ReplyStream> {
+        match self {
+            Link::Up { client, .. } => {
+                client
+                    .system_request_stream(event, metadata, payload, options)
+                    .await
+            }
+            Link::Down { server, route, .. } => {
+                server
+                    .system_request_stream(route, event, metadata, payload, options)
+                    .await
+            }
+        }
+    }
+
+    /// Opens a stream both ways as a system request (a forward, to a router) on this link.
+    pub(crate) async fn system_request_bidi(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        payload: Bytes,
+        items: futures::stream::BoxStream<'static, Bytes>,
+        options: StreamOptions,
+    ) -> protocol::Result<ReplyStream> {
+        match self {
+            Link::Up { client, .. } => {
+                client
+                    .system_request_bidi(event, metadata, payload, items, options)
+                    .await
+            }
+            Link::Down { server, route, .. } => {
+                server
+                    .system_request_bidi(route, event, metadata, payload, items, options)
+                    .await
+            }
+        }
+    }
+
+    /// Sends a streamed body as a system request (a forward, to a router) on this link.
+    pub(crate) async fn system_upload(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        items: impl Stream<Item = Bytes> + Send,
+        options: StreamOptions,
+    ) -> protocol::Result<protocol::Envelope> {
+        match self {
+            Link::Up { client, .. } => {
+                client
+                    .system_upload(event, metadata, Bytes::new(), items, options)
+                    .await
+            }
+            Link::Down { server, route, .. } => {
+                server
+                    .system_upload(route, event, metadata, Bytes::new(), items, options)
+                    .await
+            }
+        }
+    }
+
+    /// Sends a streamed body on this link and waits for its reply.
+    pub(crate) async fn upload(
+        &self,
+        event: &str,
+        metadata: &[u8],
+        items: impl Stream<Item = Bytes> + Send,
+        options: StreamOptions,
+    ) -> protocol::Result<protocol::Envelope> {
+        match self {
+            Link::Up { client, .. } => {
+                client
+                    .upload(event, metadata, Bytes::new(), items, options)
+                    .await
+            }
+            Link::Down { server, route, .. } => {
+                server
+                    .upload(route, event, metadata, Bytes::new(), items, options)
+                    .await
             }
         }
     }

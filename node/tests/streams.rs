@@ -572,12 +572,9 @@ async fn a_stream_through_two_routers_by_filter() {
     assert_eq!(total, 200 * 10_000 * 3);
 }
 
-/// A stream both ways: the caller sends words, the handler answers each in upper case as
-/// it reads them.
-#[tokio::test]
-async fn a_stream_both_ways() {
-    let server = server("upper").await;
-    server.on_stream("upper", |req: Request, mut sink: Sink| async move {
+/// `upper`, a stream both ways: each item of the body comes back in capitals.
+fn serve_upper(node: &Node) {
+    node.on_stream("upper", |req: Request, mut sink: Sink| async move {
         let mut body = Body::take(&req).ok_or_else(|| HandlerError::invalid_argument("no body"))?;
         while let Some(word) = body.next().await {
             sink.send_raw(Bytes::from(word?.to_ascii_uppercase()))
@@ -585,6 +582,14 @@ async fn a_stream_both_ways() {
         }
         Ok(())
     });
+}
+
+/// A stream both ways: the caller sends words, the handler answers each in upper case as
+/// it reads them.
+#[tokio::test]
+async fn a_stream_both_ways() {
+    let server = server("upper").await;
+    serve_upper(&server);
     let caller = client("caller").await;
     caller.connect(&address(&server)).await.unwrap();
     let words: Vec<Bytes> = (0..200).map(|i| Bytes::from(format!("w{i}"))).collect();
@@ -614,14 +619,7 @@ async fn a_stream_both_ways_through_one_and_two_routers() {
     let r2 = router("r2").await;
     r2.connect(&address(&r1)).await.unwrap();
     let worker = client("upper").await;
-    worker.on_stream("upper", |req: Request, mut sink: Sink| async move {
-        let mut body = Body::take(&req).ok_or_else(|| HandlerError::invalid_argument("no body"))?;
-        while let Some(word) = body.next().await {
-            sink.send_raw(Bytes::from(word?.to_ascii_uppercase()))
-                .await?;
-        }
-        Ok(())
-    });
+    serve_upper(&worker);
     worker.connect(&address(&r2)).await.unwrap();
     let near = client("near").await;
     near.connect(&address(&r2)).await.unwrap();

@@ -560,12 +560,13 @@ impl<L: Link> Conversation<L> {
                     return false;
                 };
                 let streamed = envelope.reply_streamed() || envelope.body_streamed();
-                let caller_gone = match streamed {
-                    true => match self.accept_stream(&peer, &envelope) {
-                        Some(gone) => Some(gone),
-                        None => return false,
-                    },
-                    false => None,
+                let caller_gone = if streamed {
+                    let Some(gone) = self.accept_stream(&peer, &envelope) else {
+                        return false;
+                    };
+                    Some(gone)
+                } else {
+                    None
                 };
                 self.responders.fetch_add(1, Ordering::AcqRel);
                 let to: Arc<dyn Answering> = Arc::clone(self) as Arc<dyn Answering>;
