@@ -279,7 +279,7 @@ impl Relay<'_> {
                                 meta: reply.metadata().clone(),
                                 payload: reply.into_payload(),
                             },
-                            Err(e) => Outcome::Failed(crate::routing::hop_error(e)),
+                            Err(e) => Outcome::Failed(self.hop_failed(id, e)),
                         };
                         Entry {
                             id: id.clone(),
@@ -462,7 +462,9 @@ impl<'a> Relay<'a> {
                     fanned
                         .entries
                         .into_iter()
-                        .map(move |entry| entry_outcome(entry, &target, event, timeout, &limits))
+                        .map(move |entry| {
+                            entry_outcome(entry, (&target, event, timeout), &limits, self.id)
+                        })
                         .collect::<Vec<_>>(),
                 )
             })
@@ -476,10 +478,9 @@ impl<'a> Relay<'a> {
 /// A router's entry as the caller's outcome.
 fn entry_outcome(
     entry: Entry,
-    target: &Target,
-    event: &str,
-    timeout: Duration,
+    (target, event, timeout): (&Target, &str, Duration),
     limits: &MetaLimits,
+    me: &NodeId,
 ) -> (NodeId, Result<Reply>) {
     let result = match entry.outcome {
         Outcome::Reply { payload, meta } => Reply::from_answer(
@@ -489,11 +490,18 @@ fn entry_outcome(
             },
             limits,
         ),
-        Outcome::Failed(remote) if remote.is_system(code::PEER_LEFT) => Err(Error::PeerLeft {
-            id: entry.id.to_string(),
-        }),
+        // The entry is the node that failed: an older router named it only there.
+        Outcome::Failed(remote) if remote.is_system(code::PEER_LEFT) && remote.peer().is_none() => {
+            Err(crate::routing::forward_error(
+                remote.with_peer(entry.id.as_str()),
+                target,
+                event,
+                timeout,
+                me,
+            ))
+        }
         Outcome::Failed(remote) => Err(crate::routing::forward_error(
-            remote, target, event, timeout,
+            remote, target, event, timeout, me,
         )),
     };
     (entry.id, result)

@@ -90,16 +90,20 @@ impl<'a> Relay<'a> {
         match error {
             // The peer's connection dropped (before or while waiting): for the caller the
             // peer left, whether or not the node has noticed it yet.
-            protocol::Error::ConnectionLost | protocol::Error::NotConnected => {
-                Error::PeerLeft { id: id.to_string() }
-            }
+            protocol::Error::ConnectionLost | protocol::Error::NotConnected => Error::PeerLeft {
+                peer: id.to_string(),
+                hop: None,
+            },
             protocol::Error::Remote(remote) if remote.is_system(NOT_JOINED) => {
                 // The peer no longer counts us as joined (it declared us dead, or it
                 // restarted): it left, as far as we are concerned, and the connection's
                 // supervisor joins again.
                 self.departures
                     .peer_left(id, link.direction(), LeaveReason::Disconnected);
-                Error::PeerLeft { id: id.to_string() }
+                Error::PeerLeft {
+                    peer: id.to_string(),
+                    hop: None,
+                }
             }
             protocol::Error::Remote(remote) if remote.is_system(DEADLINE_EXCEEDED) => {
                 Error::Timeout {
@@ -155,7 +159,17 @@ impl Relay<'_> {
         let deadline = Instant::now() + timeout;
         self.forward_via(&forward, routers, payload, deadline, &outgoing.meta)
             .await
-            .map_err(|remote| forward_error(remote, target, event, timeout))
+            .map_err(|remote| forward_error(remote, target, event, timeout, self.id))
+    }
+
+    /// A system error this node makes about routing: it names this node as the hop.
+    pub(crate) fn refuse(&self, code: &str, message: impl Into<String>) -> RemoteError {
+        RemoteError::system_error(code, message).with_hop(self.id.as_str())
+    }
+
+    /// What this node answers when the hop it made to `to` failed (`hop_error`).
+    pub(crate) fn hop_failed(&self, to: &NodeId, error: protocol::Error) -> RemoteError {
+        hop_error(error, self.id, to)
     }
 
     /// Offers `forward` to `routers` in turn (all of them for `TickAll`), each with the time
@@ -176,10 +190,7 @@ impl Relay<'_> {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(RemoteError::system_error(
-                    code::TIMEOUT,
-                    "the deadline passed",
-                ));
+                return Err(self.refuse(code::TIMEOUT, "the deadline passed"));
             }
             let mut header = forward.clone();
             header.remaining_ms = millis(left);
@@ -210,24 +221,13 @@ impl Relay<'_> {
                 // Delivered, or maybe delivered: whatever it is (a handler's own error
                 // included) it is the answer; another path could run the handler twice.
                 Err(protocol::Error::Remote(remote)) => return Err(remote),
-                Err(protocol::Error::Timeout { .. }) => {
-                    return Err(RemoteError::system_error(
-                        code::TIMEOUT,
-                        "no answer in time",
-                    ))
-                }
-                Err(protocol::Error::NoHandler { event }) => {
-                    return Err(RemoteError::system_error(
-                        NO_HANDLER,
-                        format!("no handler for {event:?}"),
-                    ))
-                }
                 // That router could not be given the message at all: try the others.
                 Err(e) if undelivered(&e) => {
-                    last = Some(RemoteError::system_error(code::NO_MATCH, e.to_string()))
+                    last = Some(self.refuse(code::NO_MATCH, e.to_string()))
                 }
-                // It may have arrived (the connection went while we waited): stop here.
-                Err(e) => return Err(RemoteError::system_error(code::PEER_LEFT, e.to_string())),
+                // It may have arrived (the connection went while we waited), it timed out,
+                // or the router has no forwarding: stop here, naming the router.
+                Err(e) => return Err(self.hop_failed(&id, e)),
             }
         }
         if forward.action == Action::TickAll && delivered > 0 {
@@ -235,12 +235,19 @@ impl Relay<'_> {
         }
         Err(last
             .filter(|r| !r.is_system(code::NOT_A_ROUTER))
-            .unwrap_or_else(|| match &forward.to {
-                Destination::Id(id) => RemoteError::system_error(code::NOT_FOUND, id.to_string()),
-                Destination::Filter(..) => {
-                    RemoteError::system_error(code::NO_MATCH, "no node matches")
-                }
-            }))
+            .unwrap_or_else(|| self.unreached(&forward.to)))
+    }
+
+    /// What this node answers when nothing it can reach is the destination.
+    pub(crate) fn unreached(&self, to: &Destination) -> RemoteError {
+        match to {
+            Destination::Id(id) => {
+                // The id in the message too: a router of an older version read it there.
+                self.refuse(code::NOT_FOUND, id.to_string())
+                    .with_peer(id.as_str())
+            }
+            Destination::Filter(..) => self.refuse(code::NO_MATCH, "no node matches"),
+        }
     }
 
     /// Counts a message this router passed to its next hop `to` (a node that is not a
@@ -259,10 +266,7 @@ impl Relay<'_> {
         received: Received,
     ) -> std::result::Result<Answer, RemoteError> {
         if !self.config.router {
-            return Err(RemoteError::system_error(
-                code::NOT_A_ROUTER,
-                self.id.to_string(),
-            ));
+            return Err(self.refuse(code::NOT_A_ROUTER, self.id.to_string()));
         }
         let header = received
             .meta
@@ -286,7 +290,7 @@ impl Relay<'_> {
             Admission::Duplicate => return Ok(count_answer(0)),
             Admission::Loop => {
                 routing.looped.fetch_add(1, Ordering::Relaxed);
-                return Err(RemoteError::system_error(
+                return Err(self.refuse(
                     code::LOOP,
                     format!(
                         "visited {:?}, {} hops left",
@@ -296,7 +300,7 @@ impl Relay<'_> {
             }
             Admission::Expired => {
                 routing.expired.fetch_add(1, Ordering::Relaxed);
-                return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
+                return Err(self.refuse(code::TIMEOUT, "no time left"));
             }
         };
         let deadline = Instant::now() + hop_budget(left);
@@ -381,7 +385,7 @@ impl Relay<'_> {
                 });
             };
             if left.is_zero() {
-                return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
+                return Err(self.refuse(code::TIMEOUT, "no time left"));
             }
             let link = &reach.link;
             return match forward.action {
@@ -404,7 +408,7 @@ impl Relay<'_> {
                             tried.push(reach.id.clone());
                             continue;
                         }
-                        Err(e) => Err(hop_error(e)),
+                        Err(e) => Err(self.hop_failed(&reach.id, e)),
                     }
                 }
                 _ => {
@@ -412,7 +416,7 @@ impl Relay<'_> {
                     self.passed(&reach.id, sent.is_ok());
                     match sent {
                         Ok(()) => Ok(count_answer(1)),
-                        Err(e) => Err(hop_error(e)),
+                        Err(e) => Err(self.hop_failed(&reach.id, e)),
                     }
                 }
             };
@@ -475,7 +479,7 @@ impl Relay<'_> {
             }
         }
         if reached == 0 {
-            return Err(RemoteError::system_error(code::NO_MATCH, "no node matches"));
+            return Err(self.refuse(code::NO_MATCH, "no node matches"));
         }
         Ok(count_answer(reached as u64))
     }
@@ -539,53 +543,80 @@ fn fans_out(forward: &Forward) -> bool {
         || (forward.action == Action::TickAll && forward.groups.is_some())
 }
 
-/// What a router answers when the hop it forwarded to failed.
-pub(crate) fn hop_error(error: protocol::Error) -> RemoteError {
+/// What a router (`me`) answers when the hop it made to `to` failed: an error reply from
+/// further on passes unchanged (a handler's error stays the handler's, a router's keeps the
+/// router that made it); a failure of the hop itself names the router and the node, as
+/// fields.
+pub(crate) fn hop_error(error: protocol::Error, me: &NodeId, to: &NodeId) -> RemoteError {
+    let failed = |code: &str, message: String| {
+        RemoteError::system_error(code, message)
+            .with_hop(me.as_str())
+            .with_peer(to.as_str())
+    };
     match error {
         protocol::Error::Remote(remote) => remote,
-        protocol::Error::Timeout { .. } => {
-            RemoteError::system_error(code::TIMEOUT, "no answer in time")
+        protocol::Error::Timeout { timeout, .. } => {
+            failed(code::TIMEOUT, "no answer in time".into()).with_timeout(timeout)
         }
         protocol::Error::NoHandler { event } => {
-            RemoteError::system_error(NO_HANDLER, format!("no handler for {event:?}"))
+            failed(NO_HANDLER, format!("no handler for {event:?}"))
         }
-        protocol::Error::ConnectionLost => {
-            RemoteError::system_error(code::PEER_LEFT, "the node left before answering")
+        protocol::Error::ConnectionLost | protocol::Error::NotConnected => {
+            failed(code::PEER_LEFT, "the node left before answering".into())
         }
-        other => RemoteError::system_error(code::HOP_FAILED, other.to_string()),
+        other => failed(code::HOP_FAILED, other.to_string()),
     }
 }
 
-/// The caller's typed error for a forward that failed: the routers' own outcomes are typed;
-/// a handler's error (not a system error) is the handler's, whatever its code.
+/// The caller's typed error for a forward that failed: the routers' own outcomes are typed
+/// from their fields ([`Error::from_remote`]); a handler's error (not a system error) is the
+/// handler's, whatever its code. `me` is the caller: a hop it made itself is not reported
+/// as a router's.
 pub(crate) fn forward_error(
-    remote: RemoteError,
+    mut remote: RemoteError,
     target: &Target,
     event: &str,
     timeout: Duration,
+    me: &NodeId,
 ) -> Error {
     if !remote.system {
         return Error::from_remote(remote);
     }
-    match remote.code.as_str() {
-        code::NO_MATCH => Error::NoNodesMatchFilter,
-        code::NOT_FOUND => Error::NodeNotFound {
-            id: match target {
-                Target::Id(id) => id.to_string(),
-                Target::Any(..) | Target::All(..) => remote.message,
-            },
-        },
+    let by_us = remote.hop() == Some(me.as_str());
+    let error = match remote.code.as_str() {
         code::TIMEOUT | DEADLINE_EXCEEDED => Error::Timeout {
             event: event.to_owned(),
             timeout,
         },
-        code::LOOP => Error::RouteLoop {
-            reason: remote.message,
-        },
-        code::PEER_LEFT => Error::PeerLeft { id: remote.message },
         NO_HANDLER => Error::NoHandler {
             event: event.to_owned(),
         },
+        code::PEER_LEFT if remote.peer().is_none() => {
+            // A router of an older version says who left only in words: the id asked
+            // for is who it was, when the call named one.
+            if let Target::Id(id) = target {
+                remote = remote.with_peer(id.as_str());
+            }
+            Error::from_remote(remote)
+        }
         _ => Error::from_remote(remote),
+    };
+    if by_us {
+        return seen_here(error);
+    }
+    error
+}
+
+/// The same error as this node's own observation (no router named).
+fn seen_here(error: Error) -> Error {
+    match error {
+        Error::PeerLeft { peer, .. } => Error::PeerLeft { peer, hop: None },
+        Error::HopFailed { peer, message, .. } => Error::HopFailed {
+            peer,
+            message,
+            hop: None,
+        },
+        Error::RouteLoop { reason, .. } => Error::RouteLoop { reason, hop: None },
+        other => other,
     }
 }
