@@ -221,7 +221,7 @@ impl Relay<'_> {
             let sent = link
                 .system_request(FORWARD, meta.as_bytes(), payload.clone(), left)
                 .await;
-            self.passed(&id, sent.is_ok());
+            self.passed(&id, &sent);
             let Ok(reply) = sent else {
                 // That router reached nobody we can count on; the others may.
                 continue;
@@ -290,7 +290,11 @@ impl Relay<'_> {
                 });
                 fanned.entries = futures::future::join_all(asks).await;
                 for entry in &fanned.entries {
-                    self.passed(&entry.id, matches!(entry.outcome, Outcome::Reply { .. }));
+                    let reached = match &entry.outcome {
+                        Outcome::Reply { .. } => true,
+                        Outcome::Failed(remote) => crate::routing::answered_there(remote),
+                    };
+                    self.passed_to(&entry.id, reached);
                 }
             }
             _ => {
@@ -298,7 +302,7 @@ impl Relay<'_> {
                 // to one group, so the groups served are what keeps it exactly once.
                 for (id, link, group) in &targets {
                     let sent = link.tick(&forward.event, &leaf, payload.clone()).await;
-                    self.passed(id, sent.is_ok());
+                    self.passed(id, &sent);
                     if sent.is_ok() {
                         fanned.delivered += 1;
                         fanned.served.extend(group.clone());

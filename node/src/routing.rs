@@ -201,7 +201,7 @@ impl Relay<'_> {
             let sent = link
                 .system_request(FORWARD, &metadata, payload.clone(), left)
                 .await;
-            self.passed(&id, sent.is_ok());
+            self.passed(&id, &sent);
             match sent {
                 Ok(reply) if forward.action == Action::TickAll => {
                     delivered += decode_value::<u64>(reply.payload()).unwrap_or(0) as usize;
@@ -250,9 +250,15 @@ impl Relay<'_> {
         }
     }
 
-    /// Counts a message this router passed to its next hop `to` (a node that is not a
-    /// router, fanning out its own calls, counts nothing).
-    pub(crate) fn passed(&self, to: &NodeId, ok: bool) {
+    /// Counts a message this router passed to its next hop `to`, by what came back
+    /// ([`reached`]); a node that is not a router, fanning out its own calls, counts
+    /// nothing.
+    pub(crate) fn passed<T>(&self, to: &NodeId, sent: &protocol::Result<T>) {
+        self.passed_to(to, reached(sent));
+    }
+
+    /// Counts a message this router passed to `to`, forwarded (`ok`) or failed there.
+    pub(crate) fn passed_to(&self, to: &NodeId, ok: bool) {
         if self.config.router {
             self.routing.hops.record(to, ok);
         }
@@ -345,6 +351,9 @@ impl Relay<'_> {
         };
         let counter = match &result {
             Ok(_) => &routing.forwarded,
+            // The destination answered, with an error of its own or a refusal: the hops
+            // worked.
+            Err(e) if answered_there(e) => &routing.forwarded,
             Err(e) if e.is_system(code::TIMEOUT) => &routing.expired,
             Err(e) if e.is_system(code::LOOP) => &routing.looped,
             Err(_) => &routing.failed,
@@ -398,7 +407,7 @@ impl Relay<'_> {
                         link.request(&forward.event, &metadata, payload.clone(), left)
                             .await
                     };
-                    self.passed(&reach.id, sent.is_ok());
+                    self.passed(&reach.id, &sent);
                     match sent {
                         Ok(reply) => Ok(answer_of(reply)),
                         // Nothing ran on the peer picked (stopping, and marked draining
@@ -413,7 +422,7 @@ impl Relay<'_> {
                 }
                 _ => {
                     let sent = link.tick(&forward.event, &metadata, payload).await;
-                    self.passed(&reach.id, sent.is_ok());
+                    self.passed(&reach.id, &sent);
                     match sent {
                         Ok(()) => Ok(count_answer(1)),
                         Err(e) => Err(self.hop_failed(&reach.id, e)),
@@ -457,7 +466,7 @@ impl Relay<'_> {
         let mut reached = 0usize;
         for (id, link) in links {
             let sent = link.tick(&forward.event, &metadata, payload.clone()).await;
-            self.passed(&id, sent.is_ok());
+            self.passed(&id, &sent);
             reached += usize::from(sent.is_ok());
         }
         let left = deadline.saturating_duration_since(Instant::now());
@@ -543,6 +552,27 @@ fn fans_out(forward: &Forward) -> bool {
         || (forward.action == Action::TickAll && forward.groups.is_some())
 }
 
+/// Whether a hop reached the node it was made to, from what came back: a reply, or an
+/// error reply that node made about the request itself ([`answered_there`]). A failure of
+/// the hop (the connection, no answer in time) is not.
+pub(crate) fn reached<T>(sent: &protocol::Result<T>) -> bool {
+    match sent {
+        Ok(_) | Err(protocol::Error::NoHandler { .. }) => true,
+        Err(protocol::Error::Remote(remote)) => answered_there(remote),
+        Err(_) => false,
+    }
+}
+
+/// Whether an error reply is the answer of the node a message was for, not a failure on
+/// the way: a handler's or a middleware's error (a refusal included), or the node's own
+/// refusal (busy, closing, no handler, over a limit). A router's failure names the router
+/// as `hop`; a connection that never joined answers `NOT_JOINED`.
+pub(crate) fn answered_there(remote: &RemoteError) -> bool {
+    !remote.system
+        || remote.is_system(NO_HANDLER)
+        || (remote.hop().is_none() && !remote.is_system(NOT_JOINED))
+}
+
 /// What a router (`me`) answers when the hop it made to `to` failed: an error reply from
 /// further on passes unchanged (a handler's error stays the handler's, a router's keeps the
 /// router that made it); a failure of the hop itself names the router and the node, as
@@ -618,5 +648,44 @@ fn seen_here(error: Error) -> Error {
         },
         Error::RouteLoop { reason, .. } => Error::RouteLoop { reason, hop: None },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hop_that_brought_back_the_destinations_answer_reached_it() {
+        let me = NodeId::from("r1");
+        let to = NodeId::from("w1");
+        // A handler's error and a middleware's refusal: the destination answered.
+        let handler: protocol::Result<()> = Err(protocol::Error::Remote(RemoteError::new(
+            "UNAUTHENTICATED",
+            "no tenant",
+        )));
+        assert!(reached(&handler));
+        // The destination's own refusal (busy) and a missing handler: answered there too.
+        let busy = RemoteError::system_error(crate::codes::system::BUSY, "full");
+        assert!(reached::<()>(&Err(protocol::Error::Remote(busy))));
+        let none = protocol::Error::NoHandler { event: "x".into() };
+        assert!(reached::<()>(&Err(none)));
+        // The hop itself failed: not reached.
+        assert!(!reached::<()>(&Err(protocol::Error::ConnectionLost)));
+        let timeout = protocol::Error::Timeout {
+            event: "x".into(),
+            timeout: Duration::from_secs(1),
+        };
+        assert!(!reached::<()>(&Err(timeout)));
+        // A router further on failed (it names itself): not reached.
+        let further = hop_error(protocol::Error::ConnectionLost, &NodeId::from("r2"), &to);
+        assert!(!reached::<()>(&Err(protocol::Error::Remote(
+            further.clone()
+        ))));
+        assert!(!answered_there(&further));
+        // What this router answers for it names the node and itself.
+        let here = hop_error(protocol::Error::ConnectionLost, &me, &to);
+        assert_eq!((here.peer(), here.hop()), (Some("w1"), Some("r1")));
+        assert!(here.is_system(code::PEER_LEFT));
     }
 }

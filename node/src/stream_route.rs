@@ -145,7 +145,7 @@ impl Relay<'_> {
         let sent = link
             .system_upload(FORWARD, meta.as_bytes(), items, StreamOptions::new(left))
             .await;
-        self.passed(id, sent.is_ok());
+        self.passed(id, &sent);
         sent.map(answer_of).map_err(|e| self.hop_failed(id, e))
     }
 
@@ -173,7 +173,7 @@ impl Relay<'_> {
                     let sent = (reach.link)
                         .upload(&forward.event, &leaf, items, StreamOptions::new(left))
                         .await;
-                    self.passed(&reach.id, sent.is_ok());
+                    self.passed(&reach.id, &sent);
                     sent.map(answer_of)
                         .map_err(|e| self.hop_failed(&reach.id, e))
                 }
@@ -255,7 +255,7 @@ impl Relay<'_> {
                         .await
                 }
             };
-            self.passed(&id, opened.is_ok());
+            self.passed(&id, &opened);
             match opened {
                 Ok(stream) => return Ok((stream, id)),
                 // Not sent (the connection is down): the next router may do.
@@ -308,7 +308,7 @@ impl Relay<'_> {
                             .await
                     }
                 };
-                self.passed(&reach.id, opened.is_ok());
+                self.passed(&reach.id, &opened);
                 let stream = opened.map_err(|e| self.hop_failed(&reach.id, e))?;
                 (stream, reach.id.clone())
             }
