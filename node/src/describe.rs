@@ -34,8 +34,8 @@ use crate::observe::Outcome;
 use crate::options::Options;
 use crate::peer::{Direction, NodeId};
 
-/// The system request a node answers with its [`Description`].
-pub(crate) const DESCRIBE: &str = "_system:describe";
+/// The description's system request (`crate::system::describe`).
+pub(crate) use crate::system::describe::EVENT as DESCRIBE;
 
 /// The most distinct event names with a slot of their own; later ones share `_other`
 /// (event names are chosen by peers: a pattern handler matches names without bound).

@@ -154,6 +154,7 @@ mod send;
 mod stats;
 mod stream;
 mod stream_route;
+mod system;
 mod trace;
 mod upstream;
 mod watch;
