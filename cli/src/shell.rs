@@ -217,7 +217,16 @@ pub(crate) async fn run(args: ShellArgs) -> Result<(), Error> {
         if matches!(line, "exit" | "quit") {
             break;
         }
-        if let Err(message) = shell.command(line).await {
+        // Ctrl-C while a command runs stops that command (dropped: a stream is cancelled),
+        // not the session.
+        let done = tokio::select! {
+            done = shell.command(line) => done,
+            () = interrupted() => {
+                say("(interrupted)");
+                Ok(())
+            }
+        };
+        if let Err(message) = done {
             complain(format_args!("error: {}", one_line(&message)));
         }
     }
@@ -304,8 +313,8 @@ impl Shell {
             }
             _ => {
                 let items = call.stream::<serde_json::Value>(data);
-                // Ctrl-C is the caller's `select!`: dropping this future drops the stream,
-                // which cancels its handler.
+                // Ctrl-C is `run`'s `select!`: dropping this future drops the stream, which
+                // cancels its handler.
                 send::print_items(&self.node, aim, &line.event, items)
                     .await
                     .map_err(|e| e.to_string())?;
@@ -390,10 +399,7 @@ impl Shell {
                 let usage = |e: String| format!("{e} (usage: {command} TO EVENT [JSON]; help)");
                 let line = parse_line_call(rest).map_err(usage)?;
                 let data = parse_data(line.data.as_deref()).map_err(|e| e.to_string())?;
-                tokio::select! {
-                    done = self.call(command, &line, &data) => done?,
-                    () = interrupted() => say("(interrupted)"),
-                }
+                self.call(command, &line, &data).await?;
             }
             "meta" => match rest {
                 "" => {

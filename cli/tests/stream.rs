@@ -199,6 +199,21 @@ fn a_bad_window_is_refused_before_connecting() {
     assert_eq!(run.status.code(), Some(2));
 }
 
+/// `--window` defaults to the library's window, the figure the documents state
+/// (node/tests/docs.rs holds those to the same constant).
+#[test]
+fn the_window_defaults_to_the_library_s() {
+    let help = zeronode(&["stream", "--help"]);
+    let help = help.ok();
+    let window = help
+        .split("--window <N>")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no --window in the help: {help}"));
+    let default = format!("[default: {}]", node::DEFAULT_WINDOW);
+    let described = window.split("--").next().unwrap_or("");
+    assert!(described.contains(&default), "{described}");
+}
+
 /// Three processes on each engine: a router, a worker joined to it, and the command joined
 /// to the router only. The stream is relayed item by item through the router.
 #[test]
