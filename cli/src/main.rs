@@ -22,7 +22,7 @@
 //! zeronode ls --connect tcp://127.0.0.1:5000          # every node reachable, one line each
 //! zeronode info --connect tcp://127.0.0.1:5000 w1     # one node's description (--json)
 //! zeronode top --connect tcp://127.0.0.1:5000         # live: requests/s, errors/s, p50/p99
-//! zeronode shell --connect tcp://127.0.0.1:5000       # > request w1 echo {"a":1}
+//! zeronode shell --connect tcp://127.0.0.1:5000       # > stream --any -f role=api count 3
 //!
 //! # secured with CURVE: a key pair per node, clients name the server's public key
 //! zeronode keygen api.key && zeronode keygen w1.key   # api.key + api.key.pub, w1.key + ...
