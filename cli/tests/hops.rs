@@ -175,3 +175,111 @@ fn through_two_routers_a_killed_worker_is_named_native() {
 fn through_two_routers_a_killed_worker_is_named_libzmq() {
     errors_name_the_node_and_the_router("libzmq");
 }
+
+/// One stream from every indexer: two behind the routers (one killed mid-stream) and one
+/// joined to the caller directly. Each source has its own stream; the killed one ends with
+/// its error, tagged with its id and naming it; the others deliver every item.
+fn a_stream_from_every_match_survives_one_source_killed(engine: &'static str) {
+    use futures::StreamExt;
+    use std::collections::BTreeMap;
+
+    let mut chain = Chain::start(engine);
+    let _far = chain.worker("far");
+    let doomed = chain.worker("doomed");
+    let mut near = NodeProcess::start(&[
+        "--engine",
+        engine,
+        "--id",
+        "near",
+        "--bind",
+        "tcp://127.0.0.1:0",
+        "-o",
+        "role=work",
+    ]);
+    near.wait_for("near ready", |l| l == "node near ready");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let caller = Node::builder().id("caller").build().await.expect("a node");
+        caller.connect(&chain.r1.address).await.expect("r1");
+        caller.connect(&near.address).await.expect("near");
+        reachable(&caller, "far").await;
+        reachable(&caller, "doomed").await;
+
+        // The matches, here and through both routers, with where each is joined.
+        let work = Filter::new().eq("role", "work");
+        let found = caller.find(&work).await.expect("find");
+        let listed: Vec<_> = found
+            .iter()
+            .map(|f| (f.id.as_str(), f.via.as_ref().map(|v| v.as_str())))
+            .collect();
+        assert_eq!(
+            listed,
+            [("doomed", Some("r2")), ("far", Some("r2")), ("near", None)],
+            "{engine}"
+        );
+        assert_eq!(
+            found[0].options.get("role").and_then(|v| v.as_str()),
+            Some("work")
+        );
+
+        // 40 items each, 25 ms apart: about a second per source.
+        let count = serde_json::json!({"n": 40, "every_ms": 25});
+        let mut items = caller
+            .call(node::Target::all(work), "count")
+            .timeout(Duration::from_secs(20))
+            .stream_all::<u64>(&count)
+            .await
+            .expect("the streams open");
+        let mut got: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let mut failed: BTreeMap<String, Error> = BTreeMap::new();
+        let mut killed = false;
+        let ended = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some((from, item)) = items.next().await {
+                match item {
+                    Ok(n) => got.entry(from.to_string()).or_default().push(n),
+                    Err(e) => {
+                        assert!(failed.insert(from.to_string(), e).is_none(), "one end each");
+                    }
+                }
+                if !killed && got.get("doomed").is_some_and(|v| v.len() >= 5) {
+                    doomed.signal("KILL");
+                    killed = true;
+                }
+            }
+        })
+        .await;
+        assert!(
+            ended.is_ok(),
+            "{engine}: the merged stream ends when its sources do"
+        );
+        let all: Vec<u64> = (1..=40).collect();
+        assert_eq!(
+            got["far"], all,
+            "{engine}: far delivered everything in order"
+        );
+        assert_eq!(
+            got["near"], all,
+            "{engine}: near delivered everything in order"
+        );
+        assert!(got["doomed"].len() < 40, "{engine}: doomed was cut short");
+        assert_eq!(failed.len(), 1, "{engine}: only doomed failed: {failed:?}");
+        match &failed["doomed"] {
+            Error::PeerLeft { peer, hop } => {
+                assert_eq!(peer, "doomed", "{engine}");
+                assert_eq!(hop.as_deref(), Some("r2"), "{engine}");
+            }
+            other => panic!("{engine}: expected PeerLeft naming doomed, got {other:?}"),
+        }
+        caller.close().await;
+    });
+}
+
+#[test]
+fn a_stream_from_every_match_survives_one_source_killed_native() {
+    a_stream_from_every_match_survives_one_source_killed("native");
+}
+
+#[test]
+fn a_stream_from_every_match_survives_one_source_killed_libzmq() {
+    a_stream_from_every_match_survives_one_source_killed("libzmq");
+}
