@@ -31,7 +31,7 @@ pub(crate) enum Command {
     /// Send one request and print the reply as one line of JSON.
     Request(RequestArgs),
     /// Send one request for a streamed reply and print each item as a line of JSON as it
-    /// arrives (`zeronode node` streams `count`).
+    /// arrives (`zeronode node` streams `count`); with --all, from every match.
     Stream(StreamArgs),
     /// Send one tick (fire and forget) and print `sent` or `sent to N nodes`.
     Tick(TickArgs),
@@ -222,7 +222,7 @@ pub(crate) struct TargetArgs {
     #[arg(long)]
     pub(crate) any: bool,
     /// An exact-match condition on the peers' options (typed like `-o`); repeat it: all
-    /// must hold. Needs `--any` (or `--all` for ticks).
+    /// must hold. Needs `--any` (or `--all` for a tick or a stream).
     #[arg(short = 'f', long = "filter", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub(crate) filter: Vec<KeyValue>,
     /// Only consider the nodes this one connected to (with `--any` / `--all`).
@@ -242,23 +242,24 @@ pub(crate) enum Aim {
     Id(String),
     /// One node matching the filter.
     Any(Conditions, Scope),
-    /// Every node matching the filter (ticks only).
+    /// Every node matching the filter (a tick, or a stream from each).
     All(Conditions, Scope),
 }
 
 impl TargetArgs {
-    /// Checks the flags together and says where the message goes. `all` is `--all` (ticks).
+    /// Checks the flags together and says where the message goes. `all` is `--all` (a tick,
+    /// a stream).
     pub(crate) fn aim(&self, all: bool, connect: &[String]) -> Result<Aim, Error> {
         let broadcast = self.any || all;
         if !broadcast {
             if !self.filter.is_empty() {
                 return Err(Error::Usage(
-                    "-f/--filter needs --any (or --all for a tick)".into(),
+                    "-f/--filter needs --any (or --all for a tick or a stream)".into(),
                 ));
             }
             if self.up || self.down {
                 return Err(Error::Usage(
-                    "--up/--down need --any (or --all for a tick)".into(),
+                    "--up/--down need --any (or --all for a tick or a stream)".into(),
                 ));
             }
         }
@@ -290,7 +291,7 @@ struct LineFlags {
     /// Who answers.
     #[command(flatten)]
     target: TargetArgs,
-    /// Every node matching the `-f` conditions.
+    /// Every node matching the `-f` conditions (a tick, or a stream from each).
     #[arg(long, conflicts_with_all = ["to", "any"])]
     all: bool,
 }
@@ -438,6 +439,11 @@ pub(crate) struct StreamArgs {
     /// Who streams.
     #[command(flatten)]
     pub(crate) target: TargetArgs,
+    /// Stream from every node matching the `-f` conditions (every joined node without
+    /// `-f`), here and through routers: each item is printed as `{"from": ID, "item":
+    /// ITEM}`; a node that fails ends alone, the others go on.
+    #[arg(long, conflicts_with_all = ["to", "any"])]
+    pub(crate) all: bool,
     /// The event name, e.g. `count` (a `zeronode node` streams `count N`: 1 to N).
     #[arg(value_name = "EVENT")]
     pub(crate) event: String,
@@ -450,12 +456,14 @@ pub(crate) struct StreamArgs {
     /// How long the whole stream may last, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) timeout: u64,
-    /// How long to wait for each next item, in milliseconds (default: only --timeout).
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    /// How long to wait for each next item, in milliseconds (default: only --timeout). Not
+    /// with --all.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "all")]
     pub(crate) idle: Option<u64>,
     /// Items the stream holds at most before the sender waits (its credit window; the
-    /// library's default, fewer granted while items are large, about 2 MiB at most).
-    #[arg(long, value_name = "N", default_value_t = node::DEFAULT_WINDOW, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    /// library's default, fewer granted while items are large, about 2 MiB at most). With
+    /// --all each node's stream has the library's default.
+    #[arg(long, value_name = "N", default_value_t = node::DEFAULT_WINDOW, value_parser = clap::value_parser!(u32).range(1..=1_048_576), conflicts_with = "all")]
     pub(crate) window: u32,
 }
 

@@ -14,6 +14,7 @@
 //! zeronode request --connect tcp://127.0.0.1:5000 --any -f role=api ping     # "pong"
 //! zeronode request --connect tcp://127.0.0.1:5000 delay 2000 --timeout 200   # error: ... timed out
 //! zeronode stream --connect tcp://127.0.0.1:5000 count 3                  # 1, 2, 3: a line each
+//! zeronode stream --connect tcp://127.0.0.1:5000 --all -f role=api count 2 # {"from":"api-1","item":1} ...
 //! zeronode tick --connect tcp://127.0.0.1:5000 --all -f role=api news '"hi"' # sent to 1 node
 //! zeronode peers --connect tcp://127.0.0.1:5000                              # a table
 //! zeronode peers --connect tcp://127.0.0.1:5000 --json                       # JSON lines

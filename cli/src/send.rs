@@ -42,22 +42,70 @@ pub(crate) async fn request(args: RequestArgs) -> Result<(), Error> {
 /// arrives. The end prints nothing; an error (the handler's, a timeout, the peer leaving)
 /// is the command's error, after the items that came before it.
 pub(crate) async fn stream(args: StreamArgs) -> Result<(), Error> {
-    let aim = args.target.aim(false, &args.connect.connect)?;
+    let aim = args.target.aim(args.all, &args.connect.connect)?;
     let data = parse_data(args.data.as_deref())?;
     let timeout = Duration::from_millis(args.timeout);
     let idle = args.idle.map(Duration::from_millis);
     let session = Session::connect(&args.connect).await?;
     let target = session.target(&aim);
-    let call = session.node.call(target, &args.event).timeout(timeout);
-    let mut items = with_meta(call, &args.meta)
-        .stream::<serde_json::Value>(&data)
-        .window(args.window);
-    if let Some(idle) = idle {
-        items = items.idle_timeout(idle);
-    }
-    let printed = print_items(&session.node, &aim, &args.event, items).await;
+    let call = with_meta(
+        session.node.call(target, &args.event).timeout(timeout),
+        &args.meta,
+    );
+    let printed = if let Aim::All(..) = aim {
+        print_all_items(&session.node, &aim, call, &data).await
+    } else {
+        let mut items = call.stream::<serde_json::Value>(&data).window(args.window);
+        if let Some(idle) = idle {
+            items = items.idle_timeout(idle);
+        }
+        print_items(&session.node, &aim, &args.event, items).await
+    };
     session.close().await;
     printed
+}
+
+/// Opens a stream from every match of `call`'s target and prints each item as a line of
+/// JSON, `{"from": ID, "item": ITEM}`, as it arrives. A node whose stream fails ends
+/// alone and the others go on; once all ended, the first failure is the error, naming the
+/// nodes that failed. Dropping this future drops every stream (their handlers cancelled).
+pub(crate) async fn print_all_items(
+    node: &Node,
+    aim: &Aim,
+    call: node::Call<'_>,
+    data: &serde_json::Value,
+) -> Result<(), Error> {
+    use futures::StreamExt;
+
+    let mut items = call
+        .stream_all::<serde_json::Value>(data)
+        .await
+        .map_err(|source| send_error(node, aim, source))?;
+    let mut failed: Vec<(NodeId, node::Error)> = Vec::new();
+    while let Some((from, item)) = items.next().await {
+        match item {
+            Ok(item) => say(serde_json::json!({ "from": from.as_str(), "item": item })),
+            Err(source) => failed.push((from, source)),
+        }
+    }
+    drop(items);
+    let mut failed = failed.into_iter();
+    let Some((first, source)) = failed.next() else {
+        return Ok(());
+    };
+    let others: Vec<String> = failed.map(|(id, _)| id.to_string()).collect();
+    let hint = if others.is_empty() {
+        format!(" (the stream from {first}; the others ended)")
+    } else {
+        format!(
+            " (the stream from {first}; {} failed too; the others ended)",
+            others.join(", ")
+        )
+    };
+    Err(Error::Send {
+        source,
+        hint: Some(hint),
+    })
 }
 
 /// Prints a stream's items as JSON lines as they arrive, until it ends or fails (the

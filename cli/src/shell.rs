@@ -42,12 +42,13 @@ ls                         every node reachable, one line each
 info [ID]                  a node's description (default: the first joined)
 request TO EVENT [JSON]    send a request, print the reply as JSON
 tick TO EVENT [JSON]       send a tick (to --all: to every match)
-stream TO EVENT [JSON]     print a streamed reply's items as they come (Ctrl-C stops it)
+stream TO EVENT [JSON]     print a streamed reply's items as they come (Ctrl-C stops it;
+                           to --all: from every match, each as {\"from\": ID, \"item\": ...})
 meta [KEY=VALUE|clear]     show, add or clear the metadata sent with each call
 timeout [MS]               show or set the timeout of each call (a whole stream)
 exit                       leave (or Ctrl-D)
 TO is a node's ID, or flags as `zeronode request` takes them: --to ID, --any (one match),
---all (every match: tick), -f KEY=VALUE (repeat it), --up, --down.";
+--all (every match: tick, stream), -f KEY=VALUE (repeat it), --up, --down.";
 
 /// What completion offers besides the commands: node ids and event names seen so far.
 #[derive(Default)]
@@ -299,7 +300,7 @@ impl Shell {
                 say(send::sent_line(aim, sent.nodes));
             }
             ("request", Aim::All(..)) => {
-                return Err("a request has one reply: --all is for tick".into());
+                return Err("a request has one reply: --all is for tick and stream".into());
             }
             ("request", _) => {
                 let reply: Reply = call.send(data).await.map_err(failed)?;
@@ -307,9 +308,9 @@ impl Shell {
                 say(value);
             }
             ("stream", Aim::All(..)) => {
-                return Err("stream --all: this build streams from one node at a time \
-                            (an ID or --any)"
-                    .into());
+                send::print_all_items(&self.node, aim, call, data)
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
             _ => {
                 let items = call.stream::<serde_json::Value>(data);

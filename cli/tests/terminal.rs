@@ -296,8 +296,9 @@ fn top_keeps_the_highlight_on_its_node_while_rows_re_sort() {
     tmux.wait_for("the shell back", |s| s.trim_end().ends_with('$'));
 }
 
-/// The shell's calls take the one-shot commands' targets: a filter, every match, and a
-/// stream that prints its items as they come and stops at Ctrl-C, the session going on.
+/// The shell's calls take the one-shot commands' targets: a filter, every match (a tick, a
+/// stream), and a stream that prints its items as they come and stops at Ctrl-C, the
+/// session going on.
 #[test]
 fn the_shell_calls_any_match_ticks_every_match_and_streams_until_ctrl_c() {
     let (hub, _worker) = mesh();
@@ -327,6 +328,11 @@ fn the_shell_calls_any_match_ticks_every_match_and_streams_until_ctrl_c() {
     tmux.wait_for("three items", |s| {
         s.contains("zeronode> stream w1 count 3\n1\n2\n3\nzeronode>")
     });
+    // From every match (w1, behind the router), each item with its node.
+    tmux.type_line("stream --all -f role=worker count 2");
+    tmux.wait_for("two tagged items", |s| {
+        s.contains("count 2\n{\"from\":\"w1\",\"item\":1}\n{\"from\":\"w1\",\"item\":2}\nzeronode>")
+    });
     // A slow stream: items as they come, until Ctrl-C.
     tmux.type_line(r#"stream --any -f role=worker count {"n": 1000, "every_ms": 100}"#);
     tmux.wait_for("the first items", |s| {
@@ -350,8 +356,8 @@ fn the_shell_calls_any_match_ticks_every_match_and_streams_until_ctrl_c() {
         .unwrap()
         .split_whitespace()
         .collect();
-    // EVENT OK ERROR REFUSED TIMEOUT CANCELLED: the first stream ended, the second stopped.
-    assert_eq!(count[1..6], ["1", "0", "0", "0", "1"], "{screen}");
+    // EVENT OK ERROR REFUSED TIMEOUT CANCELLED: two streams ended, the third stopped.
+    assert_eq!(count[1..6], ["2", "0", "0", "0", "1"], "{screen}");
     keep("shell-stream.txt", &screen);
     tmux.type_line("exit");
     tmux.wait_for("bash again", |s| s.trim_end().ends_with('$'));
