@@ -215,15 +215,33 @@ fn by_node(stdout: &str) -> std::collections::BTreeMap<String, Vec<u64>> {
 
 /// `--all`: a stream from every match, here and through a router, each item printed with
 /// the id of its node; a node that fails mid-stream (w2, killed) ends alone, and the
-/// command fails naming it once the others ended.
-#[test]
-fn a_stream_from_every_match_prints_each_item_with_its_node() {
-    let mut hub = NodeProcess::start(&["--id", "hub", "--router", "--bind", "tcp://127.0.0.1:0"]);
+/// command fails naming it once the others ended. Every process on `engine`.
+fn a_stream_from_every_match_prints_each_item_with_its_node(engine: &str) {
+    let on = ["--engine", engine];
+    let mut hub = NodeProcess::start(&[
+        "--id",
+        "hub",
+        "--router",
+        "--bind",
+        "tcp://127.0.0.1:0",
+        "--engine",
+        engine,
+    ]);
     assert_eq!(hub.next_line(), "node hub ready");
-    let mut w1 =
-        NodeProcess::start(&["--id", "w1", "--connect", &hub.address, "-o", "role=worker"]);
+    let mut w1 = NodeProcess::start(&[
+        "--id",
+        "w1",
+        "--connect",
+        &hub.address,
+        "-o",
+        "role=worker",
+        "--engine",
+        engine,
+    ]);
     w1.wait_for("w1 ready", |l| l == "node w1 ready");
     let mut w2 = NodeProcess::start(&[
+        "--engine",
+        engine,
         "--id",
         "w2",
         "--bind",
@@ -247,6 +265,7 @@ fn a_stream_from_every_match_prints_each_item_with_its_node() {
             "--connect",
             &w2_address,
         ];
+        args.extend_from_slice(&on);
         args.extend_from_slice(extra);
         zeronode(&args)
     };
@@ -266,6 +285,7 @@ fn a_stream_from_every_match_prints_each_item_with_its_node() {
             "--connect",
             &w2_address,
         ])
+        .args(on)
         .args([
             "--all",
             "-f",
@@ -306,6 +326,7 @@ fn a_stream_from_every_match_prints_each_item_with_its_node() {
     // Nothing matching anywhere is one error, before anything is sent.
     let to_hub = |extra: &[&str]| {
         let mut args = vec!["stream", "--connect", &hub_address];
+        args.extend_from_slice(&on);
         args.extend_from_slice(extra);
         zeronode(&args)
     };
@@ -315,6 +336,16 @@ fn a_stream_from_every_match_prints_each_item_with_its_node() {
     let run = to_hub(&["--all", "--window", "8", "count", "2"]);
     assert_eq!(run.status.code(), Some(2), "{run:?}");
     assert!(run.failed().contains("--window"), "{run:?}");
+}
+
+#[test]
+fn a_stream_from_every_match_prints_each_item_with_its_node_native() {
+    a_stream_from_every_match_prints_each_item_with_its_node("native");
+}
+
+#[test]
+fn a_stream_from_every_match_prints_each_item_with_its_node_libzmq() {
+    a_stream_from_every_match_prints_each_item_with_its_node("libzmq");
 }
 
 /// `--window` defaults to the library's window, the figure the documents state
