@@ -11,7 +11,7 @@
 //! groups served so far (`Forward::skip`, `Forward::served`); a router does the same on its
 //! side. So a node joined to two routers is asked once, and a group with members on both
 //! sides is served once. Gathers and group ticks carry an id routers remember, as
-//! `tick_all` does, so a cyclic mesh of routers delivers once.
+//! a tick to all matches does, so a cyclic mesh of routers delivers once.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;

@@ -40,11 +40,11 @@
 //! typed items ending with the handler's result; an upload ([`Call::upload`], handled by
 //! [`Node::on_upload`]) sends a stream of items as a request's body and gets one reply. Both
 //! have credit-based flow control counted in items: the receiver holds at most its window
-//! (256 items by default, [`Items::window`]; it grants fewer while items are large, aiming
-//! at about 2 MiB), each bounded by the payload limit, so a stream costs at most window x
-//! `max_payload` bytes at its receiver, and a slow reader slows its
-//! producer. Dropping a stream cancels its handler; the call's timeout bounds the whole
-//! stream, [`Items::idle_timeout`] each item. Streams and uploads go through router nodes
+//! (1,024 items by default, [`DEFAULT_WINDOW`], set per stream with [`Items::window`]; it
+//! grants fewer while items are large, aiming at about 2 MiB), each bounded by the payload
+//! limit, so a stream costs at most window x `max_payload` bytes at its receiver, and a slow
+//! reader slows its producer. Dropping a stream cancels its handler; the call's timeout
+//! bounds the whole stream, [`Items::idle_timeout`] each item. Streams and uploads go through router nodes
 //! as requests do: each router relays the items one by one, holding at most a window of
 //! them; a stream both ways ([`Call::bidi`], raw items) too.
 //!
@@ -187,6 +187,7 @@ pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
 pub use phase::Closed;
 pub use protocol::{Limit, Meta, MetaError, MetaLimits, MetaValue};
 pub use stats::Hooks;
+pub use stream::DEFAULT_WINDOW;
 pub use stream::{Body, Items, Sink};
 pub use tower::BoxError;
 pub use trace::{TraceParent, TRACEPARENT};

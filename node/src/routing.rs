@@ -432,7 +432,7 @@ impl Relay<'_> {
         }
     }
 
-    /// Delivers a forwarded `tick_all` to every local match and passes it on to the other
+    /// Delivers a forwarded tick to all matches to every local match and passes it on to the other
     /// routers; answers how many nodes it reached.
     async fn forward_tick_all(
         &self,
