@@ -513,6 +513,11 @@ impl<R> Stream for Items<'_, R> {
                                     let me = &prepared.node.inner.id;
                                     forward_error(remote, &prepared.to, event, timeout, me)
                                 }
+                                // The stream went as a forward: the event that had no
+                                // handler is the caller's, not the forward's.
+                                (None, protocol::Error::NoHandler { .. }) => Error::NoHandler {
+                                    event: event.to_owned(),
+                                },
                                 (None, e) => e.into(),
                             };
                             let result = Err(error);

@@ -834,3 +834,19 @@ async fn a_stream_from_every_match_tags_each_item_and_one_failing_source_ends_al
     );
     caller.close().await;
 }
+
+#[tokio::test]
+async fn a_stream_through_a_router_to_a_node_without_the_handler_names_the_callers_event() {
+    let hub = router("hub").await;
+    let leaf = serving("leaf").await;
+    leaf.connect(&address(&hub)).await.unwrap();
+    let caller = client("caller").await;
+    caller.connect(&address(&hub)).await.unwrap();
+    let mut items = caller.call("leaf", "nosuch").stream::<u32>(&3u32);
+    let first = within("the end", items.next()).await;
+    assert!(
+        matches!(&first, Some(Err(node::Error::NoHandler { event })) if event == "nosuch"),
+        "{first:?}"
+    );
+    caller.close().await;
+}
