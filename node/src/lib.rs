@@ -155,6 +155,8 @@ mod stream_route;
 mod trace;
 mod upstream;
 mod watch;
+#[cfg(test)]
+mod wire_vectors;
 
 pub use breaker::{Breaker, BreakerFuture, CircuitBreaker, CircuitBreakerLayer, CircuitOpen};
 pub use call::{Call, FromReply, Raw, Reply, Sent, Typed};

@@ -87,7 +87,10 @@ fn decoded(envelope: &Envelope, frames: &[Bytes], msgpack: bool) -> Value {
     let meta = Meta::parse(envelope.metadata().clone(), &MetaLimits::default());
     match &meta {
         Ok(meta) => {
-            out.insert("metadata".into(), Value::Array(entries(envelope.metadata())));
+            out.insert(
+                "metadata".into(),
+                Value::Array(entries(envelope.metadata())),
+            );
             if let Some(budget) = meta.budget() {
                 out.insert("budget_us".into(), json!(budget.as_micros() as u64));
             }
@@ -265,7 +268,8 @@ fn meta(entries: &[(&str, MetaValue<'_>)]) -> Vec<u8> {
 fn cases() -> Vec<Case> {
     let budget = Some(Duration::from_millis(5000));
     let hello = mp("hello");
-    let mut cases = vec![
+    let mut cases =
+        vec![
         valid(
             "request_inline",
             "A request for `echo` with a 5 s budget and the MessagePack string \"hello\" inline.",
@@ -618,68 +622,201 @@ fn cases() -> Vec<Case> {
 
     // Error replies: one per code of the registry, with the fields it carries.
     let errors: Vec<(&str, &str, ErrorReply<'_>)> = vec![
-        ("handler_error", "A handler's own error: not system.",
-         err("HANDLER_ERROR", "boom", false)),
-        ("handler_code_not_found", "A handler's well-known code.",
-         err("NOT_FOUND", "no such key", false)),
-        ("handler_custom_code", "A handler's own code string.",
-         err("E_QUOTA", "over quota", false)),
-        ("no_handler", "Nothing handles the event.",
-         err("NO_HANDLER", "no handler for \"nope\"", true)),
-        ("handler_panicked", "The handler panicked (the framework caught it).",
-         err("HANDLER_PANICKED", "handler panicked", true)),
-        ("shutting_down", "The receiver is closing.",
-         err("SHUTTING_DOWN", "the node is closing and takes no new requests", true)),
-        ("payload_too_large", "A payload over the receiver's limit, its numbers as data.",
-         ErrorReply { limit: Some(Limit::Payload { size: 2_000_000, max: 1_048_576 }),
-                      ..err("PAYLOAD_TOO_LARGE", "payload of 2000000 bytes exceeds 1048576", true) }),
-        ("too_many_streams", "A streamed request over the receiver's open streams.",
-         ErrorReply { limit: Some(Limit::Streams { max: 1024 }),
-                      ..err("TOO_MANY_STREAMS", "1024 streams open", true) }),
-        ("not_streamed", "A streaming handler called without a stream, or the reverse.",
-         err("NOT_STREAMED", "\"count\" streams its reply", true)),
-        ("busy", "The receiver's handlers are at their bound (this caller's share).",
-         ErrorReply { limit: Some(Limit::Handlers { max: 64, per_peer: true }),
-                      ..err("BUSY", "handlers at their limit", true) }),
-        ("cancelled", "A handler stopped because the node's close grace ran out.",
-         err("CANCELLED", "the node closed", true)),
-        ("deadline_exceeded", "The request's budget ran out at the receiver.",
-         ErrorReply { timeout_ms: Some(250), ..err("DEADLINE_EXCEEDED", "deadline passed", true) }),
-        ("bad_metadata", "Metadata over the receiver's limits, the numbers as data.",
-         ErrorReply { limit: Some(Limit::Metadata { entries: 65, bytes: 650, max_entries: 64, max_bytes: 16384 }),
-                      ..err("BAD_METADATA", "metadata too large", true) }),
-        ("duplicate_id", "A handshake claiming an id held by another node.",
-         err("DUPLICATE_ID", "worker-1", true)),
-        ("version_mismatch", "A handshake of another node protocol version (message: ours).",
-         err("VERSION_MISMATCH", "1", true)),
-        ("not_joined", "A message from a connection that has not joined.",
-         err("NOT_JOINED", "handshake first", true)),
-        ("not_authorized", "A CURVE key not allowed for the id.",
-         err("NOT_AUTHORIZED", "key rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", true)),
-        ("bad_handshake", "A handshake payload that does not decode.",
-         err("BAD_HANDSHAKE", "missing field `id`", true)),
-        ("already_joined", "A connection that joined one id claims another.",
-         err("ALREADY_JOINED", "worker-2", true)),
-        ("bad_forward", "A forward whose header is missing or does not decode.",
-         err("BAD_FORWARD", "no forward header", true)),
-        ("peer_left", "The node a router delivered to left before answering.",
-         ErrorReply { peer: Some("worker-1"), hop: Some("router-a"),
-                      ..err("PEER_LEFT", "the node left before answering", true) }),
-        ("hop_failed", "A router could not complete a hop.",
-         ErrorReply { peer: Some("router-b"), hop: Some("router-a"),
-                      ..err("HOP_FAILED", "connection refused", true) }),
-        ("no_match", "Nothing matched the filter anywhere the message could reach.",
-         ErrorReply { hop: Some("router-a"), ..err("NO_MATCH", "no node matches", true) }),
-        ("not_found", "No router could reach the id.",
-         ErrorReply { peer: Some("ghost"), hop: Some("router-a"),
-                      ..err("NOT_FOUND", "ghost", true) }),
-        ("timeout", "The deadline ran out at a hop.",
-         ErrorReply { hop: Some("router-a"), timeout_ms: Some(1000),
-                      ..err("TIMEOUT", "no answer in time", true) }),
-        ("route_loop", "The message came back to a router it had visited, or ran out of hops.",
-         ErrorReply { hop: Some("router-b"), ..err("ROUTE_LOOP", "visited router-b", true) }),
-        ("not_a_router", "The peer asked to forward is not a router.",
-         err("NOT_A_ROUTER", "worker-1", true)),
+        (
+            "handler_error",
+            "A handler's own error: not system.",
+            err("HANDLER_ERROR", "boom", false),
+        ),
+        (
+            "handler_code_not_found",
+            "A handler's well-known code.",
+            err("NOT_FOUND", "no such key", false),
+        ),
+        (
+            "handler_custom_code",
+            "A handler's own code string.",
+            err("E_QUOTA", "over quota", false),
+        ),
+        (
+            "no_handler",
+            "Nothing handles the event.",
+            err("NO_HANDLER", "no handler for \"nope\"", true),
+        ),
+        (
+            "handler_panicked",
+            "The handler panicked (the framework caught it).",
+            err("HANDLER_PANICKED", "handler panicked", true),
+        ),
+        (
+            "shutting_down",
+            "The receiver is closing.",
+            err(
+                "SHUTTING_DOWN",
+                "the node is closing and takes no new requests",
+                true,
+            ),
+        ),
+        (
+            "payload_too_large",
+            "A payload over the receiver's limit, its numbers as data.",
+            ErrorReply {
+                limit: Some(Limit::Payload {
+                    size: 2_000_000,
+                    max: 1_048_576,
+                }),
+                ..err(
+                    "PAYLOAD_TOO_LARGE",
+                    "payload of 2000000 bytes exceeds 1048576",
+                    true,
+                )
+            },
+        ),
+        (
+            "too_many_streams",
+            "A streamed request over the receiver's open streams.",
+            ErrorReply {
+                limit: Some(Limit::Streams { max: 1024 }),
+                ..err("TOO_MANY_STREAMS", "1024 streams open", true)
+            },
+        ),
+        (
+            "not_streamed",
+            "A streaming handler called without a stream, or the reverse.",
+            err("NOT_STREAMED", "\"count\" streams its reply", true),
+        ),
+        (
+            "busy",
+            "The receiver's handlers are at their bound (this caller's share).",
+            ErrorReply {
+                limit: Some(Limit::Handlers {
+                    max: 64,
+                    per_peer: true,
+                }),
+                ..err("BUSY", "handlers at their limit", true)
+            },
+        ),
+        (
+            "cancelled",
+            "A handler stopped because the node's close grace ran out.",
+            err("CANCELLED", "the node closed", true),
+        ),
+        (
+            "deadline_exceeded",
+            "The request's budget ran out at the receiver.",
+            ErrorReply {
+                timeout_ms: Some(250),
+                ..err("DEADLINE_EXCEEDED", "deadline passed", true)
+            },
+        ),
+        (
+            "bad_metadata",
+            "Metadata over the receiver's limits, the numbers as data.",
+            ErrorReply {
+                limit: Some(Limit::Metadata {
+                    entries: 65,
+                    bytes: 650,
+                    max_entries: 64,
+                    max_bytes: 16384,
+                }),
+                ..err("BAD_METADATA", "metadata too large", true)
+            },
+        ),
+        (
+            "duplicate_id",
+            "A handshake claiming an id held by another node.",
+            err("DUPLICATE_ID", "worker-1", true),
+        ),
+        (
+            "version_mismatch",
+            "A handshake of another node protocol version (message: ours).",
+            err("VERSION_MISMATCH", "1", true),
+        ),
+        (
+            "not_joined",
+            "A message from a connection that has not joined.",
+            err("NOT_JOINED", "handshake first", true),
+        ),
+        (
+            "not_authorized",
+            "A CURVE key not allowed for the id.",
+            err(
+                "NOT_AUTHORIZED",
+                "key rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7",
+                true,
+            ),
+        ),
+        (
+            "bad_handshake",
+            "A handshake payload that does not decode.",
+            err("BAD_HANDSHAKE", "missing field `id`", true),
+        ),
+        (
+            "already_joined",
+            "A connection that joined one id claims another.",
+            err("ALREADY_JOINED", "worker-2", true),
+        ),
+        (
+            "bad_forward",
+            "A forward whose header is missing or does not decode.",
+            err("BAD_FORWARD", "no forward header", true),
+        ),
+        (
+            "peer_left",
+            "The node a router delivered to left before answering.",
+            ErrorReply {
+                peer: Some("worker-1"),
+                hop: Some("router-a"),
+                ..err("PEER_LEFT", "the node left before answering", true)
+            },
+        ),
+        (
+            "hop_failed",
+            "A router could not complete a hop.",
+            ErrorReply {
+                peer: Some("router-b"),
+                hop: Some("router-a"),
+                ..err("HOP_FAILED", "connection refused", true)
+            },
+        ),
+        (
+            "no_match",
+            "Nothing matched the filter anywhere the message could reach.",
+            ErrorReply {
+                hop: Some("router-a"),
+                ..err("NO_MATCH", "no node matches", true)
+            },
+        ),
+        (
+            "not_found",
+            "No router could reach the id.",
+            ErrorReply {
+                peer: Some("ghost"),
+                hop: Some("router-a"),
+                ..err("NOT_FOUND", "ghost", true)
+            },
+        ),
+        (
+            "timeout",
+            "The deadline ran out at a hop.",
+            ErrorReply {
+                hop: Some("router-a"),
+                timeout_ms: Some(1000),
+                ..err("TIMEOUT", "no answer in time", true)
+            },
+        ),
+        (
+            "route_loop",
+            "The message came back to a router it had visited, or ran out of hops.",
+            ErrorReply {
+                hop: Some("router-b"),
+                ..err("ROUTE_LOOP", "visited router-b", true)
+            },
+        ),
+        (
+            "not_a_router",
+            "The peer asked to forward is not a router.",
+            err("NOT_A_ROUTER", "worker-1", true),
+        ),
     ];
     for (name, description, reply) in errors {
         cases.push(error_case(
@@ -703,14 +840,24 @@ fn cases() -> Vec<Case> {
     cases.push(error_case(
         "error_remote_error_encoding",
         "RemoteError::system_error(PAYLOAD_TOO_LARGE) with a Payload limit, as encoded.",
-        mp(&RemoteError::system_error(RemoteError::PAYLOAD_TOO_LARGE, "too large")
-            .with_limit(Limit::Payload { size: 10, max: 5 })),
+        mp(
+            &RemoteError::system_error(RemoteError::PAYLOAD_TOO_LARGE, "too large")
+                .with_limit(Limit::Payload { size: 10, max: 5 }),
+        ),
     ));
 
     let mut too_large = valid(
         "payload_over_limit",
         "A request whose payload frame (32 bytes) is over the receiver's limit (16).",
-        wire(Kind::Request, 19, "blob", budget, &[], &pattern(INLINE_MAX + 1), 0),
+        wire(
+            Kind::Request,
+            19,
+            "blob",
+            budget,
+            &[],
+            &pattern(INLINE_MAX + 1),
+            0,
+        ),
         false,
     );
     too_large.frames = vec![too_large.frames[0].clone(), Bytes::from(pattern(32))];
@@ -940,7 +1087,10 @@ fn check(path: &Path, file: &Value) {
                 .unwrap_or_else(|e| panic!("{name}: error reply: {e}"));
             let reply = &expected["error_reply"];
             assert_eq!(remote.code, reply["code"].as_str().unwrap_or_default());
-            assert_eq!(remote.message, reply["message"].as_str().unwrap_or_default());
+            assert_eq!(
+                remote.message,
+                reply["message"].as_str().unwrap_or_default()
+            );
             assert_eq!(remote.system, reply.get("system") == Some(&json!(true)));
         }
         // Encoded back, by both encoders, to the same bytes (unless the limit refused it,
@@ -982,15 +1132,28 @@ fn every_vector_decodes_as_written_and_encodes_back() {
     }
     let mut names = std::collections::BTreeSet::new();
     for case in cases() {
-        assert!(names.insert(case.name.clone()), "two cases named {}", case.name);
+        assert!(
+            names.insert(case.name.clone()),
+            "two cases named {}",
+            case.name
+        );
         let text = to_text(&render(&case));
         let path = dir().join(format!("{}.json", case.name));
         if writing {
             std::fs::write(&path, &text).expect("write vector");
         } else {
-            let on_disk = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{}: {e} (ZERONODE_WRITE_VECTORS=1 writes it)", path.display()));
-            assert_eq!(on_disk, text, "{} is stale: ZERONODE_WRITE_VECTORS=1 rewrites it", path.display());
+            let on_disk = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e} (ZERONODE_WRITE_VECTORS=1 writes it)",
+                    path.display()
+                )
+            });
+            assert_eq!(
+                on_disk,
+                text,
+                "{} is stale: ZERONODE_WRITE_VECTORS=1 rewrites it",
+                path.display()
+            );
         }
     }
     let mut checked = 0;
@@ -1005,7 +1168,11 @@ fn every_vector_decodes_as_written_and_encodes_back() {
         checked += 1;
     }
     // Every case written above, and the node's system vectors beside them.
-    assert!(checked >= names.len(), "{checked} files for {} cases", names.len());
+    assert!(
+        checked >= names.len(),
+        "{checked} files for {} cases",
+        names.len()
+    );
 }
 
 #[test]
