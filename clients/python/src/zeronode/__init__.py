@@ -1,0 +1,1 @@
+"""zeronode for Python: a node of a zeronode mesh."""
