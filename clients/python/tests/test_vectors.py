@@ -16,9 +16,7 @@ from zeronode import envelope, errors, meta
 from zeronode.credit import Credit, Violation
 
 VECTORS = Path(
-    os.environ.get(
-        "ZERONODE_VECTORS", Path(__file__).resolve().parents[3] / "protocol" / "vectors"
-    )
+    os.environ.get("ZERONODE_VECTORS", Path(__file__).resolve().parents[3] / "protocol" / "vectors")
 )
 FILES = sorted(VECTORS.glob("*.json"))
 

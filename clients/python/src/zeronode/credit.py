@@ -79,7 +79,9 @@ class Window:
         self.outstanding -= 1
         self.held += 1
         x8 = length * 8
-        self._mean_x8 = x8 if self._mean_x8 is None else self._mean_x8 - self._mean_x8 // 8 + x8 // 8
+        self._mean_x8 = (
+            x8 if self._mean_x8 is None else self._mean_x8 - self._mean_x8 // 8 + x8 // 8
+        )
 
     def _aim(self) -> int:
         if self._mean_x8 is None:
