@@ -5,7 +5,8 @@ Handlers: ``echo`` (the payload and metadata back, untouched), ``ping`` (``"pong
 ``delay`` (waits N ms, returns N), ``fail`` (answers the handler error ``{"code",
 "message"}`` it is given), ``count`` (streams 1..N, or ``{"n", "every_ms", "size"}``),
 ``upload`` (counts a streamed body's items and bytes), ``whoami`` (the caller's id and
-route). Prints ``listening on ADDR``, and closes gracefully on SIGTERM or SIGINT.
+route); every tick is printed as ``tick EVENT from ORIGIN``. Prints ``listening on
+ADDR``, and closes gracefully on SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -55,15 +56,26 @@ def register(node: Node) -> None:
 
     async def count(req: Request) -> AsyncIterator[Any]:
         data = req.data
-        n, every, size = (data, 0, 0) if isinstance(data, int) else (
-            int(data.get("n", 0)),
-            float(data.get("every_ms", 0)),
-            int(data.get("size", 0)),
+        n, every, size = (
+            (data, 0, 0)
+            if isinstance(data, int)
+            else (
+                int(data.get("n", 0)),
+                float(data.get("every_ms", 0)),
+                int(data.get("size", 0)),
+            )
         )
-        for i in range(1, n + 1):
-            if every:
-                await asyncio.sleep(every / 1000)
-            yield bytes(size) if size else i
+        sent = 0
+        try:
+            for i in range(1, n + 1):
+                if every:
+                    await asyncio.sleep(every / 1000)
+                yield bytes(size) if size else i
+                sent += 1
+        except (asyncio.CancelledError, GeneratorExit):
+            # What the conformance suite reads: the caller's cancel reached the handler.
+            print(f"stream count cancelled after {sent}", flush=True)
+            raise
 
     async def upload(req: Request) -> dict[str, int]:
         items, size = 0, 0
@@ -82,6 +94,10 @@ def register(node: Node) -> None:
             "budget_ms": None if req.remaining() is None else int((req.remaining() or 0) * 1000),
         }
 
+    async def tick(req: Request) -> None:
+        print(f"tick {req.event} from {req.origin}", flush=True)
+
+    node.on_tick("*", tick)
     node.on_request("echo", echo)
     node.on_request("ping", ping)
     node.on_request("delay", delay)

@@ -1326,9 +1326,12 @@ class _Upstream:
         while not self.stopped:
             left = asyncio.ensure_future(self.left.wait())
             rejoin = asyncio.ensure_future(self.rejoin.wait())
-            await asyncio.wait([left, rejoin], return_when=asyncio.FIRST_COMPLETED)
-            left.cancel()
-            rejoin.cancel()
+            try:
+                await asyncio.wait([left, rejoin], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                left.cancel()
+                rejoin.cancel()
+                await asyncio.gather(left, rejoin, return_exceptions=True)
             while not self.stopped and not self.node._closing:
                 try:
                     await self.handshake(self.node.connect_timeout)
