@@ -361,10 +361,14 @@ class Node:
         self._start_heartbeats()
         try:
             peer = await up.handshake(self.connect_timeout)
-        except BaseException:
+        except BaseException as e:
             self._upstreams.remove(up)
             up.stop()
             sock.close(linger=0)
+            if isinstance(e, asyncio.TimeoutError):
+                raise errors.ConnectFailed(
+                    f"no handshake from {address} within {self.connect_timeout}s"
+                ) from None
             raise
         up.supervisor = self._spawn(up.supervise())
         return peer.id
@@ -418,7 +422,10 @@ class Node:
 
     async def _read_router(self, sock: zmq.asyncio.Socket) -> None:
         while True:
-            frames = await sock.recv_multipart(copy=True)
+            try:
+                frames = await sock.recv_multipart(copy=True)
+            except zmq.ZMQError:
+                return  # the socket closed
             if len(frames) < 2:
                 continue
             rid = frames[0]
@@ -429,8 +436,11 @@ class Node:
             self._dispatch(link, frames[1:], "down")
 
     async def _read_dealer(self, up: _Upstream) -> None:
-        while True:
-            frames = await up.link.sock.recv_multipart(copy=True)
+        while not up.stopped:
+            try:
+                frames = await up.link.sock.recv_multipart(copy=True)
+            except zmq.ZMQError:
+                return  # the socket closed (a failed connect, or the node's close)
             self._dispatch(up.link, frames, "up", up)
 
     def _dispatch(
