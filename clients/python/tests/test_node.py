@@ -215,7 +215,8 @@ async def test_a_client_joins_again_after_the_server_restarts() -> None:
     await again.bind(address)
     try:
         deadline = time.monotonic() + 10  # the backoff reaches 2 s; a generous bound
-        while not any(p.id == "server" for p in client.peers()):
+        # Joined to the new process (the old one's goodbye may still be on its way).
+        while not any(p.instance == again.instance for p in client.peers()):
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
         assert await client.request("echo", "back", to="server") == "back"

@@ -228,25 +228,6 @@ fn invalid(name: &str, description: &str, frames: Vec<Vec<u8>>) -> Case {
     }
 }
 
-/// An error reply's map with the fields the lead's `RemoteError` gains (`peer`, `hop`,
-/// `timeout_ms`), for the vectors of the codes that carry them; a reader that predates
-/// them ignores them (unknown keys), as the test checks.
-#[derive(Serialize)]
-struct ErrorReply<'a> {
-    code: &'a str,
-    message: &'a str,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    system: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    limit: Option<Limit>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    peer: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    hop: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    timeout_ms: Option<u64>,
-}
-
 fn error_case(name: &str, description: &str, payload: Vec<u8>) -> Case {
     valid(
         name,
@@ -621,7 +602,8 @@ fn cases() -> Vec<Case> {
     ];
 
     // Error replies: one per code of the registry, with the fields it carries.
-    let errors: Vec<(&str, &str, ErrorReply<'_>)> = vec![
+    let ms = Duration::from_millis;
+    let errors: Vec<(&str, &str, RemoteError)> = vec![
         (
             "handler_error",
             "A handler's own error: not system.",
@@ -643,6 +625,13 @@ fn cases() -> Vec<Case> {
             err("NO_HANDLER", "no handler for \"nope\"", true),
         ),
         (
+            "no_handler_at_hop",
+            "A router's destination has no handler: the router names it.",
+            err("NO_HANDLER", "no handler for \"nope\"", true)
+                .with_peer("worker-1")
+                .with_hop("router-a"),
+        ),
+        (
             "handler_panicked",
             "The handler panicked (the framework caught it).",
             err("HANDLER_PANICKED", "handler panicked", true),
@@ -659,25 +648,21 @@ fn cases() -> Vec<Case> {
         (
             "payload_too_large",
             "A payload over the receiver's limit, its numbers as data.",
-            ErrorReply {
-                limit: Some(Limit::Payload {
-                    size: 2_000_000,
-                    max: 1_048_576,
-                }),
-                ..err(
-                    "PAYLOAD_TOO_LARGE",
-                    "payload of 2000000 bytes exceeds 1048576",
-                    true,
-                )
-            },
+            err(
+                "PAYLOAD_TOO_LARGE",
+                "payload of 2000000 bytes exceeds 1048576",
+                true,
+            )
+            .with_limit(Limit::Payload {
+                size: 2_000_000,
+                max: 1_048_576,
+            }),
         ),
         (
             "too_many_streams",
             "A streamed request over the receiver's open streams.",
-            ErrorReply {
-                limit: Some(Limit::Streams { max: 1024 }),
-                ..err("TOO_MANY_STREAMS", "1024 streams open", true)
-            },
+            err("TOO_MANY_STREAMS", "1024 streams open", true)
+                .with_limit(Limit::Streams { max: 1024 }),
         ),
         (
             "not_streamed",
@@ -687,13 +672,10 @@ fn cases() -> Vec<Case> {
         (
             "busy",
             "The receiver's handlers are at their bound (this caller's share).",
-            ErrorReply {
-                limit: Some(Limit::Handlers {
-                    max: 64,
-                    per_peer: true,
-                }),
-                ..err("BUSY", "handlers at their limit", true)
-            },
+            err("BUSY", "handlers at their limit", true).with_limit(Limit::Handlers {
+                max: 64,
+                per_peer: true,
+            }),
         ),
         (
             "cancelled",
@@ -703,23 +685,17 @@ fn cases() -> Vec<Case> {
         (
             "deadline_exceeded",
             "The request's budget ran out at the receiver.",
-            ErrorReply {
-                timeout_ms: Some(250),
-                ..err("DEADLINE_EXCEEDED", "deadline passed", true)
-            },
+            err("DEADLINE_EXCEEDED", "deadline passed", true).with_timeout(ms(250)),
         ),
         (
             "bad_metadata",
             "Metadata over the receiver's limits, the numbers as data.",
-            ErrorReply {
-                limit: Some(Limit::Metadata {
-                    entries: 65,
-                    bytes: 650,
-                    max_entries: 64,
-                    max_bytes: 16384,
-                }),
-                ..err("BAD_METADATA", "metadata too large", true)
-            },
+            err("BAD_METADATA", "metadata too large", true).with_limit(Limit::Metadata {
+                entries: 65,
+                bytes: 650,
+                max_entries: 64,
+                max_bytes: 16384,
+            }),
         ),
         (
             "duplicate_id",
@@ -763,54 +739,41 @@ fn cases() -> Vec<Case> {
         (
             "peer_left",
             "The node a router delivered to left before answering.",
-            ErrorReply {
-                peer: Some("worker-1"),
-                hop: Some("router-a"),
-                ..err("PEER_LEFT", "the node left before answering", true)
-            },
+            err("PEER_LEFT", "the node left before answering", true)
+                .with_peer("worker-1")
+                .with_hop("router-a"),
         ),
         (
             "hop_failed",
             "A router could not complete a hop.",
-            ErrorReply {
-                peer: Some("router-b"),
-                hop: Some("router-a"),
-                ..err("HOP_FAILED", "connection refused", true)
-            },
+            err("HOP_FAILED", "connection refused", true)
+                .with_peer("router-b")
+                .with_hop("router-a"),
         ),
         (
             "no_match",
             "Nothing matched the filter anywhere the message could reach.",
-            ErrorReply {
-                hop: Some("router-a"),
-                ..err("NO_MATCH", "no node matches", true)
-            },
+            err("NO_MATCH", "no node matches", true).with_hop("router-a"),
         ),
         (
             "not_found",
             "No router could reach the id.",
-            ErrorReply {
-                peer: Some("ghost"),
-                hop: Some("router-a"),
-                ..err("NOT_FOUND", "ghost", true)
-            },
+            err("NOT_FOUND", "ghost", true)
+                .with_peer("ghost")
+                .with_hop("router-a"),
         ),
         (
             "timeout",
             "The deadline ran out at a hop.",
-            ErrorReply {
-                hop: Some("router-a"),
-                timeout_ms: Some(1000),
-                ..err("TIMEOUT", "no answer in time", true)
-            },
+            err("TIMEOUT", "no answer in time", true)
+                .with_peer("worker-1")
+                .with_hop("router-a")
+                .with_timeout(ms(1000)),
         ),
         (
             "route_loop",
             "The message came back to a router it had visited, or ran out of hops.",
-            ErrorReply {
-                hop: Some("router-b"),
-                ..err("ROUTE_LOOP", "visited router-b", true)
-            },
+            err("ROUTE_LOOP", "visited router-b", true).with_hop("router-b"),
         ),
         (
             "not_a_router",
@@ -868,15 +831,11 @@ fn cases() -> Vec<Case> {
     cases
 }
 
-fn err<'a>(code: &'a str, message: &'a str, system: bool) -> ErrorReply<'a> {
-    ErrorReply {
-        code,
-        message,
-        system,
-        limit: None,
-        peer: None,
-        hop: None,
-        timeout_ms: None,
+fn err(code: &str, message: &str, system: bool) -> RemoteError {
+    if system {
+        RemoteError::system_error(code, message)
+    } else {
+        RemoteError::new(code, message)
     }
 }
 
@@ -1092,6 +1051,12 @@ fn check(path: &Path, file: &Value) {
                 reply["message"].as_str().unwrap_or_default()
             );
             assert_eq!(remote.system, reply.get("system") == Some(&json!(true)));
+            assert_eq!(remote.peer(), reply.get("peer").and_then(Value::as_str));
+            assert_eq!(remote.hop(), reply.get("hop").and_then(Value::as_str));
+            assert_eq!(
+                remote.timeout().map(|t| t.as_millis() as u64),
+                reply.get("timeout_ms").and_then(Value::as_u64)
+            );
         }
         // Encoded back, by both encoders, to the same bytes (unless the limit refused it,
         // which only the payload-limit vector, an invalid one, does).

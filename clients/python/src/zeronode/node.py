@@ -152,8 +152,9 @@ class Request:
         self._route: Route | None = None
         for key, value in entries:
             if key == meta.ROUTE and isinstance(value, bytes):
-                r = unpack(value)
-                self._route = Route(str(r.get("origin")), [str(v) for v in r.get("via", [])])
+                with contextlib.suppress(Exception):
+                    r = unpack(value)
+                    self._route = Route(str(r["origin"]), [str(v) for v in r.get("via", [])])
 
     @property
     def data(self) -> Any:
@@ -245,6 +246,8 @@ class Node:
         key: KeyPair | None = None,
         connect_timeout: float = 3.0,
         request_timeout: float = 10.0,
+        max_handlers: int = 1024,
+        max_streams: int = 1024,
     ) -> None:
         self.id = id or f"py-{secrets.token_hex(6)}"
         self.options: dict[str, Any] = dict(options or {})
@@ -273,6 +276,10 @@ class Node:
         self._heartbeat_task: asyncio.Task[None] | None = None
         self.address: str | None = None
         self._authenticator: Any = None
+        self.max_handlers = max_handlers
+        self.max_streams = max_streams
+        #: Messages dropped because they could not be read (counted, never fatal).
+        self.dropped = 0
 
     # ---- handlers -------------------------------------------------------------------
 
@@ -429,11 +436,9 @@ class Node:
             if len(frames) < 2:
                 continue
             rid = frames[0]
-            link = self._down_links.get(rid)
-            if link is None:
-                link = Link(sock, rid)
-                self._down_links[rid] = link
-            self._dispatch(link, frames[1:], "down")
+            # Only joined connections keep a link (a stranger's messages cost nothing kept).
+            link = self._down_links.get(rid) or Link(sock, rid)
+            self._guarded(link, frames[1:], "down")
 
     async def _read_dealer(self, up: _Upstream) -> None:
         while not up.stopped:
@@ -441,7 +446,17 @@ class Node:
                 frames = await up.link.sock.recv_multipart(copy=True)
             except zmq.ZMQError:
                 return  # the socket closed (a failed connect, or the node's close)
-            self._dispatch(up.link, frames, "up", up)
+            self._guarded(up.link, frames, "up", up)
+
+    def _guarded(
+        self, link: Link, frames: list[bytes], direction: str, up: _Upstream | None = None
+    ) -> None:
+        # Whatever a peer sends, the reader goes on: a payload that does not decode where
+        # the node itself reads one (options, a hello, a route) drops that message only.
+        try:
+            self._dispatch(link, frames, direction, up)
+        except Exception:
+            self.dropped += 1
 
     def _dispatch(
         self, link: Link, frames: list[bytes], direction: str, up: _Upstream | None = None
@@ -583,6 +598,8 @@ class Node:
                 return errors.system_error("DUPLICATE_ID", theirs)
             self._peer_left(other, "replaced")
         ticket = secrets.token_hex(16)
+        if link.routing_id is not None:
+            self._down_links[link.routing_id] = link
         self._peers[id(link)] = self._peer_of(hello, "down", link, ticket)
         return Response(self._hello(ticket))
 
@@ -603,6 +620,8 @@ class Node:
     def _peer_left(self, peer: Peer, why: str) -> None:
         if self._peers.get(id(peer.link)) is peer:
             del self._peers[id(peer.link)]
+            if peer.link.routing_id is not None:
+                self._down_links.pop(peer.link.routing_id, None)
         for call in list(self._calls.values()):
             if call.link is peer.link and not call.answer.done():
                 call.answer.set_exception(errors.PeerGone(peer.id))
@@ -1136,6 +1155,16 @@ class Node:
             return
         budget = _meta_mod.budget_us(entries)
         deadline = arrived + budget / 1e6 if budget is not None else None
+        if len(self._handlers) >= self.max_handlers:
+            limit = errors.Limit("Handlers", {"max": self.max_handlers, "per_peer": False})
+            self._answer(link, msg.id, errors.system_error("BUSY", "handlers busy", limit=limit))
+            return
+        if (msg.reply_streamed or msg.body_streamed) and len(self._serving) >= self.max_streams:
+            limit = errors.Limit("Streams", {"max": self.max_streams})
+            self._answer(
+                link, msg.id, errors.system_error("TOO_MANY_STREAMS", "streams open", limit=limit)
+            )
+            return
         if msg.reply_streamed:
             handler_s = self._streams.get(msg.event)
             if handler_s is None:
