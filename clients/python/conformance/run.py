@@ -44,10 +44,13 @@ class Failure(Exception):
     """A call's failure, normalized: ``kind`` is timeout, peer_left, handler, system or
     connect; ``code`` the error code when there is one."""
 
-    def __init__(self, kind: str, code: str = "", text: str = "") -> None:
+    def __init__(
+        self, kind: str, code: str = "", text: str = "", fields: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(f"{kind} {code} {text}".strip())
         self.kind = kind
         self.code = code
+        self.fields = fields or {}
 
 
 class Proc:
@@ -222,7 +225,8 @@ class PyCaller:
         if isinstance(e, errors.PeerGone | errors.PeerLeft):
             return Failure("peer_left", getattr(e, "code", ""))
         if isinstance(e, errors.RemoteError):
-            return Failure("system" if e.system else "handler", e.code, e.message)
+            fields = {"peer": e.peer, "hop": e.hop, "timeout_ms": e.timeout_ms, "limit": e.limit}
+            return Failure("system" if e.system else "handler", e.code, e.message, fields)
         return Failure("other", type(e).__name__, str(e))
 
     async def request(self, event: str, data: Any, **kw: Any) -> tuple[Any, dict[str, Any]]:
@@ -528,6 +532,33 @@ async def curve_wrong_key(world: World, direction: str, caller: Caller) -> None:
         assert f.kind in ("connect", "other", "timeout"), f
     else:
         raise AssertionError("a wrong server key was let through")
+
+
+@case
+async def deadline_travels_as_budget(world: World, direction: str, caller: Caller) -> None:
+    mesh = await joined(world, direction, caller)
+    seen, _ = await caller.request("whoami", None, to=mesh.server_id, timeout=5.0)
+    # What the handler has left: under the caller's 5 s, less the way there and a router's
+    # margin (at most 50 ms); generous for a process start and a loaded machine.
+    assert 3000 <= seen["budget_ms"] <= 5000, seen
+
+
+@case
+async def not_found_through_router(world: World, direction: str, caller: Caller) -> None:
+    mesh = await build(world, direction, routers=1)
+    await caller.connect(mesh)
+    try:
+        await caller.request("echo", "x", to="ghost", timeout=3.0)
+    except Failure as f:
+        if isinstance(caller, PyCaller):
+            # The router's error reply, its fields as data.
+            assert (f.kind, f.code) == ("system", "NOT_FOUND"), f
+            assert f.fields.get("peer") == "ghost", f.fields
+            assert f.fields.get("hop") == "router-a", f.fields
+        else:
+            assert "ghost" in str(f), f
+    else:
+        raise AssertionError("answered")
 
 
 # ---- the runner ---------------------------------------------------------------------------
