@@ -804,7 +804,7 @@ class Node:
     ) -> Response:
         """As :meth:`request`, returning the reply's payload and metadata."""
         timeout = self.request_timeout if timeout is None else timeout
-        payload = bytes(data) if raw else pack(data)
+        payload = (b"" if data is None else bytes(data)) if raw else pack(data)
         user = dict(meta or {})
         deadline = time.monotonic() + timeout
         peer, routers = self._targets(to, where)
@@ -946,7 +946,7 @@ class Node:
         """Asks for a streamed reply and yields its items as they come (decoded, or bytes
         with ``raw``), granting credit as they are consumed. Leaving the loop early cancels
         the stream at the sender."""
-        payload = bytes(data) if raw else pack(data)
+        payload = (b"" if data is None else bytes(data)) if raw else pack(data)
         user = dict(meta or {})
         peer, routers = self._targets(to, where)
         if peer is not None:
