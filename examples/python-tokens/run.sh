@@ -7,21 +7,28 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ZERONODE=${ZERONODE:-target/debug/zeronode}
 PYTHON=${PYTHON:-python3}
-PORT=${PORT:-7700}
+ADDRESS=${ADDRESS:-tcp://127.0.0.1:0}
 PROMPT=${1:-"the mesh speaks python now"}
 pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+logs=$(mktemp -d)
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$logs"
+}
 trap cleanup EXIT
 
-"$ZERONODE" node --router --id gateway --bind "tcp://127.0.0.1:$PORT" > /tmp/zeronode-gateway.log 2>&1 &
+"$ZERONODE" node --router --id gateway --bind "$ADDRESS" > "$logs/gateway.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do grep -q "ready" /tmp/zeronode-gateway.log 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 200); do grep -q "ready" "$logs/gateway.log" 2>/dev/null && break; sleep 0.1; done
+# Port 0 picks a free port: the gateway prints the address it got.
+GATEWAY=$(sed -n 's/^listening on //p' "$logs/gateway.log" | head -1)
 
-"$PYTHON" examples/python-tokens/worker.py --connect "tcp://127.0.0.1:$PORT" > /tmp/zeronode-worker.log 2>&1 &
+"$PYTHON" examples/python-tokens/worker.py --connect "$GATEWAY" > "$logs/worker.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do grep -q "joined" /tmp/zeronode-worker.log 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 200); do grep -q "joined" "$logs/worker.log" 2>/dev/null && break; sleep 0.1; done
 
 # The client joins the gateway only; the gateway forwards by filter to the Python worker
 # and relays each token as it comes.
-"$ZERONODE" stream -c "tcp://127.0.0.1:$PORT" --any -f role=llm generate \
+"$ZERONODE" stream -c "$GATEWAY" --any -f role=llm generate \
   "{\"prompt\": \"$PROMPT\", \"max_tokens\": 12}"
