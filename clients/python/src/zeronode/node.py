@@ -509,6 +509,9 @@ class Node:
         if msg.event == DESCRIBE:
             self._answer(link, msg.id, Response.of(self._description()))
             return
+        if msg.event == FORWARD:
+            self._answer(link, msg.id, errors.system_error("NOT_A_ROUTER", self.id))
+            return
         if msg.system:
             self._answer(link, msg.id, errors.system_error("NO_HANDLER", f"no {msg.event!r}"))
             return
@@ -688,7 +691,14 @@ class Node:
         else:
             metadata = meta.encode(outcome.meta) if outcome.meta else b""
             frames = env.encode(Kind.REPLY, rid, "", metadata, outcome.payload)
-        self._spawn(self._send_quietly(link, frames))
+        # No task per answer: the socket's send future is left to complete on its own
+        # (at once when the socket has room), its error, if any, retrieved and dropped.
+        prefix = [link.routing_id] if link.routing_id is not None else []
+        try:
+            sent = link.sock.send_multipart(prefix + frames, copy=len(frames[-1]) < 65536)
+        except zmq.ZMQError:
+            return
+        cast("asyncio.Future[Any]", sent).add_done_callback(_retrieve)
 
     async def _send_quietly(self, link: Link, frames: list[bytes]) -> None:
         with contextlib.suppress(zmq.ZMQError):
@@ -1316,6 +1326,13 @@ class Node:
         if serving.failed == "cancelled":
             return  # the caller gave up: nothing more for it
         self._answer(link, rid, outcome)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Reads a finished send's outcome so that a failed one is not reported as unread
+    (a peer that left before its answer: nothing more to do)."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def _aiter(items: AsyncIterable[Any] | Iterable[Any]) -> AsyncIterator[Any]:
