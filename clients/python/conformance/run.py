@@ -561,6 +561,22 @@ async def not_found_through_router(world: World, direction: str, caller: Caller)
         raise AssertionError("answered")
 
 
+@case
+async def payload_too_large(world: World, direction: str, caller: Caller) -> None:
+    mesh = await joined(world, direction, caller)
+    assert isinstance(caller, PyCaller)
+    over = bytes((16 << 20) + 1)  # one byte over the default 16 MiB limit
+    try:
+        await caller.request("echo", over, to=mesh.server_id, raw=True, timeout=20.0)
+    except Failure as f:
+        assert (f.kind, f.code) == ("system", "PAYLOAD_TOO_LARGE"), f
+        limit = f.fields.get("limit")
+        assert limit is not None and limit.kind == "Payload", f.fields
+        assert limit.numbers["size"] > limit.numbers["max"] == 16 << 20, limit
+    else:
+        raise AssertionError("a payload over the limit was served")
+
+
 # ---- the runner ---------------------------------------------------------------------------
 
 
