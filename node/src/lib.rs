@@ -158,6 +158,8 @@ mod system;
 mod trace;
 mod upstream;
 mod watch;
+#[cfg(test)]
+mod wire_vectors;
 
 pub use breaker::{Breaker, BreakerFuture, CircuitBreaker, CircuitBreakerLayer, CircuitOpen};
 pub use call::{Call, FromReply, Raw, Reply, Sent, Typed};
