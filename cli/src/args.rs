@@ -143,6 +143,12 @@ pub(crate) struct NodeArgs {
     /// `127.0.0.1:9100` (port 0 picks a free port; printed as `metrics on ...`).
     #[arg(long, value_name = "HOST:PORT")]
     pub(crate) metrics: Option<String>,
+    /// Serve the node's health for an orchestrator's probes at `http://ADDR/livez`,
+    /// `/readyz` and `/startupz` (200 or 503), e.g. `0.0.0.0:8080` (printed as
+    /// `health on ...`). Ready once bound and every --connect joined and each --discover
+    /// joined a peer; not ready from the first signal on.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) health: Option<String>,
     /// Run as a router node: forward requests and ticks that its peers cannot deliver
     /// themselves (to ids they are not joined to, or filters nothing near them matches).
     #[arg(long)]

@@ -30,6 +30,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::config::Config;
 use crate::events::{LeaveReason, NodeEvent};
 use crate::forward::Routing;
+use crate::health::Startup;
 use crate::link::Connections;
 use crate::link::Link;
 use crate::middleware::Handlers;
@@ -65,6 +66,8 @@ pub(crate) struct Inner {
     /// Observability: the events, hooks and metrics, the error reports, the counts of
     /// refused messages.
     pub(crate) observers: Observers,
+    /// What its startup waits for (`health.rs`).
+    pub(crate) startup: Startup,
 }
 
 impl Inner {
@@ -83,6 +86,7 @@ impl Inner {
             routing: Routing::default(),
             life: Life::default(),
             observers,
+            startup: Startup::default(),
         }
     }
 
