@@ -74,7 +74,8 @@ pub(crate) struct SecurityArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) key: Option<PathBuf>,
     /// The CURVE public key of the node(s) --connect reaches (40 characters of Z85, or a
-    /// key file): every --connect is then secured. Without --key, a one-time key pair is
+    /// key file): every --connect is then secured, and so is every connection to an
+    /// address --discover finds. Without --key, a one-time key pair is
     /// made for the connection. (A Z85 key may start with `-`: taken as the value.)
     #[arg(long, value_name = "KEY|FILE", allow_hyphen_values = true)]
     pub(crate) server_key: Option<String>,
