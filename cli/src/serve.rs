@@ -173,8 +173,9 @@ async fn serve(
         if let Some(key) = security.server_key {
             options = options.server_key(key);
         }
-        node.discover_with(dns, options);
+        // Said first: the discovery's own lines (`discovered ...`) may follow at once.
         say(format_args!("following {name}"));
+        node.discover_with(dns, options);
     }
     // Ready (to a probe) once the discoveries joined a peer as well.
     node.mark_started();

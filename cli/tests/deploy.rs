@@ -154,12 +154,14 @@ impl Running {
             if status == 200 {
                 return;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{} not ready after {PATIENCE:?}: {body}; {}",
-                self.id(),
-                self.process
-            );
+            if Instant::now() > deadline {
+                let lines = self.process.rest();
+                panic!(
+                    "{} not ready after {PATIENCE:?}: {body}; {lines:?}; {}",
+                    self.id(),
+                    self.process.stderr()
+                );
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -221,8 +223,18 @@ fn run_mesh(tag: &str, file: u8, workers: &[Container], gateway: &Container) {
         })
         .collect();
     let gateway_args = localize(gateway, loopback(file, 100), &keys, dns.address);
-    let gateway_run = Running::start(gateway, gateway_args);
-
+    // A gateway that never gets ready: the workers' lines say why (refused connections).
+    let start = std::panic::AssertUnwindSafe(|| Running::start(gateway, gateway_args));
+    let gateway_run = match std::panic::catch_unwind(start) {
+        Ok(gateway) => gateway,
+        Err(panic) => {
+            for worker in &mut running {
+                let lines = worker.process.rest();
+                eprintln!("{}: {lines:?} {}", worker.id(), worker.process.stderr());
+            }
+            std::panic::resume_unwind(panic)
+        }
+    };
     let client = runtime.block_on(async {
         let client = Node::builder()
             .id("client")
@@ -620,4 +632,6 @@ fn the_dockerfile_builds_the_command_and_runs_it_unprivileged() {
         std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.dockerignore"))
             .expect(".dockerignore");
     assert!(ignore.lines().any(|l| l.trim() == "target/"));
+    // The key files the deployment README makes stay out of every image.
+    assert!(ignore.lines().any(|l| l.trim() == "deploy/keys/"));
 }

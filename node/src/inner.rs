@@ -30,7 +30,6 @@ use parking_lot::{Mutex, RwLock};
 use crate::config::Config;
 use crate::events::{LeaveReason, NodeEvent};
 use crate::forward::Routing;
-use crate::health::Startup;
 use crate::link::Connections;
 use crate::link::Link;
 use crate::middleware::Handlers;
@@ -40,6 +39,7 @@ use crate::peer::{Direction, NodeId};
 use crate::peers::{BoundKeys, State};
 use crate::phase::Life;
 use crate::runtime::Runtime;
+use crate::startup::Startup;
 
 /// A node's parts (the state its handles and tasks share).
 pub(crate) struct Inner {
