@@ -172,7 +172,7 @@ pub struct Description {
 }
 
 /// One joined peer, as a [`Description`] lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct PeerSummary {
     /// Its id.
@@ -188,6 +188,9 @@ pub struct PeerSummary {
     /// Whether it said it is stopping.
     #[serde(default)]
     pub draining: bool,
+    /// Its options, as it advertised them (empty from a node of an older version).
+    #[serde(default)]
+    pub options: Options,
 }
 
 /// A node's limits (see [`Config`](crate::Config)).

@@ -9,11 +9,12 @@
 //! |---|---|---|---|---|
 //! | an id | `node.request("db-1", "get", &key).await?` | `node.tick("db-1", "hit", &key).await?` | (an id is one node: use request) | `node.call("db-1", "scan").stream::<Row>(&query)` |
 //! | any match | `node.request(&shards, "get", &key).await?` | `node.tick(&shards, "hit", &key).await?` | `node.call(&shards, "count").gather(&()).await?` | `node.call(&shards, "scan").stream::<Row>(&query)` |
-//! | all matches | (one reply: use gather) | `node.tick(Target::all(shards), "flush", &()).await?` | `node.call(Target::all(shards), "count").gather(&()).await?` | (a stream comes from one node) |
+//! | all matches | (one reply: use gather) | `node.tick(Target::all(shards), "flush", &()).await?` | `node.call(Target::all(shards), "count").gather(&()).await?` | `node.call(Target::all(shards), "scan").stream_all::<Row>(&query).await?`: `(id, item)` from each |
 //!
 //! Here `shards` is a [`Filter`] (`Filter::new().eq("role", "shard")`); a filter is any
 //! match, in both directions ([`Target::scope`] narrows it to upstream or downstream
-//! peers). `request` and `tick` are shorthands for [`Node::call`], the one builder, which
+//! peers); [`Node::find`] lists what a filter matches, here and through routers. `request`
+//! and `tick` are shorthands for [`Node::call`], the one builder, which
 //! also sets metadata, a timeout or deadline, the parent request, groups, and raw payloads
 //! ([`Call::raw`]):
 //!
@@ -124,6 +125,7 @@ mod events;
 mod fair;
 mod fanout;
 pub mod filter;
+mod find;
 mod follow;
 mod forward;
 mod handler;
@@ -173,6 +175,7 @@ pub use discover::{Discover, DiscoverOptions, Discovery, DiscoveryEvent, Dns, St
 pub use error::{Error, ErrorCode, HandlerBound, Result};
 pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent, WaitError};
 pub use filter::Filter;
+pub use find::{Found, MAX_FOUND_ROUTERS};
 pub use forward::{RouterStats, DEFAULT_HOP_LIMIT};
 pub use handler::{with_state, HandlerError, HandlerService, Pattern, Request, Response, Route};
 pub use handshake::PROTOCOL_VERSION;

@@ -501,7 +501,8 @@ impl<R> Stream for Items<'_, R> {
                                 (Some((id, link)), e) => Relay::of(&prepared.node.inner)
                                     .link_error(id, link, event, timeout, e),
                                 (None, protocol::Error::Remote(remote)) => {
-                                    forward_error(remote, &prepared.to, event, timeout)
+                                    let me = &prepared.node.inner.id;
+                                    forward_error(remote, &prepared.to, event, timeout, me)
                                 }
                                 (None, e) => e.into(),
                             };
