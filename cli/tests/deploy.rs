@@ -284,12 +284,18 @@ fn run_mesh(tag: &str, file: u8, workers: &[Container], gateway: &Container) {
     std::thread::sleep(Duration::from_millis(300));
     let restarted = running.remove(1);
     restarted.process.signal("TERM");
+    // Not ready from the signal on: the orchestrator's DNS drops its address, as a
+    // headless Service does for a pod that is not ready.
+    let others: Vec<IpAddr> = ips.iter().copied().filter(|ip| *ip != ips[1]).collect();
+    runtime.block_on(dns.set_name(name, &others, 1));
     let Running {
         args, mut process, ..
     } = restarted;
     assert!(process.wait_exit().success(), "{process}");
     drop(process);
     let again = Running::start(&workers[1], args);
+    // Ready again: listed again, and the gateway joins it.
+    runtime.block_on(dns.set_name(name, &ips, 1));
     wait_joined(&runtime, &client, &ids);
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
