@@ -9,7 +9,7 @@ use crate::engine::Sock;
 use crate::error::Result;
 use crate::monitor::Events;
 use crate::options::Options;
-use crate::socket::Frame;
+use crate::frame::Frame;
 
 /// An asynchronous DEALER socket: sends and receives multipart messages.
 ///

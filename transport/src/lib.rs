@@ -118,13 +118,18 @@ mod engine;
 mod error;
 mod frame;
 mod monitor;
+#[cfg(feature = "libzmq")]
 mod msg;
 mod native;
 mod options;
+#[cfg(feature = "libzmq")]
 mod pool;
 mod router;
+#[cfg(feature = "libzmq")]
 mod socket;
+#[cfg(feature = "libzmq")]
 mod turn;
+#[cfg(feature = "libzmq")]
 mod zap;
 
 pub use curve::{Curve, Key, KeyPair, SecretKey};
@@ -137,13 +142,17 @@ pub use monitor::{Event, Events, HandshakeFailure};
 pub use options::{Backpressure, Heartbeat, Options, DEFAULT_MAX_HANDSHAKES};
 pub use router::{PeerId, Router};
 
-/// The libzmq version linked in, as `(major, minor, patch)`.
+/// The libzmq version linked in, as `(major, minor, patch)` (with the `libzmq` feature).
+#[cfg(feature = "libzmq")]
 pub fn libzmq_version() -> (i32, i32, i32) {
     zmq::version()
 }
 
-/// Whether the linked libzmq supports a capability (`"curve"`, `"ipc"`, ...). The workspace
-/// builds libzmq with libsodium (third_party/zmq-sys), so `"curve"` is there.
+/// Whether the linked libzmq supports a capability (`"curve"`, `"ipc"`, ...), with the
+/// `libzmq` feature. The workspace builds libzmq with libsodium (third_party/zmq-sys), so
+/// `"curve"` is there; crates.io's zmq-sys has no `"curve"`. The native engine's CURVE does
+/// not depend on it.
+#[cfg(feature = "libzmq")]
 pub fn has_capability(name: &str) -> bool {
     zmq::has(name).unwrap_or(false)
 }

@@ -62,7 +62,8 @@ use crate::msg::{Arena, Msg, Recent};
 use crate::options::{Backpressure, Options};
 use crate::pool::Spares;
 use crate::turn::Turn;
-use crate::zap::{self, AllowList};
+use crate::curve::AllowList;
+use crate::zap;
 
 /// How long a sender blocked at the high-water mark sleeps before retrying even if no wake-up
 /// arrived: a safety net, not the main mechanism.
