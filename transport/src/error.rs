@@ -148,3 +148,25 @@ pub(crate) fn socket_error(operation: &'static str) -> impl FnOnce(zmq::Error) -
         source: os(err),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A user who meets these errors reads the fix in the message itself.
+    #[test]
+    fn build_errors_name_their_fix() {
+        let curve = Error::CurveUnavailable.to_string();
+        assert!(
+            curve.contains("[patch.crates-io] zmq-sys = { path = \"<zeronode>/third_party/zmq-sys\" }"),
+            "{curve}"
+        );
+        assert!(curve.contains("native engine"), "{curve}");
+        let engine = Error::EngineUnavailable {
+            engine: crate::Engine::Libzmq,
+        }
+        .to_string();
+        assert!(engine.starts_with("the libzmq engine is not in this build"), "{engine}");
+        assert!(engine.contains("`libzmq` feature of `node`"), "{engine}");
+    }
+}
