@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 
+use crate::curve::AllowList;
 use crate::curve::Key;
 use crate::error::{Error, Result};
 use crate::frame::Frame;
@@ -14,7 +15,6 @@ use crate::native;
 use crate::options::{Backpressure, Options};
 #[cfg(feature = "libzmq")]
 use crate::socket::Core;
-use crate::curve::AllowList;
 
 /// Which implementation of ZMTP a socket runs on.
 ///

@@ -158,7 +158,9 @@ mod tests {
     fn build_errors_name_their_fix() {
         let curve = Error::CurveUnavailable.to_string();
         assert!(
-            curve.contains("[patch.crates-io] zmq-sys = { path = \"<zeronode>/third_party/zmq-sys\" }"),
+            curve.contains(
+                "[patch.crates-io] zmq-sys = { path = \"<zeronode>/third_party/zmq-sys\" }"
+            ),
             "{curve}"
         );
         assert!(curve.contains("native engine"), "{curve}");
@@ -166,7 +168,10 @@ mod tests {
             engine: crate::Engine::Libzmq,
         }
         .to_string();
-        assert!(engine.starts_with("the libzmq engine is not in this build"), "{engine}");
+        assert!(
+            engine.starts_with("the libzmq engine is not in this build"),
+            "{engine}"
+        );
         assert!(engine.contains("`libzmq` feature of `node`"), "{engine}");
     }
 }
