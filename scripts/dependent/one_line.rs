@@ -82,19 +82,28 @@ async fn a_curve_request_with_keys_made_without_libzmq() {
 
 #[tokio::test]
 async fn the_libzmq_engine_without_its_feature_is_a_typed_error() {
-    let started = bounded(
-        Node::builder()
-            .id("on-libzmq")
-            .engine(Engine::Libzmq)
-            .bind("tcp://127.0.0.1:0")
-            .build(),
-    )
-    .await;
-    match started {
-        Err(node::Error::Protocol(protocol::Error::Transport(
-            transport::Error::EngineUnavailable { engine },
-        ))) => assert_eq!(engine, Engine::Libzmq),
-        Err(other) => panic!("another error: {other:?}"),
-        Ok(_) => panic!("a node on the libzmq engine started in a build without it"),
+    assert!(!Engine::Libzmq.is_available());
+    // A node that binds and one that only connects: both fail at start, on the engine they
+    // asked for, and no native node runs in their place.
+    for bind in [Some("tcp://127.0.0.1:0"), None] {
+        let mut builder = Node::builder().id("on-libzmq").engine(Engine::Libzmq);
+        if let Some(address) = bind {
+            builder = builder.bind(address);
+        }
+        match bounded(builder.build()).await {
+            Err(node::Error::Protocol(protocol::Error::Transport(
+                transport::Error::EngineUnavailable { engine },
+            ))) => assert_eq!(engine, Engine::Libzmq),
+            Err(other) => panic!("another error: {other:?}"),
+            Ok(_) => panic!("a node on the libzmq engine started in a build without it"),
+        }
     }
+    // Below the node too: a transport socket asked for on libzmq.
+    let options = transport::Options::default().engine(Engine::Libzmq);
+    assert!(matches!(
+        transport::Router::with_options(options),
+        Err(transport::Error::EngineUnavailable {
+            engine: Engine::Libzmq
+        })
+    ));
 }

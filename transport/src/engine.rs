@@ -64,6 +64,19 @@ impl Engine {
         })
     }
 
+    /// Whether this build has the engine: native always, libzmq with the `libzmq` feature.
+    /// A socket on an engine it lacks is [`Error::EngineUnavailable`].
+    ///
+    /// ```
+    /// assert!(transport::Engine::Native.is_available());
+    /// ```
+    pub const fn is_available(self) -> bool {
+        match self {
+            Engine::Native => true,
+            Engine::Libzmq => cfg!(feature = "libzmq"),
+        }
+    }
+
     /// The engine's name, as `ZERONODE_ENGINE` and the CLI spell it.
     pub fn name(self) -> &'static str {
         match self {
