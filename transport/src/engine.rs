@@ -6,8 +6,7 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 
-use crate::curve::AllowList;
-use crate::curve::Key;
+use crate::curve::{AllowList, Key};
 use crate::error::{Error, Result};
 use crate::frame::Frame;
 use crate::monitor::Events;
