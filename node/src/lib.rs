@@ -66,6 +66,14 @@
 //! What it never does: parse envelopes or touch sockets (the `protocol` and `transport`
 //! crates do).
 //!
+//! ## Features
+//! - `libzmq` (off): the libzmq engine ([`Engine::Libzmq`]), built from C++ through zmq-sys.
+//!   Without it nothing of libzmq is built, and the native engine has everything, CURVE
+//!   included; a node asked to run on libzmq fails at start with
+//!   `transport::Error::EngineUnavailable`. CURVE on libzmq also needs zmq-sys patched with
+//!   this repository's third_party/zmq-sys (README.md, "Use it from your own project").
+//! - `otel` (off): spans joined to OpenTelemetry traces (`trace.rs`).
+//!
 //! ## Layout
 //! The node is a few parts, each owning its state and its methods; `inner.rs` composes
 //! them (no circle of imports larger than a few files: `tests/layers.rs`).

@@ -239,6 +239,14 @@ impl Node {
 
     pub(crate) async fn from_builder(builder: NodeBuilder) -> Result<Node> {
         let config = builder.resolved_config();
+        // An engine this build lacks (libzmq without the `libzmq` feature) fails the start,
+        // bound or not, rather than the first `connect` of a node that binds nothing.
+        if !config.engine.is_available() {
+            return Err(transport::Error::EngineUnavailable {
+                engine: config.engine,
+            }
+            .into());
+        }
         let inner = Arc::new(Inner::new(
             builder.id.unwrap_or_else(NodeId::generate),
             builder.options,

@@ -15,8 +15,11 @@
 //! of an error, and leaks its input string on every call. The unit tests check both directions
 //! against libzmq's own `zmq_z85_encode` / `zmq_z85_decode`.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
+
+use parking_lot::RwLock;
 
 use crate::error::{Error, Result};
 
@@ -187,13 +190,16 @@ pub struct KeyPair {
 }
 
 impl KeyPair {
-    /// A fresh random key pair, from libzmq (`zmq_curve_keypair`, backed by libsodium).
-    /// [`Error::CurveUnavailable`] if the linked libzmq has no CURVE.
+    /// A fresh random key pair: 32 bytes from the operating system's random number generator
+    /// and their X25519 public key, computed by libsodium (what libzmq's
+    /// `zmq_curve_keypair` does). It needs no libzmq, so it works in every build, with or
+    /// without the `libzmq` feature; the `Result` is kept for the API's sake (it is always
+    /// `Ok`).
     pub fn generate() -> Result<KeyPair> {
-        let pair = zmq::CurveKeyPair::new().map_err(|_| Error::CurveUnavailable)?;
+        let pair = zmtp::curve::CurveKeys::generate();
         Ok(KeyPair {
-            public: Key(pair.public_key),
-            secret: SecretKey(pair.secret_key),
+            public: Key(pair.public),
+            secret: SecretKey(*pair.secret()),
         })
     }
 
@@ -258,6 +264,52 @@ impl Curve {
     /// Whether this is the server side.
     pub fn is_server(&self) -> bool {
         matches!(self, Curve::Server { .. })
+    }
+}
+
+/// The client keys one server socket accepts. `None`: any client that knows the server's
+/// public key (CURVE itself still authenticates the server and encrypts everything).
+#[derive(Debug, Default)]
+pub(crate) struct AllowList {
+    keys: RwLock<Option<HashSet<Key>>>,
+}
+
+impl AllowList {
+    /// Replaces the list (an empty one refuses every client).
+    pub(crate) fn set(&self, keys: Option<HashSet<Key>>) {
+        *self.keys.write() = keys;
+    }
+
+    /// Adds a key, starting a list that holds only it if there was none.
+    pub(crate) fn insert(&self, key: Key) {
+        self.keys
+            .write()
+            .get_or_insert_with(HashSet::new)
+            .insert(key);
+    }
+
+    /// Removes a key; whether it was on the list.
+    pub(crate) fn remove(&self, key: &Key) -> bool {
+        self.keys
+            .write()
+            .as_mut()
+            .is_some_and(|keys| keys.remove(key))
+    }
+
+    /// The keys on the list, `None` when there is no list.
+    pub(crate) fn keys(&self) -> Option<Vec<Key>> {
+        self.keys
+            .read()
+            .as_ref()
+            .map(|keys| keys.iter().copied().collect())
+    }
+
+    /// Whether a client with this key may connect.
+    pub(crate) fn allows(&self, key: &Key) -> bool {
+        self.keys
+            .read()
+            .as_ref()
+            .is_none_or(|keys| keys.contains(key))
     }
 }
 
@@ -405,6 +457,12 @@ mod tests {
         let a = KeyPair::generate().unwrap();
         let b = KeyPair::generate().unwrap();
         assert_ne!(a.public, b.public);
+        assert_ne!(a.secret.as_bytes(), b.secret.as_bytes());
+        // The public half is the secret's: X25519 with the base point.
+        assert_eq!(
+            a.public.as_bytes(),
+            &zmtp::curve::public_from_secret(a.secret.as_bytes())
+        );
         assert_eq!(Key::from_z85(&a.public.to_z85()).unwrap(), a.public);
         assert_eq!(
             SecretKey::from_z85(&a.secret.to_z85()).unwrap().as_bytes(),

@@ -7,9 +7,9 @@ use bytes::Bytes;
 
 use crate::engine::Sock;
 use crate::error::Result;
+use crate::frame::Frame;
 use crate::monitor::Events;
 use crate::options::Options;
-use crate::socket::Frame;
 
 /// An asynchronous DEALER socket: sends and receives multipart messages.
 ///

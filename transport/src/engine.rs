@@ -6,14 +6,14 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 
-use crate::curve::Key;
+use crate::curve::{AllowList, Key};
 use crate::error::{Error, Result};
 use crate::frame::Frame;
 use crate::monitor::Events;
 use crate::native;
 use crate::options::{Backpressure, Options};
+#[cfg(feature = "libzmq")]
 use crate::socket::Core;
-use crate::zap::AllowList;
 
 /// Which implementation of ZMTP a socket runs on.
 ///
@@ -36,7 +36,9 @@ use crate::zap::AllowList;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Engine {
     /// libzmq (C++), through the `zmq` crate: its I/O threads do the networking. Supports
-    /// `tcp://`, `ipc://` and `inproc://`.
+    /// `tcp://`, `ipc://` and `inproc://`. Needs the `libzmq` feature (of this crate or of
+    /// `node`): without it, a socket asked for on this engine is
+    /// [`Error::EngineUnavailable`], never a native one in its place.
     Libzmq,
     /// ZMTP in Rust on tokio (the `zmtp` crate and a driver task per connection): no thread
     /// hop between a task and its socket. Supports `tcp://` and `ipc://` (a path, or `*` for
@@ -59,6 +61,19 @@ impl Engine {
             }),
             Err(_) => Engine::Native,
         })
+    }
+
+    /// Whether this build has the engine: native always, libzmq with the `libzmq` feature.
+    /// A socket on an engine it lacks is [`Error::EngineUnavailable`].
+    ///
+    /// ```
+    /// assert!(transport::Engine::Native.is_available());
+    /// ```
+    pub const fn is_available(self) -> bool {
+        match self {
+            Engine::Native => true,
+            Engine::Libzmq => cfg!(feature = "libzmq"),
+        }
     }
 
     /// The engine's name, as `ZERONODE_ENGINE` and the CLI spell it.
@@ -101,6 +116,7 @@ impl std::fmt::Display for Engine {
 // size, not a move; boxing it would add a pointer hop to every call on the libzmq engine.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Sock {
+    #[cfg(feature = "libzmq")]
     Zmq(Core),
     Native(native::Socket),
 }
@@ -109,12 +125,14 @@ pub(crate) enum Sock {
 macro_rules! on_engine {
     ($self:ident, $name:ident($($arg:expr),*)) => {
         match $self {
+            #[cfg(feature = "libzmq")]
             Sock::Zmq(core) => core.$name($($arg),*),
             Sock::Native(socket) => socket.$name($($arg),*),
         }
     };
     ($self:ident, $name:ident($($arg:expr),*).await) => {
         match $self {
+            #[cfg(feature = "libzmq")]
             Sock::Zmq(core) => core.$name($($arg),*).await,
             Sock::Native(socket) => socket.$name($($arg),*).await,
         }
@@ -124,10 +142,19 @@ macro_rules! on_engine {
 impl Sock {
     pub(crate) fn new(router: bool, options: &Options) -> Result<Sock> {
         Ok(match options.engine {
+            #[cfg(feature = "libzmq")]
             Engine::Libzmq => Sock::Zmq(Core::new(
                 if router { zmq::ROUTER } else { zmq::DEALER },
                 options,
             )?),
+            // Never a quiet fallback to the native engine: whoever chose libzmq (an option,
+            // `ZERONODE_ENGINE`) is told at once that this build does not have it.
+            #[cfg(not(feature = "libzmq"))]
+            Engine::Libzmq => {
+                return Err(Error::EngineUnavailable {
+                    engine: Engine::Libzmq,
+                })
+            }
             Engine::Native => Sock::Native(native::Socket::new(router, options)?),
         })
     }
@@ -172,6 +199,7 @@ impl Sock {
     /// does, libzmq's cannot (its messages are read from its own threads' queues).
     pub(crate) fn deliver_to(&self, deliver: std::sync::Arc<dyn crate::Deliver>) -> bool {
         match self {
+            #[cfg(feature = "libzmq")]
             Sock::Zmq(_) => false,
             Sock::Native(socket) => {
                 socket.deliver_to(deliver);

@@ -92,9 +92,26 @@ pub enum Error {
         /// Byte offset of the first bad character (or of the overflowing group).
         position: usize,
     },
-    /// CURVE was asked for, but the linked libzmq was built without it.
-    #[error("the linked libzmq has no CURVE support")]
+    /// CURVE was asked for on the libzmq engine, but the linked libzmq was built without it:
+    /// zmq-sys is crates.io's, not the workspace's third_party/zmq-sys (which builds libzmq
+    /// with libsodium). The native engine's CURVE does not need libzmq.
+    #[error(
+        "the linked libzmq has no CURVE support (crates.io's zmq-sys builds it without \
+         libsodium): add `[patch.crates-io] zmq-sys = {{ path = \"<zeronode>/third_party/zmq-sys\" }}` \
+         to your workspace's Cargo.toml (zeronode's README, \"Use it from your own project\"), \
+         or use the native engine"
+    )]
     CurveUnavailable,
+    /// A socket was asked for on an engine this build does not have: the libzmq engine
+    /// (`Options::engine`, `ZERONODE_ENGINE=libzmq`) without the `libzmq` feature.
+    #[error(
+        "the {engine} engine is not in this build: enable the `libzmq` feature of `node` (or \
+         `transport`), or use the native engine"
+    )]
+    EngineUnavailable {
+        /// The engine asked for.
+        engine: crate::Engine,
+    },
     /// An allow-list operation on a socket that is not a CURVE server.
     #[error("this socket is not a CURVE server (see Options::curve)")]
     NotCurveServer,
@@ -118,14 +135,43 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Turns a libzmq error into an [`io::Error`] carrying the same errno.
+#[cfg(feature = "libzmq")]
 pub(crate) fn os(err: zmq::Error) -> io::Error {
     io::Error::from_raw_os_error(err.to_raw())
 }
 
 /// Wraps a libzmq error as [`Error::Socket`].
+#[cfg(feature = "libzmq")]
 pub(crate) fn socket_error(operation: &'static str) -> impl FnOnce(zmq::Error) -> Error {
     move |err| Error::Socket {
         operation,
         source: os(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A user who meets these errors reads the fix in the message itself.
+    #[test]
+    fn build_errors_name_their_fix() {
+        let curve = Error::CurveUnavailable.to_string();
+        assert!(
+            curve.contains(
+                "[patch.crates-io] zmq-sys = { path = \"<zeronode>/third_party/zmq-sys\" }"
+            ),
+            "{curve}"
+        );
+        assert!(curve.contains("native engine"), "{curve}");
+        let engine = Error::EngineUnavailable {
+            engine: crate::Engine::Libzmq,
+        }
+        .to_string();
+        assert!(
+            engine.starts_with("the libzmq engine is not in this build"),
+            "{engine}"
+        );
+        assert!(engine.contains("`libzmq` feature of `node`"), "{engine}");
     }
 }

@@ -6,6 +6,15 @@
 //! (the default: ZMTP in Rust through the `zmtp` crate, one tokio task per connection, over
 //! `tcp://` and `ipc://`) or libzmq (TCP, IPC and inproc).
 //!
+//! ## Features
+//!
+//! - `libzmq` (off by default): the libzmq engine, through the `zmq` crate and zmq-sys, which
+//!   build libzmq from C++. Without it the crate has no libzmq at all, CURVE included (the
+//!   native engine's CURVE and [`KeyPair::generate`] use libsodium), and a socket asked for
+//!   on [`Engine::Libzmq`] is [`Error::EngineUnavailable`]. CURVE on the libzmq engine needs
+//!   zmq-sys patched with this repository's third_party/zmq-sys; with crates.io's, a CURVE
+//!   socket on it is [`Error::CurveUnavailable`].
+//!
 //! What it does:
 //! - `bind` (`tcp://127.0.0.1:0` gives back the real endpoint), `unbind`, `connect`,
 //!   `disconnect`, `close` (which releases every port at once);
@@ -44,14 +53,18 @@
 //! - `native/`: the native engine (a driver task per connection, the inbox, endpoints);
 //!   `deliver.rs`: messages handed to a receiver on the connections' drivers;
 //! - `socket.rs`: the libzmq engine's core shared by both socket kinds; how a non-thread-safe
-//!   libzmq socket is driven from tokio through its edge-triggered ZMQ_FD.
+//!   libzmq socket is driven from tokio through its edge-triggered ZMQ_FD (`turn.rs`: whose
+//!   turn it is to read).
 //! - `msg.rs`: libzmq messages owned directly, and the recent frames kept for forwarding.
 //! - `pool.rs`: buffers for sent frames, given back by libzmq instead of freed.
 //! - `router.rs`, `dealer.rs`: the two public socket types.
-//! - `monitor.rs`: connection events.
-//! - `curve.rs`: CURVE keys and the [`Curve`] option; `zap.rs`: the process-wide ZAP handler
-//!   thread that applies each CURVE server's allow-list and tags connections with the
-//!   client's key.
+//! - `monitor.rs`: connection events (`monitor/libzmq.rs`: libzmq's socket monitor).
+//! - `curve.rs`: CURVE keys, the [`Curve`] option and a server's allow-list; `zap.rs`: the
+//!   process-wide ZAP handler thread that applies each libzmq CURVE server's allow-list and
+//!   tags connections with the client's key.
+//!
+//! `socket.rs`, `turn.rs`, `msg.rs`, `pool.rs`, `zap.rs` and `monitor/libzmq.rs` are the
+//! libzmq engine's alone, compiled only with the `libzmq` feature.
 //! - `options.rs`, `error.rs`: configuration and the one error enum.
 //!
 //! ## CURVE: a refused connection is an event, not an error
@@ -118,13 +131,18 @@ mod engine;
 mod error;
 mod frame;
 mod monitor;
+#[cfg(feature = "libzmq")]
 mod msg;
 mod native;
 mod options;
+#[cfg(feature = "libzmq")]
 mod pool;
 mod router;
+#[cfg(feature = "libzmq")]
 mod socket;
+#[cfg(feature = "libzmq")]
 mod turn;
+#[cfg(feature = "libzmq")]
 mod zap;
 
 pub use curve::{Curve, Key, KeyPair, SecretKey};
@@ -137,13 +155,17 @@ pub use monitor::{Event, Events, HandshakeFailure};
 pub use options::{Backpressure, Heartbeat, Options, DEFAULT_MAX_HANDSHAKES};
 pub use router::{PeerId, Router};
 
-/// The libzmq version linked in, as `(major, minor, patch)`.
+/// The libzmq version linked in, as `(major, minor, patch)` (with the `libzmq` feature).
+#[cfg(feature = "libzmq")]
 pub fn libzmq_version() -> (i32, i32, i32) {
     zmq::version()
 }
 
-/// Whether the linked libzmq supports a capability (`"curve"`, `"ipc"`, ...). The workspace
-/// builds libzmq with libsodium (third_party/zmq-sys), so `"curve"` is there.
+/// Whether the linked libzmq supports a capability (`"curve"`, `"ipc"`, ...), with the
+/// `libzmq` feature. The workspace builds libzmq with libsodium (third_party/zmq-sys), so
+/// `"curve"` is there; crates.io's zmq-sys has no `"curve"`. The native engine's CURVE does
+/// not depend on it.
+#[cfg(feature = "libzmq")]
 pub fn has_capability(name: &str) -> bool {
     zmq::has(name).unwrap_or(false)
 }

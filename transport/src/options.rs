@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use crate::curve::Curve;
 use crate::engine::Engine;
+#[cfg(feature = "libzmq")]
 use crate::error::{os, Error, Result};
 
 /// What `send` does when the send high-water mark is reached.
@@ -14,7 +15,7 @@ pub enum Backpressure {
     /// Wait (asynchronously) until the queue has room. Nothing is dropped.
     #[default]
     Wait,
-    /// Return [`Error::QueueFull`] at once. Nothing is dropped silently: the caller is told.
+    /// Return [`Error::QueueFull`](crate::Error::QueueFull) at once. Nothing is dropped silently: the caller is told.
     Fail,
 }
 
@@ -216,6 +217,7 @@ impl Options {
     /// Applies the options to a fresh libzmq socket. `zap_domain` is the domain a CURVE
     /// server socket was registered under with the ZAP handler (zap.rs); a plaintext Router
     /// gets [`PLAINTEXT_DOMAIN`](crate::zap::PLAINTEXT_DOMAIN), which refuses ZMTP 1.0 peers.
+    #[cfg(feature = "libzmq")]
     pub(crate) fn apply(
         &self,
         socket: &zmq::Socket,
@@ -324,9 +326,11 @@ impl Options {
 }
 
 /// The longest ZMTP heartbeat TTL libzmq accepts, in milliseconds.
+#[cfg(feature = "libzmq")]
 const MAX_HEARTBEAT_TTL_MS: i32 = 6_553_500;
 
 /// A duration as libzmq's milliseconds, saturating.
+#[cfg(feature = "libzmq")]
 fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }

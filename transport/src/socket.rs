@@ -54,6 +54,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::Notify;
 
+use crate::curve::AllowList;
 use crate::curve::{Curve, Key};
 use crate::error::{os, socket_error, Error, Result};
 pub(crate) use crate::frame::Frame;
@@ -62,7 +63,7 @@ use crate::msg::{Arena, Msg, Recent};
 use crate::options::{Backpressure, Options};
 use crate::pool::Spares;
 use crate::turn::Turn;
-use crate::zap::{self, AllowList};
+use crate::zap;
 
 /// How long a sender blocked at the high-water mark sleeps before retrying even if no wake-up
 /// arrived: a safety net, not the main mechanism.

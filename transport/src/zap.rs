@@ -20,13 +20,13 @@
 //! tokio runtime's shutdown could take away would leave every later handshake of the process
 //! hanging. The decision itself ([`answer`]) is a pure function over the request's frames.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::curve::Key;
+use crate::curve::{AllowList, Key};
 use crate::error::{socket_error, Error, Result};
 use crate::socket::context;
 
@@ -42,52 +42,6 @@ pub(crate) const PLAINTEXT_DOMAIN: &str = "zeronode-plaintext";
 
 /// The only ZAP version there is.
 const ZAP_VERSION: &[u8] = b"1.0";
-
-/// The client keys one server socket accepts. `None`: any client that knows the server's
-/// public key (CURVE itself still authenticates the server and encrypts everything).
-#[derive(Debug, Default)]
-pub(crate) struct AllowList {
-    keys: RwLock<Option<HashSet<Key>>>,
-}
-
-impl AllowList {
-    /// Replaces the list (an empty one refuses every client).
-    pub(crate) fn set(&self, keys: Option<HashSet<Key>>) {
-        *self.keys.write() = keys;
-    }
-
-    /// Adds a key, starting a list that holds only it if there was none.
-    pub(crate) fn insert(&self, key: Key) {
-        self.keys
-            .write()
-            .get_or_insert_with(HashSet::new)
-            .insert(key);
-    }
-
-    /// Removes a key; whether it was on the list.
-    pub(crate) fn remove(&self, key: &Key) -> bool {
-        self.keys
-            .write()
-            .as_mut()
-            .is_some_and(|keys| keys.remove(key))
-    }
-
-    /// The keys on the list, `None` when there is no list.
-    pub(crate) fn keys(&self) -> Option<Vec<Key>> {
-        self.keys
-            .read()
-            .as_ref()
-            .map(|keys| keys.iter().copied().collect())
-    }
-
-    /// Whether a client with this key may connect.
-    pub(crate) fn allows(&self, key: &Key) -> bool {
-        self.keys
-            .read()
-            .as_ref()
-            .is_none_or(|keys| keys.contains(key))
-    }
-}
 
 /// A CURVE server socket's entry in the handler: its ZAP domain and allow-list. Dropping it
 /// (with the socket) removes the entry.
@@ -265,6 +219,8 @@ fn answer(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
 
     fn request(domain: &str, mechanism: &str, credentials: &[&[u8]]) -> Vec<Vec<u8>> {

@@ -42,8 +42,8 @@ use crate::monitor::{self, Event, Events};
 /// Beyond the linger, how long `close` waits for the drivers to end: a driver ends at its
 /// linger by its own timer, and needs a wake-up to notice.
 const DRIVER_END_SLACK: Duration = Duration::from_millis(100);
+use crate::curve::AllowList;
 use crate::options::{Backpressure, Options};
-use crate::zap::AllowList;
 use crate::PeerId;
 
 /// How long a sender blocked at the high-water mark sleeps before it looks again even
