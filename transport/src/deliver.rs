@@ -32,7 +32,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::curve::Key;
-use crate::router::PeerId;
+use crate::ids::PeerId;
 
 /// What a receiver did with a message (see [`Delivery::deliver`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,42 +9,12 @@ use bytes::Bytes;
 use crate::curve::{AllowList, Key};
 use crate::error::{Error, Result};
 use crate::frame::Frame;
+use crate::ids::Engine;
 use crate::monitor::Events;
 use crate::native;
 use crate::options::{Backpressure, Options};
 #[cfg(feature = "libzmq")]
 use crate::socket::Core;
-
-/// Which implementation of ZMTP a socket runs on.
-///
-/// The default is the process's: `ZERONODE_ENGINE=native` or `ZERONODE_ENGINE=libzmq` in
-/// the environment (read once), else [`Engine::Native`], the faster of the two on every
-/// measure (see PERFORMANCE.md). Set one per socket with [`Options::engine`]. Both speak
-/// `tcp://` and `ipc://` (and meet each other over either); `inproc://` and
-/// `ipc://@abstract` names need [`Engine::Libzmq`] (on a native socket they are
-/// [`Error::InvalidEndpoint`]). Binding an `ipc://` path some live
-/// socket listens on is `AddrInUse` on the native engine, where libzmq takes the path over.
-///
-/// [`Options::engine`]: crate::Options::engine
-///
-/// ```
-/// use transport::{Engine, Options};
-///
-/// let options = Options::default().engine(Engine::Native);
-/// assert_eq!(options.engine, Engine::Native);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Engine {
-    /// libzmq (C++), through the `zmq` crate: its I/O threads do the networking. Supports
-    /// `tcp://`, `ipc://` and `inproc://`. Needs the `libzmq` feature (of this crate or of
-    /// `node`): without it, a socket asked for on this engine is
-    /// [`Error::EngineUnavailable`], never a native one in its place.
-    Libzmq,
-    /// ZMTP in Rust on tokio (the `zmtp` crate and a driver task per connection): no thread
-    /// hop between a task and its socket. Supports `tcp://` and `ipc://` (a path, or `*` for
-    /// a fresh one).
-    Native,
-}
 
 impl Engine {
     /// The process's default: `ZERONODE_ENGINE` (`native` or `libzmq`), else native. An
@@ -61,27 +31,6 @@ impl Engine {
             }),
             Err(_) => Engine::Native,
         })
-    }
-
-    /// Whether this build has the engine: native always, libzmq with the `libzmq` feature.
-    /// A socket on an engine it lacks is [`Error::EngineUnavailable`].
-    ///
-    /// ```
-    /// assert!(transport::Engine::Native.is_available());
-    /// ```
-    pub const fn is_available(self) -> bool {
-        match self {
-            Engine::Native => true,
-            Engine::Libzmq => cfg!(feature = "libzmq"),
-        }
-    }
-
-    /// The engine's name, as `ZERONODE_ENGINE` and the CLI spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Libzmq => "libzmq",
-            Engine::Native => "native",
-        }
     }
 }
 
@@ -102,12 +51,6 @@ impl std::str::FromStr for Engine {
                 name: text.to_owned(),
             }),
         }
-    }
-}
-
-impl std::fmt::Display for Engine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 

@@ -130,6 +130,7 @@ mod deliver;
 mod engine;
 mod error;
 mod frame;
+mod ids;
 mod monitor;
 #[cfg(feature = "libzmq")]
 mod msg;
@@ -148,12 +149,12 @@ mod zap;
 pub use curve::{Curve, Key, KeyPair, SecretKey};
 pub use dealer::Dealer;
 pub use deliver::{Deliver, Delivered, Delivery};
-pub use engine::Engine;
 pub use error::{Error, Result};
 pub use frame::Frame;
+pub use ids::{Engine, PeerId};
 pub use monitor::{Event, Events, HandshakeFailure};
 pub use options::{Backpressure, Heartbeat, Options, DEFAULT_MAX_HANDSHAKES};
-pub use router::{PeerId, Router};
+pub use router::Router;
 
 /// The libzmq version linked in, as `(major, minor, patch)` (with the `libzmq` feature).
 #[cfg(feature = "libzmq")]

@@ -5,9 +5,9 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::curve::Curve;
-use crate::engine::Engine;
 #[cfg(feature = "libzmq")]
 use crate::error::{os, Error, Result};
+use crate::ids::Engine;
 
 /// What `send` does when the send high-water mark is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

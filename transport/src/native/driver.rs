@@ -21,7 +21,7 @@ use super::stream::Stream;
 use super::Shared;
 use crate::curve::Key;
 use crate::deliver::{Delivered, Delivery};
-use crate::router::PeerId;
+use crate::ids::PeerId;
 
 /// The largest block a read buffer takes: larger reads take more of a burst per system
 /// call.
