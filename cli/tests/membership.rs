@@ -108,7 +108,7 @@ fn a_router_following_a_name_fails_no_request_when_a_record_goes() {
     // Worker 1 is being asked through the gateway: about a third of the 100 are there
     // whenever its record goes.
     workers[0].wait_for("worker-1 asked", |l| l == "request delay from gateway");
-    runtime.block_on(tokio::time::sleep(Duration::from_millis(500)));
+    runtime.block_on(async { tokio::time::sleep(Duration::from_millis(500)).await });
     runtime.block_on(dns.set("work", &all[1..], ttl));
     gateway.wait_for("worker-1 let go", |l| {
         l.starts_with("peer left worker-1 (upstream")
