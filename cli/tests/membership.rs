@@ -129,7 +129,10 @@ fn a_router_following_a_name_fails_no_request_when_a_record_goes() {
         }
     });
     let failed = failed.lock().unwrap().clone();
-    let (sent, answered) = (sent.load(Ordering::Relaxed), answered.load(Ordering::Relaxed));
+    let (sent, answered) = (
+        sent.load(Ordering::Relaxed),
+        answered.load(Ordering::Relaxed),
+    );
     println!("{sent} requests through the gateway, {answered} answered");
     assert!(failed.is_empty(), "every request answered: {failed:?}");
     assert_eq!(sent, answered);

@@ -102,7 +102,13 @@ impl Inner {
     /// peer (see `Reach::in_flight`).
     async fn outgoing_until(&self, deadline: Instant) {
         loop {
-            let out: usize = self.state.lock().registry.all().map(|e| e.in_flight()).sum();
+            let out: usize = self
+                .state
+                .lock()
+                .registry
+                .all()
+                .map(|e| e.in_flight())
+                .sum();
             if out == 0 || Instant::now() >= deadline {
                 return;
             }
