@@ -152,8 +152,10 @@ async fn serve(
         if let Some(server) = args.dns_server {
             dns = dns.name_server(server);
         }
-        node.discover_with(dns, node::DiscoverOptions::new().connect_timeout(timeout));
+        // Said before it starts: its first change is printed by the event logger, which
+        // would otherwise race this line.
         say(format_args!("following {name}"));
+        node.discover_with(dns, node::DiscoverOptions::new().connect_timeout(timeout));
     }
     say(format_args!("node {} ready", node.id()));
     let stats = args
