@@ -9,18 +9,19 @@
 //!   (process start-up, node creation, TCP connect, handshake);
 //! - **memory per peer**: the hub's `VmRSS` once all joined, minus before, over the peer
 //!   count (and the peer processes' own growth per node, from their reports);
-//! - **`tick_all` fan-out**: the hub calls `tick_all` (filter `role=peer`, downstream) in a
-//!   loop; every peer counts its ticks. The delivered rate is the difference of two sums of
-//!   the peers' counts (asked with a request to every peer, on the same connection as the
-//!   ticks, so each count includes every tick sent before it) over the time between them;
-//! - **`request_any` throughput**: the hub keeps `--window` `request_any` calls (filter
-//!   `role=peer`, random strategy) in flight to the peers' raw `echo`; rate and latency;
-//!   then, as the control, the same requests addressed to each peer in turn by id (no
-//!   filter, no pick), so the cost of choosing among many peers shows apart; past 100
-//!   peers, also by id to the first 100 only, the rest joined and idle, so the cost of
-//!   the number of peers shows apart from that of spreading calls over them; and the
-//!   floor: the same pattern over plain TCP, one connection per peer held by the same peer
-//!   processes (`scale_floor.rs`), the machine's own cost of that spread;
+//! - **`tick_all` fan-out** (the phase's name in the report): the hub ticks
+//!   `Target::all(filter)` (filter `role=peer`, downstream) in a loop; every peer counts its
+//!   ticks. The delivered rate is the difference of two sums of the peers' counts (asked
+//!   with a request to every peer, on the same connection as the ticks, so each count
+//!   includes every tick sent before it) over the time between them;
+//! - **`request_any` throughput** (the phase's name): the hub keeps `--window` requests to
+//!   any match (filter `role=peer`, random strategy) in flight to the peers' raw `echo`;
+//!   rate and latency; then, as the control, the same requests addressed to each peer in
+//!   turn by id (no filter, no pick), so the cost of choosing among many peers shows
+//!   apart; past 100 peers, also by id to the first 100 only, the rest joined and idle, so
+//!   the cost of the number of peers shows apart from that of spreading calls over them;
+//!   and the floor: the same pattern over plain TCP, one connection per peer held by the
+//!   same peer processes (`scale_floor.rs`), the machine's own cost of that spread;
 //! - the hub process's CPU (user + system, in cores) over each phase: near 1.0 its one
 //!   runtime thread is the limit, well under it the peers' processes are.
 //!
@@ -89,7 +90,7 @@ pub(crate) struct ScaleArgs {
     /// Warm-up seconds before each phase.
     #[arg(long, default_value_t = 0.5)]
     warmup: f64,
-    /// request_any calls kept in flight.
+    /// Requests to any match kept in flight (the `request_any` phase).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     window: u32,
     /// Peer nodes per client process. On the libzmq engine keep it at 300 or less: each
@@ -624,7 +625,7 @@ async fn fan_out(
     })
 }
 
-/// Calls `tick_all` until `deadline`; returns the calls made and the ticks they sent.
+/// Ticks every match until `deadline`; returns the calls made and the ticks they sent.
 async fn tick_all_until(
     hub: &Node,
     filter: &Filter,

@@ -2,7 +2,7 @@
 //! per peer node, held and echoed by the same peer processes.
 //!
 //! The hub keeps the same window of requests in flight, each on a connection picked at
-//! random as `request_any`'s random strategy picks a peer, and waits for its bytes to come
+//! random as the random strategy of a request to any match picks a peer, and waits for its bytes to come
 //! back. There is no framing, envelope, handshake or node: what a request costs here is the
 //! kernel's TCP, tokio's reactor and the tasks of one connection on each side. Its rate at
 //! 1,000 connections over its rate at 100, in the same run, is the machine's own price of

@@ -15,7 +15,7 @@ use crate::stats::{self, Latency};
 /// `tick_all` fan-out at one payload size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct FanOut {
-    /// `tick_all` calls made in the measured phase.
+    /// Ticks to every match made in the measured phase.
     pub(crate) calls: u64,
     /// Ticks those calls handed to the sockets (peers reached, summed).
     pub(crate) sent: u64,

@@ -25,12 +25,13 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Run a node with the built-in handlers `echo`, `ping`, `delay`, `count` (streamed)
-    /// and `zeronode:peers`, until Ctrl-C or SIGTERM.
+    /// and `zeronode:peers` (a `--router` only `zeronode:peers`, unless `--demo`), until
+    /// Ctrl-C or SIGTERM.
     Node(NodeArgs),
     /// Send one request and print the reply as one line of JSON.
     Request(RequestArgs),
     /// Send one request for a streamed reply and print each item as a line of JSON as it
-    /// arrives (`zeronode node` streams `count`).
+    /// arrives (`zeronode node` streams `count`); with --all, from every match.
     Stream(StreamArgs),
     /// Send one tick (fire and forget) and print `sent` or `sent to N nodes`.
     Tick(TickArgs),
@@ -144,9 +145,16 @@ pub(crate) struct NodeArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub(crate) metrics: Option<String>,
     /// Run as a router node: forward requests and ticks that its peers cannot deliver
-    /// themselves (to ids they are not joined to, or filters nothing near them matches).
+    /// themselves (to ids they are not joined to, or filters nothing near them matches). A
+    /// router serves none of the built-in handlers (`echo`, `ping`, `delay`, `count`, the
+    /// tick counter), so the nodes behind it answer them, not the router; --demo serves
+    /// them too.
     #[arg(long)]
     pub(crate) router: bool,
+    /// With --router: serve the built-in handlers too (a node that is no router always
+    /// does).
+    #[arg(long, requires = "router")]
+    pub(crate) demo: bool,
     /// Keys and server key.
     #[command(flatten)]
     pub(crate) security: SecurityArgs,
@@ -214,7 +222,7 @@ pub(crate) struct TargetArgs {
     #[arg(long)]
     pub(crate) any: bool,
     /// An exact-match condition on the peers' options (typed like `-o`); repeat it: all
-    /// must hold. Needs `--any` (or `--all` for ticks).
+    /// must hold. Needs `--any` (or `--all` for a tick or a stream).
     #[arg(short = 'f', long = "filter", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub(crate) filter: Vec<KeyValue>,
     /// Only consider the nodes this one connected to (with `--any` / `--all`).
@@ -234,23 +242,24 @@ pub(crate) enum Aim {
     Id(String),
     /// One node matching the filter.
     Any(Conditions, Scope),
-    /// Every node matching the filter (ticks only).
+    /// Every node matching the filter (a tick, or a stream from each).
     All(Conditions, Scope),
 }
 
 impl TargetArgs {
-    /// Checks the flags together and says where the message goes. `all` is `--all` (ticks).
+    /// Checks the flags together and says where the message goes. `all` is `--all` (a tick,
+    /// a stream).
     pub(crate) fn aim(&self, all: bool, connect: &[String]) -> Result<Aim, Error> {
         let broadcast = self.any || all;
         if !broadcast {
             if !self.filter.is_empty() {
                 return Err(Error::Usage(
-                    "-f/--filter needs --any (or --all for a tick)".into(),
+                    "-f/--filter needs --any (or --all for a tick or a stream)".into(),
                 ));
             }
             if self.up || self.down {
                 return Err(Error::Usage(
-                    "--up/--down need --any (or --all for a tick)".into(),
+                    "--up/--down need --any (or --all for a tick or a stream)".into(),
                 ));
             }
         }
@@ -271,6 +280,128 @@ impl TargetArgs {
                 ))
             }
         })
+    }
+}
+
+/// The target flags of a call typed in `zeronode shell`: the one-shot commands' own
+/// ([`TargetArgs`], and `tick`'s `--all`), so both read them alike.
+#[derive(Debug, Parser)]
+#[command(name = "call", no_binary_name = true, disable_help_flag = true)]
+struct LineFlags {
+    /// Who answers.
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Every node matching the `-f` conditions (a tick, or a stream from each).
+    #[arg(long, conflicts_with_all = ["to", "any"])]
+    all: bool,
+}
+
+/// A call typed in `zeronode shell`, once read: `[FLAGS] [ID] EVENT [JSON]`.
+#[derive(Debug)]
+pub(crate) struct LineCall {
+    /// Where it goes: the ID, or what the flags say.
+    pub(crate) aim: Aim,
+    /// The event name.
+    pub(crate) event: String,
+    /// The data, the rest of the line as typed (`None` when there is none).
+    pub(crate) data: Option<String>,
+}
+
+/// Reads a call typed in the shell after its command word: target flags first (`--to ID`,
+/// `--any`, `--all`, `-f KEY=VALUE`, `--up`, `--down`, as `request`, `tick` and `stream`
+/// take them), else the id as the first word; then the event; the rest of the line is the
+/// JSON data, spaces and all. An error is the message to print.
+pub(crate) fn parse_line_call(line: &str) -> Result<LineCall, String> {
+    use clap::CommandFactory;
+    let flags_command = LineFlags::command();
+    let mut flags = Vec::new();
+    let mut rest = line.trim();
+    loop {
+        let (word, after) = split_word(rest);
+        if !word.starts_with('-') || word == "-" {
+            break;
+        }
+        flags.push(word);
+        rest = after;
+        if takes_value(&flags_command, word) {
+            let (value, after) = split_word(rest);
+            if value.is_empty() {
+                break;
+            }
+            flags.push(value);
+            rest = after;
+        }
+    }
+    let mut parsed = LineFlags::try_parse_from(&flags).map_err(|e| clap_message(&e))?;
+    let target = &mut parsed.target;
+    if target.to.is_none() && !target.any && !parsed.all {
+        let (id, after) = split_word(rest);
+        if id.is_empty() {
+            return Err("say who: an ID, --to ID, --any or --all".into());
+        }
+        target.to = Some(id.to_owned());
+        rest = after;
+    }
+    let aim = parsed
+        .target
+        .aim(parsed.all, &[])
+        .map_err(|e| e.to_string())?;
+    let (event, data) = split_word(rest);
+    if event.is_empty() {
+        return Err("the EVENT is missing".into());
+    }
+    if event.starts_with('-') {
+        return Err(format!(
+            "{event}: flags go first, before the ID and the EVENT"
+        ));
+    }
+    Ok(LineCall {
+        aim,
+        event: event.to_owned(),
+        data: (!data.is_empty()).then(|| data.to_owned()),
+    })
+}
+
+/// Whether `word`, a target flag of a shell call, takes the next word as its value (`-f`,
+/// `--to`), for completion.
+pub(crate) fn line_flag_takes_value(word: &str) -> bool {
+    use clap::CommandFactory;
+    takes_value(&LineFlags::command(), word)
+}
+
+/// Whether `word`, a flag of `command`, takes the next word as its value (`-f`, `--to`; not
+/// `--filter=k=v`, whose value is attached).
+fn takes_value(command: &clap::Command, word: &str) -> bool {
+    let takes = |arg: &clap::Arg| arg.get_action().takes_values();
+    if let Some(long) = word.strip_prefix("--") {
+        return !long.contains('=')
+            && command
+                .get_arguments()
+                .any(|arg| arg.get_long() == Some(long) && takes(arg));
+    }
+    let mut short = word.trim_start_matches('-').chars();
+    match (short.next(), short.next()) {
+        (Some(c), None) => command
+            .get_arguments()
+            .any(|arg| arg.get_short() == Some(c) && takes(arg)),
+        _ => false,
+    }
+}
+
+/// A clap error in the shell: its first line, without clap's `error: ` (the shell adds its
+/// own).
+fn clap_message(error: &clap::Error) -> String {
+    let text = error.render().to_string();
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    first.trim_start_matches("error: ").trim().to_owned()
+}
+
+/// The first word of `line` and the rest, trimmed.
+pub(crate) fn split_word(line: &str) -> (&str, &str) {
+    let line = line.trim_start();
+    match line.split_once(char::is_whitespace) {
+        Some((word, rest)) => (word, rest.trim_start()),
+        None => (line, ""),
     }
 }
 
@@ -308,6 +439,11 @@ pub(crate) struct StreamArgs {
     /// Who streams.
     #[command(flatten)]
     pub(crate) target: TargetArgs,
+    /// Stream from every node matching the `-f` conditions (every joined node without
+    /// `-f`), here and through routers: each item is printed as `{"from": ID, "item":
+    /// ITEM}`; a node that fails ends alone, the others go on.
+    #[arg(long, conflicts_with_all = ["to", "any"])]
+    pub(crate) all: bool,
     /// The event name, e.g. `count` (a `zeronode node` streams `count N`: 1 to N).
     #[arg(value_name = "EVENT")]
     pub(crate) event: String,
@@ -320,11 +456,14 @@ pub(crate) struct StreamArgs {
     /// How long the whole stream may last, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) timeout: u64,
-    /// How long to wait for each next item, in milliseconds (default: only --timeout).
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    /// How long to wait for each next item, in milliseconds (default: only --timeout). Not
+    /// with --all.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "all")]
     pub(crate) idle: Option<u64>,
-    /// Items the stream holds at most before the sender waits (its credit window).
-    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    /// Items the stream holds at most before the sender waits (its credit window; the
+    /// library's default, fewer granted while items are large, about 2 MiB at most). With
+    /// --all each node's stream has the library's default.
+    #[arg(long, value_name = "N", default_value_t = node::DEFAULT_WINDOW, value_parser = clap::value_parser!(u32).range(1..=1_048_576), conflicts_with = "all")]
     pub(crate) window: u32,
 }
 
@@ -806,6 +945,54 @@ mod tests {
             target(&["--down"]).aim(false, &one),
             Err(Error::Usage(_))
         ));
+    }
+
+    fn line(text: &str) -> LineCall {
+        parse_line_call(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    /// The shell reads a call's target with the one-shot commands' flags.
+    #[test]
+    fn a_shell_line_takes_the_targets_of_the_commands() {
+        let call = line(r#"w1 echo {"a": [1, 2]}"#);
+        assert!(matches!(&call.aim, Aim::Id(id) if id == "w1"));
+        assert_eq!(call.event, "echo");
+        assert_eq!(call.data.as_deref(), Some(r#"{"a": [1, 2]}"#));
+
+        let call = line("--to w2 ping");
+        assert!(matches!(&call.aim, Aim::Id(id) if id == "w2"));
+        assert_eq!((call.event.as_str(), call.data), ("ping", None));
+
+        let call = line("--any -f role=api --filter=tier=1 --up count 3");
+        assert!(matches!(
+            &call.aim,
+            Aim::Any(c, Scope::Up) if c.to_string() == "role=api tier=1"
+        ));
+        assert_eq!(
+            (call.event.as_str(), call.data.as_deref()),
+            ("count", Some("3"))
+        );
+
+        let call = line("--all -f role=api news \"hi\"");
+        assert!(matches!(&call.aim, Aim::All(c, Scope::Both) if c.to_string() == "role=api"));
+        // A negative number after the event is data, not a flag.
+        assert_eq!(line("w1 delay -1").data.as_deref(), Some("-1"));
+    }
+
+    #[test]
+    fn a_shell_line_refuses_what_the_commands_refuse() {
+        let refused = |text: &str| match parse_line_call(text) {
+            Ok(call) => panic!("{text}: accepted as {call:?}"),
+            Err(e) => e,
+        };
+        assert!(refused("w1 -f role=api ping").contains("flags go first"));
+        assert!(refused("w1").contains("EVENT"));
+        assert!(refused("").contains("--any"));
+        assert!(refused("-f role=api w1 ping").contains("needs --any"));
+        assert!(refused("--to w1 --any ping").contains("--any"));
+        assert!(refused("--bogus w1 ping").contains("--bogus"));
+        assert!(refused("--any -f").contains("-f"));
+        assert!(refused("--any -f role ping").contains("KEY=VALUE"));
     }
 
     #[test]

@@ -166,7 +166,23 @@ pub(crate) fn explain(error: &node::Error) -> String {
         E::NoHandler { event } => {
             format!("the remote node has no handler for {event:?} (NO_HANDLER)")
         }
-        E::PeerLeft { id } => format!("node {id:?} left before answering"),
+        E::PeerLeft { peer, hop } => {
+            let who = if peer.is_empty() {
+                "the node".to_owned()
+            } else {
+                format!("node {peer:?}")
+            };
+            match hop {
+                Some(hop) => format!("{who} left before answering (router {hop:?} saw it go)"),
+                None => format!("{who} left before answering"),
+            }
+        }
+        E::HopFailed { hop, peer, message } => format!(
+            "router {} could not pass the message on to {}: {message} (it may have arrived)",
+            hop.as_deref().unwrap_or("?"),
+            peer.as_deref()
+                .map_or("the next node".to_owned(), |p| format!("{p:?}")),
+        ),
         E::ShuttingDown => "the remote node is stopping and took no new request (nothing ran; \
              send it again elsewhere)"
             .into(),
@@ -201,11 +217,13 @@ pub(crate) fn explain(error: &node::Error) -> String {
         E::InvalidTarget { reason } => format!("invalid target: {reason}"),
         E::Busy { bound, .. } => match bound {
             Some(b) if b.per_peer => format!(
-                "the remote node is busy: this caller already has {} handlers running there                  (nothing ran; send it again later)",
+                "the remote node is busy: this caller already has {} handlers running there \
+                 (nothing ran; send it again later)",
                 b.max
             ),
             Some(b) => format!(
-                "the remote node is busy: all its {} handler slots are taken (nothing ran;                  send it again later)",
+                "the remote node is busy: all its {} handler slots are taken (nothing ran; \
+                 send it again later)",
                 b.max
             ),
             None => "the remote node is busy (nothing ran; send it again later)".into(),
@@ -213,7 +231,12 @@ pub(crate) fn explain(error: &node::Error) -> String {
         E::PayloadTooLarge { size, max } => format!(
             "the data is {size} bytes, over the receiver's limit of {max} (nothing was sent)"
         ),
-        E::RouteLoop { reason } => format!("the routers passed the message in a loop: {reason}"),
+        E::RouteLoop { reason, hop } => match hop {
+            Some(hop) => {
+                format!("the routers passed the message in a loop (refused at {hop:?}): {reason}")
+            }
+            None => format!("the routers passed the message in a loop: {reason}"),
+        },
         other => match other.code() {
             ErrorCode::Serialization => {
                 format!("the data cannot travel as MessagePack or come back as JSON: {other}")

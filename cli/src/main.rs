@@ -14,6 +14,7 @@
 //! zeronode request --connect tcp://127.0.0.1:5000 --any -f role=api ping     # "pong"
 //! zeronode request --connect tcp://127.0.0.1:5000 delay 2000 --timeout 200   # error: ... timed out
 //! zeronode stream --connect tcp://127.0.0.1:5000 count 3                  # 1, 2, 3: a line each
+//! zeronode stream --connect tcp://127.0.0.1:5000 --all -f role=api count 2 # {"from":"api-1","item":1} ...
 //! zeronode tick --connect tcp://127.0.0.1:5000 --all -f role=api news '"hi"' # sent to 1 node
 //! zeronode peers --connect tcp://127.0.0.1:5000                              # a table
 //! zeronode peers --connect tcp://127.0.0.1:5000 --json                       # JSON lines
@@ -22,7 +23,7 @@
 //! zeronode ls --connect tcp://127.0.0.1:5000          # every node reachable, one line each
 //! zeronode info --connect tcp://127.0.0.1:5000 w1     # one node's description (--json)
 //! zeronode top --connect tcp://127.0.0.1:5000         # live: requests/s, errors/s, p50/p99
-//! zeronode shell --connect tcp://127.0.0.1:5000       # > request w1 echo {"a":1}
+//! zeronode shell --connect tcp://127.0.0.1:5000       # > stream --any -f role=api count 3
 //!
 //! # secured with CURVE: a key pair per node, clients name the server's public key
 //! zeronode keygen api.key && zeronode keygen w1.key   # api.key + api.key.pub, w1.key + ...

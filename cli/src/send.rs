@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use node::{Node, NodeId, PeerInfo, Reply, Scope, Target};
+use node::{Items, Node, NodeId, PeerInfo, Reply, Scope, Target};
 
 use crate::args::{parse_data, Aim, ConnectArgs, PeersArgs, RequestArgs, StreamArgs, TickArgs};
 use crate::error::Error;
@@ -42,21 +42,84 @@ pub(crate) async fn request(args: RequestArgs) -> Result<(), Error> {
 /// arrives. The end prints nothing; an error (the handler's, a timeout, the peer leaving)
 /// is the command's error, after the items that came before it.
 pub(crate) async fn stream(args: StreamArgs) -> Result<(), Error> {
-    use futures::StreamExt;
-
-    let aim = args.target.aim(false, &args.connect.connect)?;
+    let aim = args.target.aim(args.all, &args.connect.connect)?;
     let data = parse_data(args.data.as_deref())?;
     let timeout = Duration::from_millis(args.timeout);
     let idle = args.idle.map(Duration::from_millis);
     let session = Session::connect(&args.connect).await?;
     let target = session.target(&aim);
-    let call = session.node.call(target, &args.event).timeout(timeout);
-    let mut items = with_meta(call, &args.meta)
-        .stream::<serde_json::Value>(&data)
-        .window(args.window);
-    if let Some(idle) = idle {
-        items = items.idle_timeout(idle);
+    let call = with_meta(
+        session.node.call(target, &args.event).timeout(timeout),
+        &args.meta,
+    );
+    let printed = if let Aim::All(..) = aim {
+        print_all_items(&session.node, &aim, call, &data).await
+    } else {
+        let mut items = call.stream::<serde_json::Value>(&data).window(args.window);
+        if let Some(idle) = idle {
+            items = items.idle_timeout(idle);
+        }
+        print_items(&session.node, &aim, &args.event, items).await
+    };
+    session.close().await;
+    printed
+}
+
+/// Opens a stream from every match of `call`'s target and prints each item as a line of
+/// JSON, `{"from": ID, "item": ITEM}`, as it arrives. A node whose stream fails ends
+/// alone and the others go on; once all ended, the first failure is the error, naming the
+/// nodes that failed. Dropping this future drops every stream (their handlers cancelled).
+pub(crate) async fn print_all_items(
+    node: &Node,
+    aim: &Aim,
+    call: node::Call<'_>,
+    data: &serde_json::Value,
+) -> Result<(), Error> {
+    use futures::StreamExt;
+
+    let mut items = call
+        .stream_all::<serde_json::Value>(data)
+        .await
+        .map_err(|source| send_error(node, aim, source))?;
+    let mut failed: Vec<(NodeId, node::Error)> = Vec::new();
+    while let Some((from, item)) = items.next().await {
+        match item {
+            Ok(item) => say(serde_json::json!({ "from": from.as_str(), "item": item })),
+            Err(source) => failed.push((from, source)),
+        }
     }
+    drop(items);
+    let mut failed = failed.into_iter();
+    let Some((first, source)) = failed.next() else {
+        return Ok(());
+    };
+    let others: Vec<String> = failed.map(|(id, _)| id.to_string()).collect();
+    let hint = if others.is_empty() {
+        format!(" (the stream from {first}; the others ended)")
+    } else {
+        format!(
+            " (the stream from {first}; {} failed too; the others ended)",
+            others.join(", ")
+        )
+    };
+    Err(Error::Send {
+        source,
+        hint: Some(hint),
+    })
+}
+
+/// Prints a stream's items as JSON lines as they arrive, until it ends or fails (the
+/// error, after the items before it). The stream is dropped before this returns, and with
+/// this future if it is dropped (the shell's Ctrl-C): one ended early cancels its handler
+/// at once.
+pub(crate) async fn print_items(
+    node: &Node,
+    aim: &Aim,
+    event: &str,
+    mut items: Items<'_, serde_json::Value>,
+) -> Result<(), Error> {
+    use futures::StreamExt;
+
     let mut failed = None;
     while let Some(item) = items.next().await {
         match item {
@@ -68,26 +131,21 @@ pub(crate) async fn stream(args: StreamArgs) -> Result<(), Error> {
         }
     }
     let received = items.received();
-    // Dropped before closing: a stream ended early cancels the handler at once.
     drop(items);
-    let failed = failed.map(|source| {
-        let (after, idle) = match &source {
-            node::Error::Timeout { timeout, .. } => (*timeout, false),
-            node::Error::IdleTimeout { idle, .. } => (*idle, true),
-            _ => return session.send_error(&aim, source),
-        };
-        Error::StreamTimeout {
-            event: args.event.clone(),
-            after,
-            idle,
-            received,
-        }
-    });
-    session.close().await;
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    let Some(source) = failed else {
+        return Ok(());
+    };
+    let (after, idle) = match &source {
+        node::Error::Timeout { timeout, .. } => (*timeout, false),
+        node::Error::IdleTimeout { idle, .. } => (*idle, true),
+        _ => return Err(send_error(node, aim, source)),
+    };
+    Err(Error::StreamTimeout {
+        event: event.to_owned(),
+        after,
+        idle,
+        received,
+    })
 }
 
 /// The call with the `--meta` entries.
@@ -111,15 +169,16 @@ pub(crate) async fn tick(args: TickArgs) -> Result<(), Error> {
         .map_err(|source| session.send_error(&aim, source));
     // A graceful close flushes the tick before the connection goes.
     session.close().await;
-    let sent = sent?;
-    match aim {
-        Aim::All(..) => say(format_args!(
-            "sent to {sent} node{}",
-            if sent == 1 { "" } else { "s" }
-        )),
-        _ => say("sent"),
-    }
+    say(sent_line(&aim, sent?));
     Ok(())
+}
+
+/// What a tick prints: `sent`, or to every match `sent to N nodes`.
+pub(crate) fn sent_line(aim: &Aim, sent: usize) -> String {
+    match aim {
+        Aim::All(..) => format!("sent to {sent} node{}", if sent == 1 { "" } else { "s" }),
+        _ => "sent".to_owned(),
+    }
 }
 
 /// Asks a `zeronode node` for its peers and prints them (a table, or JSON lines).
@@ -164,6 +223,54 @@ pub(crate) async fn peers(args: PeersArgs) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// The node API's target for an aim; `connected` is the node `Aim::Connected` means.
+pub(crate) fn target(aim: &Aim, connected: Option<&NodeId>) -> Target {
+    match aim {
+        Aim::Connected => Target::Id(connected.cloned().unwrap_or_else(|| NodeId::new(""))),
+        Aim::Id(id) => Target::Id(NodeId::new(id)),
+        Aim::Any(conditions, scope) => Target::any(conditions.filter()).scope(*scope),
+        Aim::All(conditions, scope) => Target::all(conditions.filter()).scope(*scope),
+    }
+}
+
+/// Wraps a send error of `node`'s, adding what helps fix it: the nodes there are.
+pub(crate) fn send_error(node: &Node, aim: &Aim, source: node::Error) -> Error {
+    let hint = match (&source, aim) {
+        (node::Error::NodeNotFound { .. }, _) => Some(format!(" ({})", known(node))),
+        (node::Error::NoNodesMatchFilter, Aim::Any(c, scope) | Aim::All(c, scope)) => {
+            let among = match scope {
+                Scope::Up => " among upstream nodes",
+                Scope::Down => " among downstream nodes",
+                Scope::Both => "",
+            };
+            let conditions = if c.0.is_empty() {
+                String::new()
+            } else {
+                format!(" {c}")
+            };
+            Some(format!("{conditions}{among} ({})", known(node)))
+        }
+        _ => None,
+    };
+    Error::Send { source, hint }
+}
+
+/// The joined peers with their options, for error messages.
+fn known(node: &Node) -> String {
+    let peers = node.peers().list();
+    if peers.is_empty() {
+        return "no node is connected".into();
+    }
+    let listed: Vec<String> = peers
+        .iter()
+        .map(|p| match p.options.is_empty() {
+            true => p.id.to_string(),
+            false => format!("{} {}", p.id, format_options(&p.options)),
+        })
+        .collect();
+    format!("connected: {}", listed.join("; "))
 }
 
 /// How long a short-lived command waits after closing its node before exiting, so libzmq
@@ -219,54 +326,14 @@ impl Session {
 
     /// The node API's target for an aim.
     fn target(&self, aim: &Aim) -> Target {
-        match aim {
-            // `aim` allows `Connected` only with exactly one address, and `open` joined it.
-            Aim::Connected => match self.connected.first() {
-                Some(peer) => Target::Id(peer.id.clone()),
-                None => Target::Id(NodeId::new("")),
-            },
-            Aim::Id(id) => Target::Id(NodeId::new(id)),
-            Aim::Any(conditions, scope) => Target::any(conditions.filter()).scope(*scope),
-            Aim::All(conditions, scope) => Target::all(conditions.filter()).scope(*scope),
-        }
+        // `aim` allows `Connected` only with exactly one address, and `open` joined it.
+        let connected = self.connected.first().map(|peer| &peer.id);
+        target(aim, connected)
     }
 
     /// Wraps a send error, adding what helps fix it: the nodes there are.
     fn send_error(&self, aim: &Aim, source: node::Error) -> Error {
-        let hint = match (&source, aim) {
-            (node::Error::NodeNotFound { .. }, _) => Some(format!(" ({})", self.known())),
-            (node::Error::NoNodesMatchFilter, Aim::Any(c, scope) | Aim::All(c, scope)) => {
-                let among = match scope {
-                    Scope::Up => " among upstream nodes",
-                    Scope::Down => " among downstream nodes",
-                    Scope::Both => "",
-                };
-                let conditions = if c.0.is_empty() {
-                    String::new()
-                } else {
-                    format!(" {c}")
-                };
-                Some(format!("{conditions}{among} ({})", self.known()))
-            }
-            _ => None,
-        };
-        Error::Send { source, hint }
-    }
-
-    /// The joined peers with their options, for error messages.
-    fn known(&self) -> String {
-        let peers = self.node.peers().list();
-        if peers.is_empty() {
-            return "no node is connected".into();
-        }
-        let listed: Vec<String> = peers
-            .iter()
-            .map(|p| match p.options.is_empty() {
-                true => p.id.to_string(),
-                false => format!("{} {}", p.id, format_options(&p.options)),
-            })
-            .collect();
-        format!("connected: {}", listed.join("; "))
+        send_error(&self.node, aim, source)
     }
 
     /// Closes the node gracefully: the remote side sees it leave as `stopped`.

@@ -20,7 +20,8 @@
 //! (`"pong"`), `delay` (waits the number of milliseconds it is given, then returns it) and
 //! `zeronode:peers` (see [`crate::peers`]); every tick is accepted (and counted). One
 //! handler streams its reply (`zeronode stream`): `count`, given `N`, sends the numbers 1 to
-//! N; given `{"n": N, "every_ms": MS}`, one every MS milliseconds.
+//! N; given `{"n": N, "every_ms": MS}`, one every MS milliseconds. A `--router` serves only
+//! `zeronode:peers` (it is there to forward; `--demo` adds the others).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -88,7 +89,12 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
     }
     let node = builder.build().await.map_err(Error::Build)?;
     let counters = Arc::new(Counters::default());
-    register_handlers(&node, &counters, args.verbose);
+    // A router is there to forward: answering `echo` or `count` itself would take calls
+    // meant for the nodes behind it.
+    if !args.router || args.demo {
+        register_demo_handlers(&node, &counters, args.verbose);
+    }
+    register_peers_handler(&node, &counters, args.verbose);
     // Subscribed before binding, so no join goes unlogged.
     let events = node.events();
     let result = serve(
@@ -227,8 +233,9 @@ impl Counters {
     }
 }
 
-/// Registers `echo`, `ping`, `delay`, `count`, `zeronode:peers` and the catch-all tick handler.
-fn register_handlers(node: &Node, counters: &Arc<Counters>, verbose: bool) {
+/// Registers the built-in handlers a mesh is tried with: `echo`, `ping`, `delay`, `count`
+/// and the catch-all tick handler.
+fn register_demo_handlers(node: &Node, counters: &Arc<Counters>, verbose: bool) {
     let c = Arc::clone(counters);
     // A service rather than `on_request`: the payload goes back untouched, whatever it is.
     node.on_request_service(
@@ -270,6 +277,16 @@ fn register_handlers(node: &Node, counters: &Arc<Counters>, verbose: bool) {
     });
 
     let c = Arc::clone(counters);
+    let every_event = Regex::new(".*").expect("a constant, valid regex");
+    node.on_tick(every_event, move |req: Request| {
+        c.tick(&req, verbose);
+        async {}
+    });
+}
+
+/// Registers `zeronode:peers` (what `zeronode peers` asks), on every node, routers too.
+fn register_peers_handler(node: &Node, counters: &Arc<Counters>, verbose: bool) {
+    let c = Arc::clone(counters);
     // This clone of the node lives in the node's own handler table (a cycle): `run` removes
     // the handler once the node is closed.
     let me = node.clone();
@@ -277,13 +294,6 @@ fn register_handlers(node: &Node, counters: &Arc<Counters>, verbose: bool) {
         c.request(&req, verbose);
         let rows: Vec<PeerRow> = me.peers().into_iter().map(PeerRow::from).collect();
         async move { Ok::<_, HandlerError>(rows) }
-    });
-
-    let c = Arc::clone(counters);
-    let every_event = Regex::new(".*").expect("a constant, valid regex");
-    node.on_tick(every_event, move |req: Request| {
-        c.tick(&req, verbose);
-        async {}
     });
 }
 

@@ -1,6 +1,9 @@
-//! `zeronode shell`: an interactive session on one short-lived node. Commands take the
-//! CLI's argument order (`request ID EVENT JSON`); replies print as one line of JSON;
-//! an error prints as `error: ...` and the session goes on. A line editor (rustyline)
+//! `zeronode shell`: an interactive session on one short-lived node. Calls take the
+//! CLI's targets and order (`request ID EVENT JSON`, `tick --all -f role=api EVENT`,
+//! `stream --any count 5`; `args::parse_line_call` reads them with the one-shot commands'
+//! flags); replies print as one line of JSON, a stream's items a line each as they come;
+//! an error prints as `error: ...` and the session goes on. Ctrl-C during a call stops
+//! that call (a stream is cancelled), not the session. A line editor (rustyline)
 //! keeps the history (in `$ZERONODE_HISTORY`, else `~/.zeronode_history`) and completes
 //! commands, node ids and event names (learnt from the nodes' descriptions).
 
@@ -9,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use node::{Node, NodeId, Reply, Target};
+use node::{Node, NodeId, Reply};
 use rustyline::completion::Completer;
 use rustyline::error::ReadlineError;
 use rustyline::highlight::Highlighter;
@@ -18,29 +21,34 @@ use rustyline::history::DefaultHistory;
 use rustyline::validate::Validator;
 use rustyline::{Context, Editor, Helper};
 
-use crate::args::{parse_data, ShellArgs};
+use crate::args::{parse_data, parse_line_call, split_word, Aim, LineCall, ShellArgs};
 use crate::error::{explain, one_line, Error};
 use crate::keys::Security;
 use crate::mesh;
 use crate::output::{complain, say};
 use crate::peers::format_options;
-use crate::send::Session;
+use crate::send::{self, send_error, Session};
 
 /// The commands, as completion offers them.
-const COMMANDS: [&str; 11] = [
-    "connect", "peers", "ls", "info", "request", "tick", "meta", "timeout", "help", "exit", "quit",
+const COMMANDS: [&str; 12] = [
+    "connect", "peers", "ls", "info", "request", "tick", "stream", "meta", "timeout", "help",
+    "exit", "quit",
 ];
 
 const HELP: &str = "\
-connect ADDR              join the node at ADDR
-peers                     the nodes this session is joined to
-ls                        every node reachable, one line each
-info [ID]                 a node's description (default: the first joined)
-request ID EVENT [JSON]   send a request, print the reply as JSON
-tick ID EVENT [JSON]      send a tick
-meta [KEY=VALUE|clear]    show, add or clear the metadata sent with each call
-timeout [MS]              show or set the request timeout
-exit                      leave (or Ctrl-D)";
+connect ADDR               join the node at ADDR
+peers                      the nodes this session is joined to
+ls                         every node reachable, one line each
+info [ID]                  a node's description (default: the first joined)
+request TO EVENT [JSON]    send a request, print the reply as JSON
+tick TO EVENT [JSON]       send a tick (to --all: to every match)
+stream TO EVENT [JSON]     print a streamed reply's items as they come (Ctrl-C stops it;
+                           to --all: from every match, each as {\"from\": ID, \"item\": ...})
+meta [KEY=VALUE|clear]     show, add or clear the metadata sent with each call
+timeout [MS]               show or set the timeout of each call (a whole stream)
+exit                       leave (or Ctrl-D)
+TO is a node's ID, or flags as `zeronode request` takes them: --to ID, --any (one match),
+--all (every match: tick, stream), -f KEY=VALUE (repeat it), --up, --down.";
 
 /// What completion offers besides the commands: node ids and event names seen so far.
 #[derive(Default)]
@@ -91,19 +99,55 @@ impl Completer for Complete {
         let before = &line[..pos];
         let start = before.rfind(char::is_whitespace).map_or(0, |i| i + 1);
         let word = &before[start..];
-        let index = before[..start].split_whitespace().count();
-        let command = before.split_whitespace().next().unwrap_or("");
+        let typed: Vec<&str> = before[..start].split_whitespace().collect();
         let words = self.words.lock().unwrap_or_else(|p| p.into_inner());
-        let pool: Vec<String> = match (index, command) {
-            (0, _) => COMMANDS.map(String::from).to_vec(),
-            (1, "request" | "tick" | "info") => words.ids.clone(),
-            (2, "request" | "tick") => words.events.clone(),
+        let pool: Vec<String> = match typed.split_first() {
+            None => COMMANDS.map(String::from).to_vec(),
+            Some((&"info", [])) => words.ids.clone(),
+            Some((&("request" | "tick" | "stream"), args)) => match call_slot(args) {
+                Some(Slot::Id) => words.ids.clone(),
+                Some(Slot::Event) => words.events.clone(),
+                None => Vec::new(),
+            },
             _ => Vec::new(),
         };
         Ok((
             start,
             pool.into_iter().filter(|w| w.starts_with(word)).collect(),
         ))
+    }
+}
+
+/// What the next word of a call is, for completion.
+#[derive(Debug, PartialEq, Eq)]
+enum Slot {
+    /// A node id (the first word, or `--to`'s value).
+    Id,
+    /// The event.
+    Event,
+}
+
+/// The slot of the word after `typed`, the words of a call after its command word (flags
+/// and their values skipped); `None` past the event or at a flag's value other than an id.
+fn call_slot(typed: &[&str]) -> Option<Slot> {
+    let mut words = typed.iter();
+    let mut targeted = false;
+    let mut positional = 0;
+    while let Some(word) = words.next() {
+        if word.starts_with('-') && *word != "-" {
+            targeted |= matches!(*word, "--any" | "--all") || word.starts_with("--to");
+            if crate::args::line_flag_takes_value(word) && words.next().is_none() {
+                // The word being completed is this flag's value.
+                return (*word == "--to").then_some(Slot::Id);
+            }
+        } else {
+            positional += 1;
+        }
+    }
+    match (targeted, positional) {
+        (false, 0) => Some(Slot::Id),
+        (true, 0) | (false, 1) => Some(Slot::Event),
+        _ => None,
     }
 }
 
@@ -174,7 +218,16 @@ pub(crate) async fn run(args: ShellArgs) -> Result<(), Error> {
         if matches!(line, "exit" | "quit") {
             break;
         }
-        if let Err(message) = shell.command(line).await {
+        // Ctrl-C while a command runs stops that command (dropped: a stream is cancelled),
+        // not the session.
+        let done = tokio::select! {
+            done = shell.command(line) => done,
+            () = interrupted() => {
+                say("(interrupted)");
+                Ok(())
+            }
+        };
+        if let Err(message) = done {
             complain(format_args!("error: {}", one_line(&message)));
         }
     }
@@ -199,11 +252,12 @@ fn history_file() -> Option<PathBuf> {
         })
 }
 
-/// The first word of `line` and the rest, trimmed.
-fn split(line: &str) -> (&str, &str) {
-    match line.split_once(char::is_whitespace) {
-        Some((word, rest)) => (word, rest.trim_start()),
-        None => (line, ""),
+/// Waits for Ctrl-C: what stops a call in the session. (Once a handler is installed,
+/// SIGINT no longer ends the process; the line editor reads Ctrl-C as a key anyway.)
+async fn interrupted() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        // No handler could be installed: nothing stops the call but its own bound.
+        std::future::pending::<()>().await;
     }
 }
 
@@ -223,9 +277,56 @@ impl Shell {
         }
     }
 
+    /// Sends one call typed in the session (`command` is `request`, `tick` or `stream`)
+    /// and prints its outcome; an error is the message to print.
+    async fn call(
+        &self,
+        command: &str,
+        line: &LineCall,
+        data: &serde_json::Value,
+    ) -> Result<(), String> {
+        let aim = &line.aim;
+        let failed = |source| send_error(&self.node, aim, source).to_string();
+        let mut call = self
+            .node
+            .call(send::target(aim, None), &line.event)
+            .timeout(self.timeout);
+        for (key, value) in &self.meta {
+            call = call.meta(key, value);
+        }
+        match (command, aim) {
+            ("tick", _) => {
+                let sent = call.tick(data).await.map_err(failed)?;
+                say(send::sent_line(aim, sent.nodes));
+            }
+            ("request", Aim::All(..)) => {
+                return Err("a request has one reply: --all is for tick and stream".into());
+            }
+            ("request", _) => {
+                let reply: Reply = call.send(data).await.map_err(failed)?;
+                let value: serde_json::Value = reply.decode().map_err(failed)?;
+                say(value);
+            }
+            ("stream", Aim::All(..)) => {
+                send::print_all_items(&self.node, aim, call, data)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            _ => {
+                let items = call.stream::<serde_json::Value>(data);
+                // Ctrl-C is `run`'s `select!`: dropping this future drops the stream, which
+                // cancels its handler.
+                send::print_items(&self.node, aim, &line.event, items)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
     /// Runs one command line; an error is the message to print.
     async fn command(&mut self, line: &str) -> Result<(), String> {
-        let (command, rest) = split(line);
+        let (command, rest) = split_word(line);
         match command {
             "help" => HELP.lines().for_each(say),
             "connect" => {
@@ -295,29 +396,11 @@ impl Shell {
                     .learn([&described]);
                 mesh::info_lines(&described).into_iter().for_each(say);
             }
-            "request" | "tick" => {
-                let (id, rest) = split(rest);
-                let (event, data) = split(rest);
-                if id.is_empty() || event.is_empty() {
-                    return Err(format!("usage: {command} ID EVENT [JSON]"));
-                }
-                let data =
-                    parse_data((!data.is_empty()).then_some(data)).map_err(|e| e.to_string())?;
-                let mut call = self
-                    .node
-                    .call(Target::Id(NodeId::new(id)), event)
-                    .timeout(self.timeout);
-                for (key, value) in &self.meta {
-                    call = call.meta(key, value);
-                }
-                if command == "tick" {
-                    call.tick(&data).await.map_err(|e| explain(&e))?;
-                    say("sent");
-                } else {
-                    let reply: Reply = call.send(&data).await.map_err(|e| explain(&e))?;
-                    let value: serde_json::Value = reply.decode().map_err(|e| explain(&e))?;
-                    say(value);
-                }
+            "request" | "tick" | "stream" => {
+                let usage = |e: String| format!("{e} (usage: {command} TO EVENT [JSON]; help)");
+                let line = parse_line_call(rest).map_err(usage)?;
+                let data = parse_data(line.data.as_deref()).map_err(|e| e.to_string())?;
+                self.call(command, &line, &data).await?;
             }
             "meta" => match rest {
                 "" => {
@@ -355,10 +438,22 @@ mod tests {
     #[test]
     fn a_line_splits_into_a_word_and_the_rest() {
         assert_eq!(
-            split("request w1 echo {\"a\": 1}"),
+            split_word("request w1 echo {\"a\": 1}"),
             ("request", "w1 echo {\"a\": 1}")
         );
-        assert_eq!(split("peers"), ("peers", ""));
+        assert_eq!(split_word("peers"), ("peers", ""));
+    }
+
+    #[test]
+    fn completion_knows_where_the_id_and_the_event_go() {
+        assert_eq!(call_slot(&[]), Some(Slot::Id));
+        assert_eq!(call_slot(&["w1"]), Some(Slot::Event));
+        assert_eq!(call_slot(&["w1", "echo"]), None);
+        assert_eq!(call_slot(&["--to"]), Some(Slot::Id));
+        assert_eq!(call_slot(&["--to", "w1"]), Some(Slot::Event));
+        assert_eq!(call_slot(&["--any", "-f"]), None);
+        assert_eq!(call_slot(&["--any", "-f", "role=api"]), Some(Slot::Event));
+        assert_eq!(call_slot(&["--all", "--up"]), Some(Slot::Event));
     }
 
     #[test]
@@ -375,5 +470,10 @@ mod tests {
         assert_eq!(at("request w"), (8, vec!["w1".to_owned(), "w2".to_owned()]));
         assert_eq!(at("request w1 e"), (11, vec!["echo".to_owned()]));
         assert_eq!(at("request w1 echo {"), (16, vec![]));
+        assert_eq!(
+            at("stream --to w"),
+            (12, vec!["w1".to_owned(), "w2".to_owned()])
+        );
+        assert_eq!(at("tick --all -f k=v p"), (18, vec!["ping".to_owned()]));
     }
 }

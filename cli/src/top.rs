@@ -290,7 +290,11 @@ struct Screen {
     rows: Vec<NodeRow>,
     sort_by: usize,
     reverse: bool,
+    /// The highlighted row's position, derived from `selected` whenever rows change.
     table: TableState,
+    /// The highlighted node, by id: rows re-sort at every refresh, and the highlight (and
+    /// what Enter opens) stays on the node the user chose, not on a position.
+    selected: Option<String>,
     /// The node whose events are shown, when drilled down.
     open: Option<String>,
     walk: Walk,
@@ -298,19 +302,56 @@ struct Screen {
 }
 
 impl Screen {
-    fn selected_id(&self) -> Option<String> {
-        self.table
-            .selected()
-            .and_then(|i| self.rows.get(i))
-            .map(|r| r.id.clone())
+    fn new() -> Screen {
+        Screen {
+            rows: Vec::new(),
+            sort_by: 1,
+            reverse: false,
+            table: TableState::default(),
+            selected: None,
+            open: None,
+            walk: Walk::default(),
+            rates: Rates::default(),
+        }
     }
 
+    /// Takes in a refresh's rows: sorted, the highlight on the same node.
+    fn refresh(&mut self, rows: Vec<NodeRow>) {
+        self.rows = rows;
+        self.resort();
+    }
+
+    /// Sorts the rows and puts the highlight on the selected node; a node that is gone
+    /// leaves it at the same position (the first row when nothing was selected).
     fn resort(&mut self) {
-        let keep = self.selected_id();
         sort(&mut self.rows, self.sort_by, self.reverse);
-        let at = keep.and_then(|id| self.rows.iter().position(|r| r.id == id));
-        self.table
-            .select(at.or((!self.rows.is_empty()).then_some(0)));
+        let found = self
+            .selected
+            .as_ref()
+            .and_then(|id| self.rows.iter().position(|r| &r.id == id));
+        let last = self.rows.len().checked_sub(1);
+        let at = found.or_else(|| Some(self.table.selected().unwrap_or(0).min(last?)));
+        self.select(at);
+    }
+
+    /// Highlights the row at `at` (none when there are no rows) and remembers its node.
+    fn select(&mut self, at: Option<usize>) {
+        self.table.select(at);
+        self.selected = at.and_then(|i| self.rows.get(i)).map(|r| r.id.clone());
+    }
+
+    /// Moves the highlight one row down (`down`) or up, within the rows.
+    fn step(&mut self, down: bool) {
+        let Some(last) = self.rows.len().checked_sub(1) else {
+            return;
+        };
+        let now = self.table.selected().unwrap_or(0);
+        let next = if down {
+            (now + 1).min(last)
+        } else {
+            now.saturating_sub(1)
+        };
+        self.select(Some(next));
     }
 
     /// Handles a key; `false` to quit.
@@ -327,10 +368,10 @@ impl Screen {
             }
             KeyCode::Esc => return false,
             KeyCode::Enter | KeyCode::Right if self.open.is_none() => {
-                self.open = self.selected_id()
+                self.open = self.selected.clone()
             }
-            KeyCode::Down | KeyCode::Char('j') => self.table.select_next(),
-            KeyCode::Up | KeyCode::Char('k') => self.table.select_previous(),
+            KeyCode::Down | KeyCode::Char('j') => self.step(true),
+            KeyCode::Up | KeyCode::Char('k') => self.step(false),
             KeyCode::Char('s') | KeyCode::Tab => {
                 self.sort_by = (self.sort_by + 1) % COLUMNS.len();
                 self.resort();
@@ -440,15 +481,7 @@ async fn full_screen(
             }
         }
     });
-    let mut screen = Screen {
-        rows: Vec::new(),
-        sort_by: 1,
-        reverse: false,
-        table: TableState::default(),
-        open: None,
-        walk: Walk::default(),
-        rates: Rates::default(),
-    };
+    let mut screen = Screen::new();
     let mut refreshed = 0u64;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(Error::Start)?;
@@ -464,9 +497,9 @@ async fn full_screen(
                 let walk = walks.borrow_and_update().clone();
                 if let Some(at) = walk.at {
                     screen.rates.update(&walk.found, at);
-                    screen.rows = screen.rates.rows(&walk.found, me);
+                    let rows = screen.rates.rows(&walk.found, me);
                     screen.walk = walk;
-                    screen.resort();
+                    screen.refresh(rows);
                     refreshed += 1;
                     if count.is_some_and(|n| refreshed > n) {
                         return Ok(());
@@ -498,6 +531,51 @@ mod tests {
             req_s,
             ..NodeRow::default()
         }
+    }
+
+    fn key(screen: &mut Screen, code: KeyCode) {
+        assert!(screen.key(KeyEvent::new(code, KeyModifiers::NONE)));
+    }
+
+    fn order(screen: &Screen) -> Vec<&str> {
+        screen.rows.iter().map(|r| r.id.as_str()).collect()
+    }
+
+    /// Rows re-sort at every refresh: the highlight, and what Enter opens, stay on the
+    /// node chosen, wherever its row goes.
+    #[test]
+    fn the_highlight_follows_the_node_when_rows_re_sort() {
+        let mut screen = Screen::new();
+        screen.refresh(vec![row("a", 1.0), row("b", 5.0), row("c", 3.0)]);
+        assert_eq!(order(&screen), ["b", "c", "a"]);
+        assert_eq!(screen.selected.as_deref(), Some("b"));
+        key(&mut screen, KeyCode::Down);
+        assert_eq!(screen.selected.as_deref(), Some("c"));
+
+        // c becomes the busiest: its row moves to the top, the highlight with it.
+        screen.refresh(vec![row("a", 1.0), row("b", 5.0), row("c", 9.0)]);
+        assert_eq!(order(&screen), ["c", "b", "a"]);
+        assert_eq!(screen.table.selected(), Some(0));
+        key(&mut screen, KeyCode::Enter);
+        assert_eq!(screen.open.as_deref(), Some("c"));
+        key(&mut screen, KeyCode::Esc);
+
+        // Sorting by another column keeps it too; the highlight stops at the last row.
+        key(&mut screen, KeyCode::Char('r'));
+        assert_eq!(order(&screen), ["a", "b", "c"]);
+        assert_eq!(screen.table.selected(), Some(2));
+        key(&mut screen, KeyCode::Down);
+        assert_eq!(screen.selected.as_deref(), Some("c"));
+
+        // The node gone: the highlight stays where it was (within the rows), on the row
+        // there now.
+        screen.refresh(vec![row("a", 1.0), row("b", 5.0)]);
+        assert_eq!(screen.selected.as_deref(), Some("b"));
+        screen.refresh(Vec::new());
+        assert_eq!(
+            (screen.selected.as_deref(), screen.table.selected()),
+            (None, None)
+        );
     }
 
     #[test]

@@ -441,6 +441,47 @@ fn a_router_node_forwards_to_nodes_the_caller_is_not_joined_to() {
     assert_eq!(run.ok().trim(), "[1,2]");
 }
 
+/// A router is there to forward: it answers none of the built-in handlers itself (the
+/// nodes behind it do), unless `--demo` asks for them; `zeronode peers` still works on it.
+#[test]
+fn a_router_node_serves_the_built_in_handlers_only_with_demo() {
+    let router = server(&["--router"]);
+    let run = zeronode(&["request", "--connect", &router.address, "ping"]);
+    let line = run.failed();
+    assert!(line.contains("ping"), "{line}");
+    let run = zeronode(&["stream", "--connect", &router.address, "count", "2"]);
+    assert!(run.failed().contains("count"), "{run:?}");
+    let run = zeronode(&["peers", "--connect", &router.address]);
+    assert!(run.ok().starts_with("ID"), "{run:?}");
+    drop(router);
+
+    let mut demo = NodeProcess::start(&[
+        "--id",
+        "demo",
+        "--router",
+        "--demo",
+        "--bind",
+        "tcp://127.0.0.1:0",
+    ]);
+    assert_eq!(demo.next_line(), "node demo ready");
+    let run = zeronode(&["request", "--connect", &demo.address, "ping"]);
+    assert_eq!(run.ok(), "\"pong\"");
+    let run = zeronode(&["stream", "--connect", &demo.address, "count", "2"]);
+    assert_eq!(run.ok(), "1\n2");
+
+    // --demo is a router's option; the help says so.
+    let run = zeronode(&["node", "--demo"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(run.failed().contains("--router"), "{run:?}");
+    let help = zeronode(&["node", "--help"]);
+    let help = help.ok();
+    assert!(help.contains("--demo"), "{help}");
+    assert!(
+        help.contains("serves none of the built-in handlers"),
+        "{help}"
+    );
+}
+
 /// SIGTERM with 20 requests in flight on a slow handler: the node waits for them (within
 /// `--grace`), and every caller gets its reply, none "left before answering".
 #[test]

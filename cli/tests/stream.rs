@@ -199,6 +199,169 @@ fn a_bad_window_is_refused_before_connecting() {
     assert_eq!(run.status.code(), Some(2));
 }
 
+/// Every item of every match, tagged with the node it came from: items of each node in
+/// order, lines from both mixed as they arrive.
+fn by_node(stdout: &str) -> std::collections::BTreeMap<String, Vec<u64>> {
+    let mut by_node = std::collections::BTreeMap::<String, Vec<u64>>::new();
+    for line in stdout.lines() {
+        let line: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        let from = line["from"].as_str().unwrap_or_else(|| panic!("{line}"));
+        let item = line["item"].as_u64().unwrap_or_else(|| panic!("{line}"));
+        by_node.entry(from.to_owned()).or_default().push(item);
+    }
+    by_node
+}
+
+/// `--all`: a stream from every match, here and through a router, each item printed with
+/// the id of its node; a node that fails mid-stream (w2, killed) ends alone, and the
+/// command fails naming it once the others ended. Every process on `engine`.
+fn a_stream_from_every_match_prints_each_item_with_its_node(engine: &str) {
+    let on = ["--engine", engine];
+    let mut hub = NodeProcess::start(&[
+        "--id",
+        "hub",
+        "--router",
+        "--bind",
+        "tcp://127.0.0.1:0",
+        "--engine",
+        engine,
+    ]);
+    assert_eq!(hub.next_line(), "node hub ready");
+    let mut w1 = NodeProcess::start(&[
+        "--id",
+        "w1",
+        "--connect",
+        &hub.address,
+        "-o",
+        "role=worker",
+        "--engine",
+        engine,
+    ]);
+    w1.wait_for("w1 ready", |l| l == "node w1 ready");
+    let mut w2 = NodeProcess::start(&[
+        "--engine",
+        engine,
+        "--id",
+        "w2",
+        "--bind",
+        "tcp://127.0.0.1:0",
+        "--connect",
+        &hub.address,
+        "-o",
+        "role=worker",
+    ]);
+    w2.wait_for("w2 ready", |l| l == "node w2 ready");
+    hub.wait_for("w1 joining", |l| l.starts_with("peer joined w1"));
+    hub.wait_for("w2 joining", |l| l.starts_with("peer joined w2"));
+
+    // Joined to the hub (w1 behind it) and to w2 directly.
+    let (hub_address, w2_address) = (hub.address.clone(), w2.address.clone());
+    let stream = |extra: &[&str]| {
+        let mut args = vec![
+            "stream",
+            "--connect",
+            &hub_address,
+            "--connect",
+            &w2_address,
+        ];
+        args.extend_from_slice(&on);
+        args.extend_from_slice(extra);
+        zeronode(&args)
+    };
+    let run = stream(&["--all", "-f", "role=worker", "count", "3"]);
+    let got = by_node(run.ok());
+    assert_eq!(got.len(), 2, "{run:?}");
+    assert_eq!(got["w1"], [1, 2, 3], "{run:?}");
+    assert_eq!(got["w2"], [1, 2, 3], "{run:?}");
+
+    // w2 killed mid-stream: its stream ends with the error naming it, w1's goes on to the
+    // end, and the command fails once w1's ended. 40 items 25 ms apart: a second each.
+    let mut child = Command::new(BIN)
+        .args([
+            "stream",
+            "--connect",
+            &hub_address,
+            "--connect",
+            &w2_address,
+        ])
+        .args(on)
+        .args([
+            "--all",
+            "-f",
+            "role=worker",
+            "count",
+            r#"{"n":40,"every_ms":25}"#,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("zeronode starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let mut printed = String::new();
+    let mut from_w2 = 0;
+    while from_w2 < 5 {
+        let line = lines.next().expect("a line").expect("text");
+        from_w2 += usize::from(line.contains(r#""from":"w2""#));
+        printed.push_str(&line);
+        printed.push('\n');
+    }
+    w2.signal("KILL");
+    for line in lines.map_while(Result::ok) {
+        printed.push_str(&line);
+        printed.push('\n');
+    }
+    let output = child.wait_with_output().expect("it ends");
+    let run = support::Run {
+        status: output.status,
+        stdout: printed,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    let got = by_node(&run.stdout);
+    assert_eq!(got["w1"], (1..=40).collect::<Vec<u64>>(), "{run:?}");
+    assert!(got["w2"].len() < 40, "{run:?}");
+    let line = run.failed();
+    assert!(line.contains("the stream from w2"), "{line}");
+
+    // Nothing matching anywhere is one error, before anything is sent.
+    let to_hub = |extra: &[&str]| {
+        let mut args = vec!["stream", "--connect", &hub_address];
+        args.extend_from_slice(&on);
+        args.extend_from_slice(extra);
+        zeronode(&args)
+    };
+    let run = to_hub(&["--all", "-f", "role=nobody", "count", "2"]);
+    assert!(run.failed().contains("role=nobody"), "{run:?}");
+    // Each node's stream has the library's window and no idle bound of the command's.
+    let run = to_hub(&["--all", "--window", "8", "count", "2"]);
+    assert_eq!(run.status.code(), Some(2), "{run:?}");
+    assert!(run.failed().contains("--window"), "{run:?}");
+}
+
+#[test]
+fn a_stream_from_every_match_prints_each_item_with_its_node_native() {
+    a_stream_from_every_match_prints_each_item_with_its_node("native");
+}
+
+#[test]
+fn a_stream_from_every_match_prints_each_item_with_its_node_libzmq() {
+    a_stream_from_every_match_prints_each_item_with_its_node("libzmq");
+}
+
+/// `--window` defaults to the library's window, the figure the documents state
+/// (node/tests/docs.rs holds those to the same constant).
+#[test]
+fn the_window_defaults_to_the_library_s() {
+    let help = zeronode(&["stream", "--help"]);
+    let help = help.ok();
+    let window = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("--window <N>"))
+        .unwrap_or_else(|| panic!("no --window in the help: {help}"));
+    let default = format!("[default: {}]", node::DEFAULT_WINDOW);
+    assert!(window.ends_with(&default), "{window}");
+}
+
 /// Three processes on each engine: a router, a worker joined to it, and the command joined
 /// to the router only. The stream is relayed item by item through the router.
 #[test]

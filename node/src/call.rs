@@ -322,6 +322,34 @@ impl<'a, Mode> Call<'a, Mode> {
         self
     }
 
+    /// The node the call is made from.
+    pub(crate) fn node(&self) -> &'a Node {
+        self.node
+    }
+
+    /// The call's target.
+    pub(crate) fn target(&self) -> &Target {
+        &self.to
+    }
+
+    /// The same call (event, metadata, timeout, deadline) to another target: one source of
+    /// a stream from every match (`find.rs`).
+    pub(crate) fn to_one(&self, to: Target) -> Call<'a, Mode> {
+        Call {
+            node: self.node,
+            to,
+            event: self.event,
+            meta: self.meta.clone(),
+            invalid: self.invalid.clone(),
+            timeout: self.timeout,
+            deadline: self.deadline,
+            inherit: self.inherit,
+            groups: None,
+            min_replies: None,
+            mode: PhantomData,
+        }
+    }
+
     /// The request, sent as prepared; the answer as it came.
     fn request(self, payload: Bytes) -> impl Future<Output = Result<Answer>> + 'a {
         // Prepared before the future: the future holds what the send needs, not the

@@ -129,6 +129,22 @@ impl Code {
         )
     }
 
+    /// Whether the code refuses the request rather than reports a failure of it: the caller
+    /// was refused for who it is ([`is_denied`](Self::is_denied)) or over its quota
+    /// ([`ResourceExhausted`](Code::ResourceExhausted)). Metrics, hooks and a node's
+    /// description count such replies as `refused`, not `error`, whether the handler or a
+    /// middleware in front of it made them.
+    ///
+    /// ```
+    /// use node::Code;
+    /// assert!(Code::Unauthenticated.is_refusal());
+    /// assert!(Code::ResourceExhausted.is_refusal());
+    /// assert!(!Code::NotFound.is_refusal());
+    /// ```
+    pub fn is_refusal(&self) -> bool {
+        self.is_denied() || *self == Code::ResourceExhausted
+    }
+
     /// Whether the caller was refused for who it is: [`Unauthenticated`](Code::Unauthenticated)
     /// or [`PermissionDenied`](Code::PermissionDenied).
     pub fn is_denied(&self) -> bool {

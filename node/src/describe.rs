@@ -34,8 +34,8 @@ use crate::observe::Outcome;
 use crate::options::Options;
 use crate::peer::{Direction, NodeId};
 
-/// The system request a node answers with its [`Description`].
-pub(crate) const DESCRIBE: &str = "_system:describe";
+/// The description's system request (`crate::system::describe`).
+pub(crate) use crate::system::describe::EVENT as DESCRIBE;
 
 /// The most distinct event names with a slot of their own; later ones share `_other`
 /// (event names are chosen by peers: a pattern handler matches names without bound).
@@ -172,7 +172,7 @@ pub struct Description {
 }
 
 /// One joined peer, as a [`Description`] lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct PeerSummary {
     /// Its id.
@@ -188,6 +188,9 @@ pub struct PeerSummary {
     /// Whether it said it is stopping.
     #[serde(default)]
     pub draining: bool,
+    /// Its options, as it advertised them (empty from a node of an older version).
+    #[serde(default)]
+    pub options: Options,
 }
 
 /// A node's limits (see [`Config`](crate::Config)).

@@ -1,42 +1,43 @@
 //! What a node does with each message its sockets receive: the dispatchers the protocol
 //! calls. They run on a driver (for a native server socket each connection's own, so two
 //! peers' messages may be dispatched at once on two threads; else the socket's) and never
-//! wait: a system message (handshake, heartbeat, options, goodbye) is handled there; a
-//! user request or tick is checked (joined? a handler? closing?), its deadline computed
-//! and its handler found, once, and handed to the handler runtime (`runtime.rs`).
+//! wait. A system message is decoded once here ([`System`]) and its effect, in its own file
+//! under `system/`, runs here (a forward, which waits on its next hop, goes to the handler
+//! runtime); a user request or tick is checked (joined? a handler? closing?), its deadline
+//! computed and its handler found, once, and handed to the handler runtime (`runtime.rs`).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use bytes::Bytes;
-use protocol::{Answer, Client, Incoming, Meta, RemoteError, Responder, Server};
+use protocol::{Client, Incoming, Meta, RemoteError, Responder, Server};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use transport::Key;
 
 use crate::codes::system::{BAD_METADATA, NOT_JOINED, NO_HANDLER, SHUTTING_DOWN};
 use crate::context::deadline_of;
-use crate::describe::DESCRIBE;
-use crate::events::{ErrorSource, LeaveReason, NodeEvent};
-use crate::forward::FORWARD;
-use crate::handshake::{BYE, DRAINING, HANDSHAKE, HEARTBEAT, OPTIONS, REJOIN};
+use crate::events::ErrorSource;
 use crate::inner::Inner;
-use crate::join::handshake_downstream;
-use crate::link::Link;
-use crate::options::Options;
 use crate::peer::{Direction, NodeId, PeerInfo, PeerWork};
 use crate::runtime::Received;
+use crate::system::{self, System};
 
 impl Inner {
-    /// A user request from a joined peer: refused at once when closing or when nothing
-    /// handles it, else run as a task.
+    /// A request from a joined peer (`system`: the system message it is, decoded once):
+    /// a system request's effect here; a user request (or a forward) refused at once when
+    /// closing or when nothing handles it, else run as a task.
     fn dispatch_request(
         self: &Arc<Self>,
         (from, peer): (NodeId, Arc<PeerWork>),
+        (direction, system): (Direction, Option<System>),
         incoming: Incoming,
         responder: Responder,
         arrived: Instant,
     ) {
+        if system == Some(System::Draining) {
+            responder.answer(system::draining::answer(self, &from, direction));
+            return;
+        }
         if self.life.is_closing() {
             responder.answer(Err(RemoteError::system_error(
                 SHUTTING_DOWN,
@@ -44,8 +45,8 @@ impl Inner {
             )));
             return;
         }
-        if incoming.event() == DESCRIBE {
-            responder.answer(self.answer_describe(&incoming));
+        if system == Some(System::Describe) {
+            responder.answer(system::describe::answer(self, &incoming));
             return;
         }
         // Most requests carry the budget alone: no section to check or to keep.
@@ -69,7 +70,7 @@ impl Inner {
             meta,
             arrived,
         };
-        let first = if incoming.event() == FORWARD {
+        let first = if system == Some(System::Forward) {
             None
         } else {
             let Some(first) = self.handlers.first(incoming.event(), false) else {
@@ -94,7 +95,9 @@ impl Inner {
     ) {
         if incoming.envelope().is_system() {
             self.system_tick(&from, direction, &incoming);
-        } else if self.life.is_closing() {
+            return;
+        }
+        if self.life.is_closing() {
         } else if let Some(first) = self.handlers.first(incoming.event(), true) {
             match incoming.meta(&self.config.max_metadata) {
                 Ok(meta) => self
@@ -126,44 +129,18 @@ impl Inner {
         );
     }
 
-    /// A system tick from a joined peer (heartbeat, options, bye, rejoin). Runs on the
-    /// socket's driver: nothing here waits.
+    /// A system tick from a joined peer (heartbeat, options, bye, rejoin), decoded once.
+    /// Runs on the socket's driver: nothing here waits.
     fn system_tick(&self, from: &NodeId, direction: Direction, incoming: &Incoming) {
-        match incoming.event() {
-            HEARTBEAT => {}
-            OPTIONS => match incoming.decode::<Options>() {
-                Ok(options) => {
-                    self.state
-                        .lock()
-                        .registry
-                        .set_options(from, direction, options.clone());
-                    self.observers.emit(NodeEvent::PeerOptionsChanged {
-                        id: from.clone(),
-                        options,
-                    });
-                }
-                Err(e) => self
-                    .observers
-                    .report(ErrorSource::Peer, format!("bad options from {from}: {e}")),
-            },
-            BYE => self.peer_left(from, direction, LeaveReason::Stopped),
-            // The peer forgot us (it declared us dead, or restarted): our supervisor
-            // handshakes again; the peer counts as left only if that fails (a rejoin request
-            // that crossed our own new handshake changes nothing).
-            REJOIN if direction == Direction::Upstream => {
-                if let Some(Link::Up { left, .. }) = self
-                    .state
-                    .lock()
-                    .registry
-                    .get_link(from, Direction::Upstream)
-                    .map(|link| &**link)
-                {
-                    left.ask_rejoin();
-                }
-            }
-            other => self.observers.report(
+        match System::tick(incoming.event()) {
+            // Its arrival was the sign of life.
+            Some(System::Heartbeat) => {}
+            Some(System::Options) => system::options::apply(self, from, direction, incoming),
+            Some(System::Bye) => system::bye::apply(self, from, direction),
+            Some(System::Rejoin) => system::rejoin::apply(self, from, direction),
+            _ => self.observers.report(
                 ErrorSource::Peer,
-                format!("unknown system event {other:?} from {from}"),
+                format!("unknown system event {:?} from {from}", incoming.event()),
             ),
         }
     }
@@ -204,19 +181,9 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
                 responder.answer(Err(RemoteError::system_error(SHUTTING_DOWN, "node closed")));
                 return;
             };
-            if incoming.event() == HANDSHAKE {
-                // A closing node takes no new peers (they would join and be dropped at once).
-                let bound = inner.links.server.lock().clone();
-                let answer = match bound {
-                    Some(server) if !inner.life.is_stopping() => {
-                        handshake_downstream(&inner, &server, &incoming)
-                    }
-                    _ => Err(RemoteError::system_error(
-                        SHUTTING_DOWN,
-                        "the node is closing",
-                    )),
-                };
-                responder.answer(answer);
+            let system = System::request(incoming.event());
+            if system == Some(System::Handshake) {
+                responder.answer(system::handshake::answer(&inner, &incoming));
                 return;
             }
             // Identity is bound to the connection: no handshake, no service.
@@ -230,12 +197,8 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
                 responder.answer(Err(not_joined()));
                 return;
             };
-            if incoming.event() == DRAINING {
-                inner.peer_draining(&from.0, Direction::Downstream);
-                responder.answer(Ok(Answer::from(Bytes::new())));
-                return;
-            }
-            inner.dispatch_request(from, incoming, responder, now);
+            let how = (Direction::Downstream, system);
+            inner.dispatch_request(from, how, incoming, responder, now);
         },
     )));
     let weak = Arc::downgrade(inner);
@@ -246,20 +209,8 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
             .lock()
             .downstream(&incoming.from, Instant::now().into_std());
         let Some(from) = found else {
-            if incoming.event() == HEARTBEAT {
-                // A peer that still believes it is joined: tell it to handshake again
-                // (without waiting on its queue: the driver never waits).
-                inner
-                    .observers
-                    .unjoined
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if let Some(server) = inner.links.server.lock().clone() {
-                    tokio::spawn(async move {
-                        let _ = server
-                            .try_system_tick(&incoming.from, REJOIN, Bytes::new())
-                            .await;
-                    });
-                }
+            if System::tick(incoming.event()) == Some(System::Heartbeat) {
+                system::heartbeat::from_unjoined(&inner, incoming);
             } else {
                 inner.unjoined("tick", &incoming);
             }
@@ -306,12 +257,8 @@ pub(crate) fn install_upstream(
                 responder.answer(Err(not_joined()));
                 return;
             };
-            if incoming.event() == DRAINING {
-                inner.peer_draining(&from, Direction::Upstream);
-                responder.answer(Ok(Answer::from(Bytes::new())));
-                return;
-            }
-            inner.dispatch_request((from, work), incoming, responder, now);
+            let how = (Direction::Upstream, System::request(incoming.event()));
+            inner.dispatch_request((from, work), how, incoming, responder, now);
         },
     )));
     client.on_any_tick(Some(Arc::new(move |incoming: Incoming| {

@@ -8,7 +8,14 @@ use crate::codes::system::{
     BAD_METADATA, BUSY, CANCELLED, DEADLINE_EXCEEDED, PANICKED, PAYLOAD_TOO_LARGE, SHUTTING_DOWN,
     TOO_MANY_STREAMS,
 };
-use crate::codes::Code;
+use crate::codes::{route, Code};
+
+/// `" (at ROUTER)"` for an error a router reported, nothing for one seen here.
+fn via(hop: &Option<String>) -> String {
+    hop.as_deref()
+        .map(|hop| format!(" (at router {hop:?})"))
+        .unwrap_or_default()
+}
 
 /// A stable code for each error a caller may branch on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,6 +55,8 @@ pub enum ErrorCode {
     InvalidTarget,
     /// A forwarded message looped between routers or ran out of hops.
     RouteLoop,
+    /// A router could not pass the message on to its next hop.
+    HopFailed,
     /// An event name is reserved or malformed.
     InvalidEvent,
     /// A payload could not be encoded or decoded.
@@ -98,6 +107,7 @@ impl ErrorCode {
             ErrorCode::InvalidFilter => "INVALID_FILTER",
             ErrorCode::InvalidTarget => "INVALID_TARGET",
             ErrorCode::RouteLoop => "ROUTE_LOOP",
+            ErrorCode::HopFailed => "HOP_FAILED",
             ErrorCode::InvalidEvent => "INVALID_EVENT",
             ErrorCode::Serialization => "SERIALIZATION",
             ErrorCode::Address => "ADDRESS",
@@ -183,11 +193,35 @@ pub enum Error {
         event: String,
     },
     /// The peer left while the request was pending (the request fails at once instead of
-    /// waiting for its timeout).
-    #[error("peer {id:?} left")]
+    /// waiting for its timeout). Through routers, `peer` is still the node that left (the
+    /// router names it, as data) and `hop` the router that saw it go.
+    ///
+    /// ```
+    /// # fn f(err: node::Error) {
+    /// if let node::Error::PeerLeft { peer, hop } = &err {
+    ///     eprintln!("{peer} left before answering (seen by {})", hop.as_deref().unwrap_or("us"));
+    /// }
+    /// # }
+    /// ```
+    #[error("peer {peer:?} left{}", via(hop))]
     PeerLeft {
-        /// The peer.
-        id: String,
+        /// The node that left: the id asked for, the node a filter picked, or the worker
+        /// behind the routers. Empty only when a router of an older version did not say.
+        peer: String,
+        /// The router that saw it leave; `None` when this node saw it itself.
+        hop: Option<String>,
+    },
+    /// A router could not complete its hop for a reason other than the node leaving (its
+    /// connection to the next hop failed in another way). The message may have arrived:
+    /// sending again is not retry-safe.
+    #[error("the hop to {} failed{}: {message}", peer.as_deref().unwrap_or("the next node"), via(hop))]
+    HopFailed {
+        /// The router that failed to pass the message on (`None` from an older router).
+        hop: Option<String>,
+        /// The node it was passing the message to, when it had picked one.
+        peer: Option<String>,
+        /// What the router said (for people).
+        message: String,
     },
     /// No connection to send on.
     #[error("not connected")]
@@ -248,10 +282,12 @@ pub enum Error {
         reason: &'static str,
     },
     /// A forwarded message came back to a router it had visited, or ran out of hops.
-    #[error("route loop: {reason}")]
+    #[error("route loop{}: {reason}", via(hop))]
     RouteLoop {
-        /// What the router said.
+        /// What the router said (for people).
         reason: String,
+        /// The router that refused it (`None` from an older router).
+        hop: Option<String>,
     },
     /// A filter holding a Rust predicate cannot be sent to another node.
     #[error("a predicate filter cannot travel to another node")]
@@ -372,6 +408,7 @@ impl Error {
             Error::TooManyStreams { .. } => ErrorCode::TooManyStreams,
             Error::Metadata(_) | Error::MetadataRefused { .. } => ErrorCode::Metadata,
             Error::RouteLoop { .. } => ErrorCode::RouteLoop,
+            Error::HopFailed { .. } => ErrorCode::HopFailed,
             Error::Protocol(e) => match e.code() {
                 protocol::ErrorCode::ReservedEvent | protocol::ErrorCode::InvalidEvent => {
                     ErrorCode::InvalidEvent
@@ -464,10 +501,44 @@ impl From<protocol::Error> for Error {
 
 impl Error {
     /// The caller's error for an error reply: a handler's own error (whatever its code) is
-    /// [`Error::Handler`]; the framework's codes have typed variants.
+    /// [`Error::Handler`]; the framework's codes have typed variants, their fields read from
+    /// the reply's fields (never from its message, except where a router of an older version
+    /// put the id it could not reach there: `NOT_FOUND`).
     pub(crate) fn from_remote(remote: protocol::RemoteError) -> Error {
         if remote.system {
-            match (remote.code.as_str(), remote.limit.as_deref().copied()) {
+            let hop = remote.hop().map(str::to_owned);
+            match remote.code.as_str() {
+                route::PEER_LEFT => {
+                    return Error::PeerLeft {
+                        peer: remote.peer().unwrap_or_default().to_owned(),
+                        hop,
+                    }
+                }
+                route::HOP_FAILED => {
+                    return Error::HopFailed {
+                        peer: remote.peer().map(str::to_owned),
+                        hop,
+                        message: remote.message,
+                    }
+                }
+                route::LOOP => {
+                    return Error::RouteLoop {
+                        reason: remote.message,
+                        hop,
+                    }
+                }
+                route::NO_MATCH => return Error::NoNodesMatchFilter,
+                route::NOT_FOUND => {
+                    return Error::NodeNotFound {
+                        id: match remote.peer() {
+                            Some(peer) => peer.to_owned(),
+                            None => remote.message,
+                        },
+                    }
+                }
+                _ => {}
+            }
+            match (remote.code.as_str(), remote.limit().copied()) {
                 (BUSY, limit) => {
                     let bound = match limit {
                         Some(Limit::Handlers { max, per_peer }) => Some(HandlerBound {
@@ -597,6 +668,49 @@ mod tests {
     }
 
     #[test]
+    fn a_routers_errors_are_read_from_their_fields() {
+        let left = Error::from_remote(
+            RemoteError::system_error("PEER_LEFT", "words nobody parses")
+                .with_peer("w1")
+                .with_hop("r2"),
+        );
+        assert!(
+            matches!(&left, Error::PeerLeft { peer, hop: Some(hop) } if peer == "w1" && hop == "r2"),
+            "{left:?}"
+        );
+        let failed = Error::from_remote(
+            RemoteError::system_error("HOP_FAILED", "the socket broke")
+                .with_peer("w1")
+                .with_hop("r2"),
+        );
+        assert!(
+            matches!(&failed, Error::HopFailed { peer: Some(p), hop: Some(h), .. } if p == "w1" && h == "r2"),
+            "{failed:?}"
+        );
+        assert_eq!(failed.code(), ErrorCode::HopFailed);
+        let missing = Error::from_remote(
+            RemoteError::system_error("NOT_FOUND", "ghost")
+                .with_peer("ghost")
+                .with_hop("r1"),
+        );
+        assert!(matches!(&missing, Error::NodeNotFound { id } if id == "ghost"));
+        // An older router: the id only in the message (NOT_FOUND), nobody named (PEER_LEFT).
+        let older = Error::from_remote(RemoteError::system_error("NOT_FOUND", "ghost"));
+        assert!(matches!(&older, Error::NodeNotFound { id } if id == "ghost"));
+        let older = Error::from_remote(RemoteError::system_error(
+            "PEER_LEFT",
+            "the node left before answering",
+        ));
+        assert!(
+            matches!(&older, Error::PeerLeft { peer, hop: None } if peer.is_empty()),
+            "{older:?}"
+        );
+        // A handler's own PEER_LEFT is the handler's.
+        let own = Error::from_remote(RemoteError::new("PEER_LEFT", "mine").with_peer("x"));
+        assert!(matches!(own, Error::Handler { .. }));
+    }
+
+    #[test]
     fn every_code_has_a_distinct_name() {
         let codes = [
             ErrorCode::NodeNotFound,
@@ -616,6 +730,7 @@ mod tests {
             ErrorCode::InvalidFilter,
             ErrorCode::InvalidTarget,
             ErrorCode::RouteLoop,
+            ErrorCode::HopFailed,
             ErrorCode::InvalidEvent,
             ErrorCode::Serialization,
             ErrorCode::Address,

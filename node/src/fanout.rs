@@ -11,7 +11,7 @@
 //! groups served so far (`Forward::skip`, `Forward::served`); a router does the same on its
 //! side. So a node joined to two routers is asked once, and a group with members on both
 //! sides is served once. Gathers and group ticks carry an id routers remember, as
-//! `tick_all` does, so a cyclic mesh of routers delivers once.
+//! a tick to all matches does, so a cyclic mesh of routers delivers once.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -228,7 +228,7 @@ impl Relay<'_> {
                 .system_request(FORWARD, meta.as_bytes(), payload.clone(), left)
                 .await;
             drop(router);
-            self.passed(&id, sent.is_ok());
+            self.passed(&id, &sent);
             let Ok(reply) = sent else {
                 // That router reached nobody we can count on; the others may.
                 continue;
@@ -286,7 +286,7 @@ impl Relay<'_> {
                                 meta: reply.metadata().clone(),
                                 payload: reply.into_payload(),
                             },
-                            Err(e) => Outcome::Failed(crate::routing::hop_error(e)),
+                            Err(e) => Outcome::Failed(self.hop_failed(&peer.id, e)),
                         };
                         Entry {
                             id: peer.id.clone(),
@@ -297,7 +297,11 @@ impl Relay<'_> {
                 });
                 fanned.entries = futures::future::join_all(asks).await;
                 for entry in &fanned.entries {
-                    self.passed(&entry.id, matches!(entry.outcome, Outcome::Reply { .. }));
+                    let reached = match &entry.outcome {
+                        Outcome::Reply { .. } => true,
+                        Outcome::Failed(remote) => crate::routing::answered_there(remote),
+                    };
+                    self.passed_to(&entry.id, reached);
                 }
             }
             _ => {
@@ -305,7 +309,7 @@ impl Relay<'_> {
                 // to one group, so the groups served are what keeps it exactly once.
                 for (peer, group) in &targets {
                     let sent = peer.link.tick(&forward.event, &leaf, payload.clone()).await;
-                    self.passed(&peer.id, sent.is_ok());
+                    self.passed(&peer.id, &sent);
                     if sent.is_ok() {
                         fanned.delivered += 1;
                         fanned.served.extend(group.clone());
@@ -475,7 +479,9 @@ impl<'a> Relay<'a> {
                     fanned
                         .entries
                         .into_iter()
-                        .map(move |entry| entry_outcome(entry, &target, event, timeout, &limits))
+                        .map(move |entry| {
+                            entry_outcome(entry, (&target, event, timeout), &limits, self.id)
+                        })
                         .collect::<Vec<_>>(),
                 )
             })
@@ -489,10 +495,9 @@ impl<'a> Relay<'a> {
 /// A router's entry as the caller's outcome.
 fn entry_outcome(
     entry: Entry,
-    target: &Target,
-    event: &str,
-    timeout: Duration,
+    (target, event, timeout): (&Target, &str, Duration),
     limits: &MetaLimits,
+    me: &NodeId,
 ) -> (NodeId, Result<Reply>) {
     let result = match entry.outcome {
         Outcome::Reply { payload, meta } => Reply::from_answer(
@@ -502,11 +507,18 @@ fn entry_outcome(
             },
             limits,
         ),
-        Outcome::Failed(remote) if remote.is_system(code::PEER_LEFT) => Err(Error::PeerLeft {
-            id: entry.id.to_string(),
-        }),
+        // The entry is the node that failed: an older router named it only there.
+        Outcome::Failed(remote) if remote.is_system(code::PEER_LEFT) && remote.peer().is_none() => {
+            Err(crate::routing::forward_error(
+                remote.with_peer(entry.id.as_str()),
+                target,
+                event,
+                timeout,
+                me,
+            ))
+        }
         Outcome::Failed(remote) => Err(crate::routing::forward_error(
-            remote, target, event, timeout,
+            remote, target, event, timeout, me,
         )),
     };
     (entry.id, result)

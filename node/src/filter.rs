@@ -127,7 +127,7 @@ pub struct Filter {
     /// Rust closures, ANDed after the conditions. Any one of them keeps the filter local.
     predicates: Vec<Predicate>,
     /// The canonical form, computed once and shared by clones (a caller that clones one
-    /// filter into every `request_any` pays for it once): what the peer selection caches
+    /// filter into every call to any match pays for it once): what the peer selection caches
     /// its matches under. Reset by every builder call, since it changes the filter.
     selection_key: Arc<OnceLock<Option<SelectionKey>>>,
 }

@@ -2,13 +2,14 @@
 //! about it. Pure code: no I/O, no clock.
 //!
 //! A node built as a router (`NodeBuilder::router`) advertises it in its handshake. When a
-//! `request_any`, `tick_any` or `tick_all` finds no matching joined peer, or a `request`/`tick`
-//! names an id that is not joined, the node sends a [`Forward`] to a joined router, which
-//! applies the same target to its own peers and, failing that, passes it on to the routers it
-//! is joined to. The caller's deadline travels with the message (each hop gets only what is
-//! left); a hop limit and the list of routers already visited stop loops; every `tick_all`
-//! carries a random id that routers remember for a while, so a message that reaches a router
-//! twice (meshes of routers have cycles) is delivered once.
+//! call to a filter (`Target::Any`, one match, or `Target::All`, every match) finds no
+//! matching joined peer, or a call to a `Target::Id` names an id that is not joined, the node
+//! sends a [`Forward`] to a joined router, which applies the same target to its own peers
+//! and, failing that, passes it on to the routers it is joined to. The caller's deadline
+//! travels with the message (each hop gets only what is left); a hop limit and the list of
+//! routers already visited stop loops; every tick to all matches carries a random id that
+//! routers remember for a while, so a message that reaches a router twice (meshes of
+//! routers have cycles) is delivered once.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::AtomicU64;
@@ -21,8 +22,8 @@ use crate::codes::route as code;
 use crate::filter::FilterSpec;
 use crate::peer::{NodeId, Scope};
 
-/// The system event that carries a [`Forward`] (as metadata; the payload is the user's).
-pub(crate) const FORWARD: &str = "_system:forward";
+/// The forwarded message's system request (`crate::system::forward`).
+pub(crate) use crate::system::forward::EVENT as FORWARD;
 
 /// How many router hops a message may take by default.
 pub const DEFAULT_HOP_LIMIT: u8 = 8;
@@ -180,9 +181,9 @@ impl Seen {
     }
 }
 
-/// What routing keeps: a router's counters ([`RouterStats`]), the `tick_all` ids it has
-/// seen (its loop protection), and the fan-outs' turn. The forwarding itself is
-/// `routing.rs`.
+/// What routing keeps: a router's counters ([`RouterStats`]), the ids of the ticks to all
+/// matches it has seen (its loop protection), and the fan-outs' turn. The forwarding itself
+/// is `routing.rs`.
 #[derive(Default)]
 pub(crate) struct Routing {
     /// The round-robin turn of group fan-outs (one step per fan-out, so the members of

@@ -21,16 +21,12 @@ use crate::peer::{NodeId, Ticket};
 /// The node protocol version exchanged in the handshake.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-pub(crate) const HANDSHAKE: &str = "_system:handshake";
-pub(crate) const HEARTBEAT: &str = "_system:heartbeat";
-pub(crate) const OPTIONS: &str = "_system:options";
-pub(crate) const BYE: &str = "_system:bye";
-/// A system request: the sender is closing and finishes what it has; stop picking it by
-/// filter. The answer (empty) says the receiver has marked it.
-pub(crate) const DRAINING: &str = "_system:draining";
-/// Sent by a server to a connection it does not know (it declared the peer dead, or
-/// restarted): the peer should handshake again.
-pub(crate) const REJOIN: &str = "_system:rejoin";
+// The system messages' names, for the files that send them (`crate::system` has one file
+// per message, with its parse and its effect).
+pub(crate) use crate::system::{
+    bye::EVENT as BYE, draining::EVENT as DRAINING, handshake::EVENT as HANDSHAKE,
+    heartbeat::EVENT as HEARTBEAT, options::EVENT as OPTIONS,
+};
 
 /// What each side tells the other in the handshake.
 #[derive(Debug, Clone, Serialize, Deserialize)]

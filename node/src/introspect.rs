@@ -41,6 +41,7 @@ impl Inner {
                 router: p.router,
                 in_flight: p.in_flight as u64,
                 draining: p.draining,
+                options: p.options,
             })
             .collect();
         let load = self.observers.load.as_ref();

@@ -9,11 +9,12 @@
 //! |---|---|---|---|---|
 //! | an id | `node.request("db-1", "get", &key).await?` | `node.tick("db-1", "hit", &key).await?` | (an id is one node: use request) | `node.call("db-1", "scan").stream::<Row>(&query)` |
 //! | any match | `node.request(&shards, "get", &key).await?` | `node.tick(&shards, "hit", &key).await?` | `node.call(&shards, "count").gather(&()).await?` | `node.call(&shards, "scan").stream::<Row>(&query)` |
-//! | all matches | (one reply: use gather) | `node.tick(Target::all(shards), "flush", &()).await?` | `node.call(Target::all(shards), "count").gather(&()).await?` | (a stream comes from one node) |
+//! | all matches | (one reply: use gather) | `node.tick(Target::all(shards), "flush", &()).await?` | `node.call(Target::all(shards), "count").gather(&()).await?` | `node.call(Target::all(shards), "scan").stream_all::<Row>(&query).await?`: `(id, item)` from each |
 //!
 //! Here `shards` is a [`Filter`] (`Filter::new().eq("role", "shard")`); a filter is any
 //! match, in both directions ([`Target::scope`] narrows it to upstream or downstream
-//! peers). `request` and `tick` are shorthands for [`Node::call`], the one builder, which
+//! peers); [`Node::find`] lists what a filter matches, here and through routers. `request`
+//! and `tick` are shorthands for [`Node::call`], the one builder, which
 //! also sets metadata, a timeout or deadline, the parent request, groups, and raw payloads
 //! ([`Call::raw`]):
 //!
@@ -39,11 +40,11 @@
 //! typed items ending with the handler's result; an upload ([`Call::upload`], handled by
 //! [`Node::on_upload`]) sends a stream of items as a request's body and gets one reply. Both
 //! have credit-based flow control counted in items: the receiver holds at most its window
-//! (256 items by default, [`Items::window`]; it grants fewer while items are large, aiming
-//! at about 2 MiB), each bounded by the payload limit, so a stream costs at most window x
-//! `max_payload` bytes at its receiver, and a slow reader slows its
-//! producer. Dropping a stream cancels its handler; the call's timeout bounds the whole
-//! stream, [`Items::idle_timeout`] each item. Streams and uploads go through router nodes
+//! (1,024 items by default, [`DEFAULT_WINDOW`], set per stream with [`Items::window`]; it
+//! grants fewer while items are large, aiming at about 2 MiB), each bounded by the payload
+//! limit, so a stream costs at most window x `max_payload` bytes at its receiver, and a slow
+//! reader slows its producer. Dropping a stream cancels its handler; the call's timeout
+//! bounds the whole stream, [`Items::idle_timeout`] each item. Streams and uploads go through router nodes
 //! as requests do: each router relays the items one by one, holding at most a window of
 //! them; a stream both ways ([`Call::bidi`], raw items) too.
 //!
@@ -124,6 +125,7 @@ mod events;
 mod fair;
 mod fanout;
 pub mod filter;
+mod find;
 mod follow;
 mod forward;
 mod handler;
@@ -152,6 +154,7 @@ mod send;
 mod stats;
 mod stream;
 mod stream_route;
+mod system;
 mod trace;
 mod upstream;
 mod watch;
@@ -170,6 +173,7 @@ pub use discover::{Discover, DiscoverOptions, Discovery, DiscoveryEvent, Dns, St
 pub use error::{Error, ErrorCode, HandlerBound, Result};
 pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent, WaitError};
 pub use filter::Filter;
+pub use find::{Found, MAX_FOUND_ROUTERS};
 pub use forward::{RouterStats, DEFAULT_HOP_LIMIT};
 pub use handler::{with_state, HandlerError, HandlerService, Pattern, Request, Response, Route};
 pub use handshake::PROTOCOL_VERSION;
@@ -183,6 +187,7 @@ pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
 pub use phase::Closed;
 pub use protocol::{Limit, Meta, MetaError, MetaLimits, MetaValue};
 pub use stats::Hooks;
+pub use stream::DEFAULT_WINDOW;
 pub use stream::{Body, Items, Sink};
 pub use tower::BoxError;
 pub use trace::{TraceParent, TRACEPARENT};

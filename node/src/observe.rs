@@ -25,10 +25,13 @@ use crate::ratelimit::Reports;
 pub enum Outcome {
     /// Answered (a reply), or a tick handled.
     Ok,
-    /// The handler answered with an error of its own (a [`HandlerError`](crate::HandlerError)).
+    /// The handler answered with an error of its own (a [`HandlerError`](crate::HandlerError))
+    /// that is not a refusal.
     Error,
-    /// The framework refused or failed it (busy, no handler, metadata, a router's failure,
-    /// the peer left, closing).
+    /// It was refused: by the framework, or it failed there (busy, no handler, metadata, a
+    /// router's failure, the peer left, closing), or by a handler or middleware with a
+    /// refusal's code ([`Code::is_refusal`](crate::Code::is_refusal): unauthenticated,
+    /// permission denied, resource exhausted).
     Refused,
     /// Its deadline passed: the caller timed out, or the handler was not run or stopped.
     Timeout,
@@ -65,10 +68,29 @@ impl Outcome {
         self as usize
     }
 
+    /// The outcome of an error reply this node's handler (or the framework in front of it)
+    /// made, counted as its caller will count it ([`of`](Self::of)).
+    pub(crate) fn of_reply(error: &protocol::RemoteError) -> Outcome {
+        use crate::Code;
+        let refusal = [
+            Code::Unauthenticated,
+            Code::PermissionDenied,
+            Code::ResourceExhausted,
+        ]
+        .iter()
+        .any(|code| code.as_str() == error.code && code.is_refusal());
+        if error.system || refusal {
+            Outcome::Refused
+        } else {
+            Outcome::Error
+        }
+    }
+
     /// The outcome of a call's result, as its caller saw it.
     pub(crate) fn of<T>(result: &crate::Result<T>) -> Outcome {
         match result {
             Ok(_) => Outcome::Ok,
+            Err(crate::Error::Handler { code, .. }) if code.is_refusal() => Outcome::Refused,
             Err(crate::Error::Handler { .. }) => Outcome::Error,
             Err(crate::Error::HandlerPanicked) => Outcome::Panicked,
             Err(crate::Error::Cancelled) => Outcome::Cancelled,

@@ -90,16 +90,20 @@ impl<'a> Relay<'a> {
         match error {
             // The peer's connection dropped (before or while waiting): for the caller the
             // peer left, whether or not the node has noticed it yet.
-            protocol::Error::ConnectionLost | protocol::Error::NotConnected => {
-                Error::PeerLeft { id: id.to_string() }
-            }
+            protocol::Error::ConnectionLost | protocol::Error::NotConnected => Error::PeerLeft {
+                peer: id.to_string(),
+                hop: None,
+            },
             protocol::Error::Remote(remote) if remote.is_system(NOT_JOINED) => {
                 // The peer no longer counts us as joined (it declared us dead, or it
                 // restarted): it left, as far as we are concerned, and the connection's
                 // supervisor joins again.
                 self.departures
                     .peer_left(id, link.direction(), LeaveReason::Disconnected);
-                Error::PeerLeft { id: id.to_string() }
+                Error::PeerLeft {
+                    peer: id.to_string(),
+                    hop: None,
+                }
             }
             protocol::Error::Remote(remote) if remote.is_system(DEADLINE_EXCEEDED) => {
                 Error::Timeout {
@@ -155,7 +159,17 @@ impl Relay<'_> {
         let deadline = Instant::now() + timeout;
         self.forward_via(&forward, routers, payload, deadline, &outgoing.meta)
             .await
-            .map_err(|remote| forward_error(remote, target, event, timeout))
+            .map_err(|remote| forward_error(remote, target, event, timeout, self.id))
+    }
+
+    /// A system error this node makes about routing: it names this node as the hop.
+    pub(crate) fn refuse(&self, code: &str, message: impl Into<String>) -> RemoteError {
+        RemoteError::system_error(code, message).with_hop(self.id.as_str())
+    }
+
+    /// What this node answers when the hop it made to `to` failed (`hop_error`).
+    pub(crate) fn hop_failed(&self, to: &NodeId, error: protocol::Error) -> RemoteError {
+        hop_error(error, self.id, to)
     }
 
     /// Offers `forward` to `routers` in turn (all of them for `TickAll`), each with the time
@@ -181,10 +195,7 @@ impl Relay<'_> {
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(RemoteError::system_error(
-                    code::TIMEOUT,
-                    "the deadline passed",
-                ));
+                return Err(self.refuse(code::TIMEOUT, "the deadline passed"));
             }
             let mut header = forward.clone();
             header.remaining_ms = millis(left);
@@ -196,7 +207,7 @@ impl Relay<'_> {
                 .system_request(FORWARD, &metadata, payload.clone(), left)
                 .await;
             drop(router);
-            self.passed(&id, sent.is_ok());
+            self.passed(&id, &sent);
             match sent {
                 Ok(reply) if forward.action == Action::TickAll => {
                     delivered += decode_value::<u64>(reply.payload()).unwrap_or(0) as usize;
@@ -216,24 +227,13 @@ impl Relay<'_> {
                 // Delivered, or maybe delivered: whatever it is (a handler's own error
                 // included) it is the answer; another path could run the handler twice.
                 Err(protocol::Error::Remote(remote)) => return Err(remote),
-                Err(protocol::Error::Timeout { .. }) => {
-                    return Err(RemoteError::system_error(
-                        code::TIMEOUT,
-                        "no answer in time",
-                    ))
-                }
-                Err(protocol::Error::NoHandler { event }) => {
-                    return Err(RemoteError::system_error(
-                        NO_HANDLER,
-                        format!("no handler for {event:?}"),
-                    ))
-                }
                 // That router could not be given the message at all: try the others.
                 Err(e) if undelivered(&e) => {
-                    last = Some(RemoteError::system_error(code::NO_MATCH, e.to_string()))
+                    last = Some(self.refuse(code::NO_MATCH, e.to_string()))
                 }
-                // It may have arrived (the connection went while we waited): stop here.
-                Err(e) => return Err(RemoteError::system_error(code::PEER_LEFT, e.to_string())),
+                // It may have arrived (the connection went while we waited), it timed out,
+                // or the router has no forwarding: stop here, naming the router.
+                Err(e) => return Err(self.hop_failed(&id, e)),
             }
         }
         if forward.action == Action::TickAll && delivered > 0 {
@@ -241,17 +241,30 @@ impl Relay<'_> {
         }
         Err(last
             .filter(|r| !r.is_system(code::NOT_A_ROUTER))
-            .unwrap_or_else(|| match &forward.to {
-                Destination::Id(id) => RemoteError::system_error(code::NOT_FOUND, id.to_string()),
-                Destination::Filter(..) => {
-                    RemoteError::system_error(code::NO_MATCH, "no node matches")
-                }
-            }))
+            .unwrap_or_else(|| self.unreached(&forward.to)))
     }
 
-    /// Counts a message this router passed to its next hop `to` (a node that is not a
-    /// router, fanning out its own calls, counts nothing).
-    pub(crate) fn passed(&self, to: &NodeId, ok: bool) {
+    /// What this node answers when nothing it can reach is the destination.
+    pub(crate) fn unreached(&self, to: &Destination) -> RemoteError {
+        match to {
+            Destination::Id(id) => {
+                // The id in the message too: a router of an older version read it there.
+                self.refuse(code::NOT_FOUND, id.to_string())
+                    .with_peer(id.as_str())
+            }
+            Destination::Filter(..) => self.refuse(code::NO_MATCH, "no node matches"),
+        }
+    }
+
+    /// Counts a message this router passed to its next hop `to`, by what came back
+    /// ([`reached`]); a node that is not a router, fanning out its own calls, counts
+    /// nothing.
+    pub(crate) fn passed<T>(&self, to: &NodeId, sent: &protocol::Result<T>) {
+        self.passed_to(to, reached(sent));
+    }
+
+    /// Counts a message this router passed to `to`, forwarded (`ok`) or failed there.
+    pub(crate) fn passed_to(&self, to: &NodeId, ok: bool) {
         if self.config.router {
             self.routing.hops.record(to, ok);
         }
@@ -265,10 +278,7 @@ impl Relay<'_> {
         received: Received,
     ) -> std::result::Result<Answer, RemoteError> {
         if !self.config.router {
-            return Err(RemoteError::system_error(
-                code::NOT_A_ROUTER,
-                self.id.to_string(),
-            ));
+            return Err(self.refuse(code::NOT_A_ROUTER, self.id.to_string()));
         }
         let header = received
             .meta
@@ -292,7 +302,7 @@ impl Relay<'_> {
             Admission::Duplicate => return Ok(count_answer(0)),
             Admission::Loop => {
                 routing.looped.fetch_add(1, Ordering::Relaxed);
-                return Err(RemoteError::system_error(
+                return Err(self.refuse(
                     code::LOOP,
                     format!(
                         "visited {:?}, {} hops left",
@@ -302,7 +312,7 @@ impl Relay<'_> {
             }
             Admission::Expired => {
                 routing.expired.fetch_add(1, Ordering::Relaxed);
-                return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
+                return Err(self.refuse(code::TIMEOUT, "no time left"));
             }
         };
         let deadline = Instant::now() + hop_budget(left);
@@ -347,6 +357,9 @@ impl Relay<'_> {
         };
         let counter = match &result {
             Ok(_) => &routing.forwarded,
+            // The destination answered, with an error of its own or a refusal: the hops
+            // worked.
+            Err(e) if answered_there(e) => &routing.forwarded,
             Err(e) if e.is_system(code::TIMEOUT) => &routing.expired,
             Err(e) if e.is_system(code::LOOP) => &routing.looped,
             Err(_) => &routing.failed,
@@ -387,7 +400,7 @@ impl Relay<'_> {
                 });
             };
             if left.is_zero() {
-                return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
+                return Err(self.refuse(code::TIMEOUT, "no time left"));
             }
             let link = &reach.link;
             return match forward.action {
@@ -400,7 +413,7 @@ impl Relay<'_> {
                         link.request(&forward.event, &metadata, payload.clone(), left)
                             .await
                     };
-                    self.passed(&reach.id, sent.is_ok());
+                    self.passed(&reach.id, &sent);
                     match sent {
                         Ok(reply) => Ok(answer_of(reply)),
                         // Nothing ran on the peer picked (stopping, and marked draining
@@ -410,22 +423,22 @@ impl Relay<'_> {
                             tried.push(reach.id.clone());
                             continue;
                         }
-                        Err(e) => Err(hop_error(e)),
+                        Err(e) => Err(self.hop_failed(&reach.id, e)),
                     }
                 }
                 _ => {
                     let sent = link.tick(&forward.event, &metadata, payload).await;
-                    self.passed(&reach.id, sent.is_ok());
+                    self.passed(&reach.id, &sent);
                     match sent {
                         Ok(()) => Ok(count_answer(1)),
-                        Err(e) => Err(hop_error(e)),
+                        Err(e) => Err(self.hop_failed(&reach.id, e)),
                     }
                 }
             };
         }
     }
 
-    /// Delivers a forwarded `tick_all` to every local match and passes it on to the other
+    /// Delivers a forwarded tick to all matches to every local match and passes it on to the other
     /// routers; answers how many nodes it reached.
     async fn forward_tick_all(
         &self,
@@ -459,7 +472,7 @@ impl Relay<'_> {
         let mut reached = 0usize;
         for (id, link) in links {
             let sent = link.tick(&forward.event, &metadata, payload.clone()).await;
-            self.passed(&id, sent.is_ok());
+            self.passed(&id, &sent);
             reached += usize::from(sent.is_ok());
         }
         let left = deadline.saturating_duration_since(Instant::now());
@@ -481,7 +494,7 @@ impl Relay<'_> {
             }
         }
         if reached == 0 {
-            return Err(RemoteError::system_error(code::NO_MATCH, "no node matches"));
+            return Err(self.refuse(code::NO_MATCH, "no node matches"));
         }
         Ok(count_answer(reached as u64))
     }
@@ -548,53 +561,140 @@ fn fans_out(forward: &Forward) -> bool {
         || (forward.action == Action::TickAll && forward.groups.is_some())
 }
 
-/// What a router answers when the hop it forwarded to failed.
-pub(crate) fn hop_error(error: protocol::Error) -> RemoteError {
-    match error {
-        protocol::Error::Remote(remote) => remote,
-        protocol::Error::Timeout { .. } => {
-            RemoteError::system_error(code::TIMEOUT, "no answer in time")
-        }
-        protocol::Error::NoHandler { event } => {
-            RemoteError::system_error(NO_HANDLER, format!("no handler for {event:?}"))
-        }
-        protocol::Error::ConnectionLost => {
-            RemoteError::system_error(code::PEER_LEFT, "the node left before answering")
-        }
-        other => RemoteError::system_error(code::HOP_FAILED, other.to_string()),
+/// Whether a hop reached the node it was made to, from what came back: a reply, or an
+/// error reply that node made about the request itself ([`answered_there`]). A failure of
+/// the hop (the connection, no answer in time) is not.
+pub(crate) fn reached<T>(sent: &protocol::Result<T>) -> bool {
+    match sent {
+        Ok(_) | Err(protocol::Error::NoHandler { .. }) => true,
+        Err(protocol::Error::Remote(remote)) => answered_there(remote),
+        Err(_) => false,
     }
 }
 
-/// The caller's typed error for a forward that failed: the routers' own outcomes are typed;
-/// a handler's error (not a system error) is the handler's, whatever its code.
+/// Whether an error reply is the answer of the node a message was for, not a failure on
+/// the way: a handler's or a middleware's error (a refusal included), or the node's own
+/// refusal (busy, closing, no handler, over a limit). A router's failure names the router
+/// as `hop`; a connection that never joined answers `NOT_JOINED`.
+pub(crate) fn answered_there(remote: &RemoteError) -> bool {
+    !remote.system
+        || remote.is_system(NO_HANDLER)
+        || (remote.hop().is_none() && !remote.is_system(NOT_JOINED))
+}
+
+/// What a router (`me`) answers when the hop it made to `to` failed: an error reply from
+/// further on passes unchanged (a handler's error stays the handler's, a router's keeps the
+/// router that made it); a failure of the hop itself names the router and the node, as
+/// fields.
+pub(crate) fn hop_error(error: protocol::Error, me: &NodeId, to: &NodeId) -> RemoteError {
+    let failed = |code: &str, message: String| {
+        RemoteError::system_error(code, message)
+            .with_hop(me.as_str())
+            .with_peer(to.as_str())
+    };
+    match error {
+        protocol::Error::Remote(remote) => remote,
+        protocol::Error::Timeout { timeout, .. } => {
+            failed(code::TIMEOUT, "no answer in time".into()).with_timeout(timeout)
+        }
+        protocol::Error::NoHandler { event } => {
+            failed(NO_HANDLER, format!("no handler for {event:?}"))
+        }
+        protocol::Error::ConnectionLost | protocol::Error::NotConnected => {
+            failed(code::PEER_LEFT, "the node left before answering".into())
+        }
+        other => failed(code::HOP_FAILED, other.to_string()),
+    }
+}
+
+/// The caller's typed error for a forward that failed: the routers' own outcomes are typed
+/// from their fields ([`Error::from_remote`]); a handler's error (not a system error) is the
+/// handler's, whatever its code. `me` is the caller: a hop it made itself is not reported
+/// as a router's.
 pub(crate) fn forward_error(
-    remote: RemoteError,
+    mut remote: RemoteError,
     target: &Target,
     event: &str,
     timeout: Duration,
+    me: &NodeId,
 ) -> Error {
     if !remote.system {
         return Error::from_remote(remote);
     }
-    match remote.code.as_str() {
-        code::NO_MATCH => Error::NoNodesMatchFilter,
-        code::NOT_FOUND => Error::NodeNotFound {
-            id: match target {
-                Target::Id(id) => id.to_string(),
-                Target::Any(..) | Target::All(..) => remote.message,
-            },
-        },
+    let by_us = remote.hop() == Some(me.as_str());
+    let error = match remote.code.as_str() {
         code::TIMEOUT | DEADLINE_EXCEEDED => Error::Timeout {
             event: event.to_owned(),
             timeout,
         },
-        code::LOOP => Error::RouteLoop {
-            reason: remote.message,
-        },
-        code::PEER_LEFT => Error::PeerLeft { id: remote.message },
         NO_HANDLER => Error::NoHandler {
             event: event.to_owned(),
         },
+        code::PEER_LEFT if remote.peer().is_none() => {
+            // A router of an older version says who left only in words: the id asked
+            // for is who it was, when the call named one.
+            if let Target::Id(id) = target {
+                remote = remote.with_peer(id.as_str());
+            }
+            Error::from_remote(remote)
+        }
         _ => Error::from_remote(remote),
+    };
+    if by_us {
+        return seen_here(error);
+    }
+    error
+}
+
+/// The same error as this node's own observation (no router named).
+fn seen_here(error: Error) -> Error {
+    match error {
+        Error::PeerLeft { peer, .. } => Error::PeerLeft { peer, hop: None },
+        Error::HopFailed { peer, message, .. } => Error::HopFailed {
+            peer,
+            message,
+            hop: None,
+        },
+        Error::RouteLoop { reason, .. } => Error::RouteLoop { reason, hop: None },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hop_that_brought_back_the_destinations_answer_reached_it() {
+        let me = NodeId::from("r1");
+        let to = NodeId::from("w1");
+        // A handler's error and a middleware's refusal: the destination answered.
+        let handler: protocol::Result<()> = Err(protocol::Error::Remote(RemoteError::new(
+            "UNAUTHENTICATED",
+            "no tenant",
+        )));
+        assert!(reached(&handler));
+        // The destination's own refusal (busy) and a missing handler: answered there too.
+        let busy = RemoteError::system_error(crate::codes::system::BUSY, "full");
+        assert!(reached::<()>(&Err(protocol::Error::Remote(busy))));
+        let none = protocol::Error::NoHandler { event: "x".into() };
+        assert!(reached::<()>(&Err(none)));
+        // The hop itself failed: not reached.
+        assert!(!reached::<()>(&Err(protocol::Error::ConnectionLost)));
+        let timeout = protocol::Error::Timeout {
+            event: "x".into(),
+            timeout: Duration::from_secs(1),
+        };
+        assert!(!reached::<()>(&Err(timeout)));
+        // A router further on failed (it names itself): not reached.
+        let further = hop_error(protocol::Error::ConnectionLost, &NodeId::from("r2"), &to);
+        assert!(!reached::<()>(&Err(protocol::Error::Remote(
+            further.clone()
+        ))));
+        assert!(!answered_there(&further));
+        // What this router answers for it names the node and itself.
+        let here = hop_error(protocol::Error::ConnectionLost, &me, &to);
+        assert_eq!((here.peer(), here.hop()), (Some("w1"), Some("r1")));
+        assert!(here.is_system(code::PEER_LEFT));
     }
 }

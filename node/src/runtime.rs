@@ -716,8 +716,10 @@ async fn run_request(
         result = handled => {
             let (result, outcome) = match result {
                 Ok(Ok(answer)) => (Ok(answer), Outcome::Ok),
-                Ok(Err(e)) if e.system => (Err(e), Outcome::Refused),
-                Ok(Err(e)) => (Err(e), Outcome::Error),
+                Ok(Err(e)) => {
+                    let outcome = Outcome::of_reply(&e);
+                    (Err(e), outcome)
+                }
                 Err(_) => {
                     tracing::error!(node = %runtime.node, "request handler panicked");
                     let e = RemoteError::system_error(PANICKED, "the handler panicked");

@@ -23,8 +23,8 @@
 //! ```
 //!
 //! Flow control is credit counted in items (the `protocol` crate's `credit.rs`): the
-//! receiver holds at most its window of items (1,024 by default, [`Items::window`]; it
-//! grants fewer while items are large, aiming at about 2 MiB), each bounded by the payload
+//! receiver holds at most its window of items (1,024 by default, [`DEFAULT_WINDOW`], set
+//! per stream with [`Items::window`]; it grants fewer while items are large, aiming at about 2 MiB), each bounded by the payload
 //! limit, so a stream costs its receiver at most window x `max_payload` bytes; a handler
 //! whose caller reads slowly waits in [`Sink::send`].
 //! Dropping [`Items`] cancels the handler (its task is stopped). The call's timeout (or
@@ -60,6 +60,15 @@ use crate::middleware::Shape;
 use crate::node::Node;
 use crate::peer::InFlight;
 use crate::routing::{forward_error, Relay};
+
+/// The window a stream's reader holds at most when [`Items::window`] does not set one:
+/// 1,024 items (fewer are granted while items are large, aiming at about 2 MiB). The
+/// documents that state it are checked against it (`tests/docs.rs`).
+///
+/// ```
+/// assert_eq!(node::DEFAULT_WINDOW, 1_024);
+/// ```
+pub const DEFAULT_WINDOW: u32 = protocol::DEFAULT_WINDOW;
 
 /// Where a streaming handler sends its items ([`Node::on_stream`]).
 ///
@@ -325,7 +334,7 @@ impl<'a, R> Items<'a, R> {
                 Err(e) => State::Failed(Some(e)),
             },
             decode,
-            window: protocol::DEFAULT_WINDOW,
+            window: DEFAULT_WINDOW,
             idle: None,
             body: None,
             started: std::time::Instant::now(),
@@ -334,8 +343,8 @@ impl<'a, R> Items<'a, R> {
         }
     }
 
-    /// Items this caller holds at most (its credit window; default 1,024, fewer granted
-    /// while items are large): memory for the stream is at most `items` x the largest
+    /// Items this caller holds at most (its credit window; [`DEFAULT_WINDOW`] by default,
+    /// 1,024; fewer granted while items are large): memory for the stream is at most `items` x the largest
     /// payload. Set before the first poll.
     pub fn window(mut self, items: u32) -> Self {
         self.window = items.max(1);
@@ -504,8 +513,14 @@ impl<R> Stream for Items<'_, R> {
                                 (Some(peer), e) => Relay::of(&prepared.node.inner)
                                     .link_error(&peer.id, &peer.link, event, timeout, e),
                                 (None, protocol::Error::Remote(remote)) => {
-                                    forward_error(remote, &prepared.to, event, timeout)
+                                    let me = &prepared.node.inner.id;
+                                    forward_error(remote, &prepared.to, event, timeout, me)
                                 }
+                                // The stream went as a forward: the event that had no
+                                // handler is the caller's, not the forward's.
+                                (None, protocol::Error::NoHandler { .. }) => Error::NoHandler {
+                                    event: event.to_owned(),
+                                },
                                 (None, e) => e.into(),
                             };
                             let result = Err(error);

@@ -50,7 +50,8 @@ impl Relay<'_> {
         let opening = (payload, body);
         self.stream_via(&forward, routers, opening, deadline, &outgoing.meta, window)
             .await
-            .map_err(|remote| forward_error(remote, target, event, timeout))
+            .map(|(stream, _)| stream)
+            .map_err(|remote| forward_error(remote, target, event, timeout, self.id))
     }
 
     /// The forward header of a stream from here to `target`, and the routers it may go
@@ -112,7 +113,7 @@ impl Relay<'_> {
         let deadline = Instant::now() + timeout;
         self.upload_via(&forward, routers, items, deadline, &outgoing.meta)
             .await
-            .map_err(|remote| forward_error(remote, target, event, timeout))
+            .map_err(|remote| forward_error(remote, target, event, timeout, self.id))
     }
 
     /// Sends the upload of `forward` through the first of `routers` joined now (a body is
@@ -133,12 +134,7 @@ impl Relay<'_> {
                 router.map(|r| (id, r))
             });
         let Some((id, router)) = link else {
-            return Err(match &forward.to {
-                Destination::Id(id) => RemoteError::system_error(code::NOT_FOUND, id.to_string()),
-                Destination::Filter(..) => {
-                    RemoteError::system_error(code::NO_MATCH, "no node matches")
-                }
-            });
+            return Err(self.unreached(&forward.to));
         };
         let left = deadline.saturating_duration_since(Instant::now());
         let mut header = forward.clone();
@@ -149,8 +145,8 @@ impl Relay<'_> {
         let sent = (router.link)
             .system_upload(FORWARD, meta.as_bytes(), items, StreamOptions::new(left))
             .await;
-        self.passed(id, sent.is_ok());
-        sent.map(answer_of).map_err(hop_error)
+        self.passed(id, &sent);
+        sent.map(answer_of).map_err(|e| self.hop_failed(id, e))
     }
 
     /// A router's side of an upload: its body goes on to the next hop item by item (the
@@ -165,7 +161,7 @@ impl Relay<'_> {
     ) -> std::result::Result<Answer, RemoteError> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
+            return Err(self.refuse(code::TIMEOUT, "no time left"));
         }
         // A body that fails (its caller gave up) must not reach the next hop as a whole one.
         let (items, failed) = checked(body, |item: protocol::Result<Bytes>| {
@@ -177,8 +173,9 @@ impl Relay<'_> {
                     let sent = (reach.link)
                         .upload(&forward.event, &leaf, items, StreamOptions::new(left))
                         .await;
-                    self.passed(&reach.id, sent.is_ok());
-                    sent.map(answer_of).map_err(hop_error)
+                    self.passed(&reach.id, &sent);
+                    sent.map(answer_of)
+                        .map_err(|e| self.hop_failed(&reach.id, e))
                 }
                 None => {
                     let next = forward.next_hop(self.id, left);
@@ -197,12 +194,13 @@ impl Relay<'_> {
         };
         tokio::select! {
             answer = sent => answer,
-            Ok(error) = failed => Err(RemoteError::system_error(code::HOP_FAILED, error.to_string())),
+            Ok(error) = failed => Err(self.refuse(code::HOP_FAILED, error.to_string())),
         }
     }
 
     /// Opens the stream of `forward` at the first of `routers` that takes it (with a body,
-    /// a stream both ways, the first joined one: a body is sent once).
+    /// a stream both ways, the first joined one: a body is sent once); returns the stream
+    /// and the router it goes through.
     async fn stream_via(
         &self,
         forward: &Forward,
@@ -211,7 +209,7 @@ impl Relay<'_> {
         deadline: Instant,
         user: &protocol::Meta,
         window: u32,
-    ) -> std::result::Result<ReplyStream, RemoteError> {
+    ) -> std::result::Result<(ReplyStream, NodeId), RemoteError> {
         let mut last = None;
         let both_ways = body.is_some();
         for id in routers {
@@ -230,10 +228,7 @@ impl Relay<'_> {
             let link = &router.link;
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(RemoteError::system_error(
-                    code::TIMEOUT,
-                    "the deadline passed",
-                ));
+                return Err(self.refuse(code::TIMEOUT, "the deadline passed"));
             }
             let mut header = forward.clone();
             header.remaining_ms = millis(left);
@@ -257,17 +252,14 @@ impl Relay<'_> {
                         .await
                 }
             };
-            self.passed(&id, opened.is_ok());
+            self.passed(&id, &opened);
             match opened {
-                Ok(stream) => return Ok(stream),
+                Ok(stream) => return Ok((stream, id)),
                 // Not sent (the connection is down): the next router may do.
-                Err(e) => last = Some(hop_error(e)),
+                Err(e) => last = Some(self.hop_failed(&id, e)),
             }
         }
-        Err(last.unwrap_or_else(|| match &forward.to {
-            Destination::Id(id) => RemoteError::system_error(code::NOT_FOUND, id.to_string()),
-            Destination::Filter(..) => RemoteError::system_error(code::NO_MATCH, "no node matches"),
-        }))
+        Err(last.unwrap_or_else(|| self.unreached(&forward.to)))
     }
 
     /// A router's side: `forward` asked for a streamed reply, to be sent into `sink`, and
@@ -286,7 +278,7 @@ impl Relay<'_> {
     ) -> std::result::Result<Answer, RemoteError> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(RemoteError::system_error(code::TIMEOUT, "no time left"));
+            return Err(self.refuse(code::TIMEOUT, "no time left"));
         }
         // A body that fails (its caller gave up) must not reach the next hop as a whole one.
         let (body, failed) = match body {
@@ -300,7 +292,7 @@ impl Relay<'_> {
         };
         // The guard keeps the stream counted in flight to the leaf while it is relayed (a
         // let-go of the leaf waits for it).
-        let (stream, _leaf) = match self.pick_for(forward, from, &[])? {
+        let ((stream, to), _leaf) = match self.pick_for(forward, from, &[])? {
             Some(reach) => {
                 let options = StreamOptions::new(left);
                 let opened = match body {
@@ -315,8 +307,10 @@ impl Relay<'_> {
                             .await
                     }
                 };
-                self.passed(&reach.id, opened.is_ok());
-                (opened.map_err(hop_error)?, Some(reach))
+                self.passed(&reach.id, &opened);
+                let stream = opened.map_err(|e| self.hop_failed(&reach.id, e))?;
+                let to = reach.id.clone();
+                ((stream, to), Some(reach))
             }
             None => {
                 let next = forward.next_hop(self.id, left);
@@ -340,14 +334,13 @@ impl Relay<'_> {
                 (stream.await?, None)
             }
         };
+        let relayed = relay(stream, sink, (self.id, &to));
         match failed {
             Some(failed) => tokio::select! {
-                answer = relay(stream, sink) => answer,
-                Ok(error) = failed => {
-                    Err(RemoteError::system_error(code::HOP_FAILED, error.to_string()))
-                }
+                answer = relayed => answer,
+                Ok(error) = failed => Err(self.refuse(code::HOP_FAILED, error.to_string())),
             },
-            None => relay(stream, sink).await,
+            None => relayed.await,
         }
     }
 }
@@ -366,17 +359,19 @@ fn answer_of(reply: protocol::Envelope) -> Answer {
 async fn relay(
     mut stream: ReplyStream,
     mut sink: ItemSink,
+    (me, to): (&NodeId, &NodeId),
 ) -> std::result::Result<Answer, RemoteError> {
     while let Some(item) = stream.next().await {
         match item {
             Ok(item) => {
                 if let Err(e) = sink.send(item).await {
                     // The hop before is gone or gave up: dropping `stream` tells the next.
-                    return Err(RemoteError::system_error(code::HOP_FAILED, e.to_string()));
+                    let failed = RemoteError::system_error(code::HOP_FAILED, e.to_string());
+                    return Err(failed.with_hop(me.as_str()));
                 }
             }
             Err(protocol::Error::Remote(remote)) => return Err(remote),
-            Err(e) => return Err(hop_error(e)),
+            Err(e) => return Err(hop_error(e, me, to)),
         }
     }
     Ok(Answer::default())

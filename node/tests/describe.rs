@@ -3,9 +3,10 @@
 
 mod support;
 
+use node::middleware::{from_fn, Next};
 use node::{
-    Body, ConnectOptions, DescribePolicy, Direction, Error, ErrorCode, HandlerError, KeyPair, Node,
-    Request, Sink,
+    Body, Code, ConnectOptions, DescribePolicy, Direction, Error, ErrorCode, HandlerError, KeyPair,
+    Node, Request, Sink,
 };
 use support::*;
 
@@ -26,6 +27,19 @@ async fn worker(id: &str, policy: DescribePolicy) -> Node {
     node.on_request("boom", |_req: Request| async move {
         Err::<(), _>(HandlerError::new("E_BOOM", "no"))
     });
+    node.on_request("guarded", |_req: Request| async move {
+        Ok::<_, HandlerError>(())
+    });
+    // A middleware refusing what carries no tenant, as a service would check one.
+    node.layer_for(
+        "guarded",
+        from_fn(|req: Request, next: Next| async move {
+            if req.meta().get_str("tenant").is_none() {
+                return Err(HandlerError::new(Code::Unauthenticated, "no tenant").into());
+            }
+            next.run(req).await
+        }),
+    );
     node.on_tick(regex::Regex::new("^note").unwrap(), |_req: Request| async {
     });
     node.on_stream("count", |_req: Request, mut sink: Sink| async move {
@@ -59,7 +73,7 @@ async fn a_peer_is_described_with_its_handlers_peers_and_per_event_counts() {
     assert!(!described.router);
     assert_eq!(described.address, server.address());
     assert_eq!(described.options, server.options());
-    assert_eq!(described.requests, ["echo", "boom"]);
+    assert_eq!(described.requests, ["echo", "boom", "guarded"]);
     assert_eq!(described.streams, ["count"]);
     assert_eq!(described.uploads, ["store"]);
     assert_eq!(described.ticks, ["/^note/"]);
@@ -99,6 +113,17 @@ async fn a_router_forwards_the_ask_and_adds_what_it_forwarded() {
     let _: String = asker.request("leaf", "echo", "via hub").await.unwrap();
     let failed: Result<(), Error> = asker.request("leaf", "boom", &()).await;
     assert_eq!(failed.unwrap_err().code(), ErrorCode::HandlerError);
+    let refused: Result<(), Error> = asker.request("leaf", "guarded", &()).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(Error::Handler {
+                code: Code::Unauthenticated,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
 
     let far = within("describe through the router", asker.describe("leaf"))
         .await
@@ -109,19 +134,26 @@ async fn a_router_forwards_the_ask_and_adds_what_it_forwarded() {
     assert!(far.peers[0].router);
     let echo = far.events.iter().find(|e| e.event == "echo").unwrap();
     assert_eq!(echo.requests.ok, 1);
+    // The leaf counts the handler's error as an error and the middleware's refusal as a
+    // refusal, by their codes.
+    let boom = far.events.iter().find(|e| e.event == "boom").unwrap();
+    assert_eq!((boom.requests.error, boom.requests.refused), (1, 0));
+    let guarded = far.events.iter().find(|e| e.event == "guarded").unwrap();
+    assert_eq!((guarded.requests.error, guarded.requests.refused), (0, 1));
 
     let router = asker.describe("hub").await.unwrap();
     assert!(router.router);
     let counts = router.routing.expect("a router says what it forwarded");
-    // The echo and the description, each forwarded once; the handler's error failed.
-    assert_eq!((counts.forwarded, counts.failed), (2, 1), "{counts:?}");
+    // The echo, the handler's error, the refusal and the description each reached the
+    // leaf: four forwarded. An error the leaf answered is a hop that worked.
+    assert_eq!((counts.forwarded, counts.failed), (4, 0), "{counts:?}");
     // All of it went to the leaf, the one next hop.
     let hops: Vec<_> = counts
         .hops
         .iter()
         .map(|h| (h.to.as_str(), h.forwarded, h.failed))
         .collect();
-    assert_eq!(hops, [("leaf", 2, 1)]);
+    assert_eq!(hops, [("leaf", 4, 0)]);
     let mut ids: Vec<_> = router.peers.iter().map(|p| p.id.to_string()).collect();
     ids.sort();
     assert_eq!(ids, ["asker", "leaf"]);

@@ -764,3 +764,89 @@ async fn a_handler_idle_between_items_is_stopped_when_its_caller_drops_the_strea
             .unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_stream_from_every_match_tags_each_item_and_one_failing_source_ends_alone() {
+    let a = serving("a").await;
+    let b = serving("b").await;
+    // `c` matches too, but its handler fails after two items.
+    let c = builder("c")
+        .option("role", "counter")
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    c.on_stream("count", |_req: Request, mut sink: Sink| async move {
+        sink.send(&0u32).await?;
+        sink.send(&1u32).await?;
+        Err(HandlerError::new("E_DISK", "index unreadable"))
+    });
+    let caller = client("caller").await;
+    for node in [&a, &b, &c] {
+        caller.connect(&address(node)).await.unwrap();
+    }
+    let counters = Filter::new().eq("role", "counter");
+    let found = caller.find(&counters).await.unwrap();
+    let ids: Vec<_> = found.iter().map(|f| f.id.to_string()).collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+    assert!(found.iter().all(|f| f.via.is_none() && !f.router));
+
+    let items = within(
+        "the streams",
+        caller
+            .call(node::Target::all(counters.clone()), "count")
+            .stream_all::<u32>(&100u32),
+    )
+    .await
+    .unwrap();
+    let all: Vec<_> = within("every item", items.collect::<Vec<_>>()).await;
+    let from = |id: &str| -> Vec<u32> {
+        all.iter()
+            .filter(|(from, _)| from.as_str() == id)
+            .filter_map(|(_, item)| item.as_ref().ok().copied())
+            .collect()
+    };
+    assert_eq!(from("a"), (0..100).collect::<Vec<_>>());
+    assert_eq!(from("b"), (0..100).collect::<Vec<_>>());
+    assert_eq!(from("c"), [0, 1]);
+    let errors: Vec<_> = all
+        .iter()
+        .filter_map(|(from, item)| item.as_ref().err().map(|e| (from.as_str(), e)))
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].0, "c");
+    assert_eq!(
+        errors[0].1.handler_code().map(|c| c.as_str()),
+        Some("E_DISK")
+    );
+
+    // No match anywhere: refused before anything is sent; an id is not a fan-out.
+    let nobody = Filter::new().eq("role", "nobody");
+    let none = caller
+        .call(node::Target::all(nobody), "count")
+        .stream_all::<u32>(&1u32)
+        .await;
+    assert!(matches!(none, Err(node::Error::NoNodesMatchFilter)));
+    let by_id = caller.call("a", "count").stream_all::<u32>(&1u32).await;
+    assert_eq!(
+        by_id.err().map(|e| e.code()),
+        Some(ErrorCode::InvalidTarget)
+    );
+    caller.close().await;
+}
+
+#[tokio::test]
+async fn a_stream_through_a_router_to_a_node_without_the_handler_names_the_callers_event() {
+    let hub = router("hub").await;
+    let leaf = serving("leaf").await;
+    leaf.connect(&address(&hub)).await.unwrap();
+    let caller = client("caller").await;
+    caller.connect(&address(&hub)).await.unwrap();
+    let mut items = caller.call("leaf", "nosuch").stream::<u32>(&3u32);
+    let first = within("the end", items.next()).await;
+    assert!(
+        matches!(&first, Some(Err(node::Error::NoHandler { event })) if event == "nosuch"),
+        "{first:?}"
+    );
+    caller.close().await;
+}

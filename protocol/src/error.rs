@@ -104,7 +104,41 @@ pub enum ErrorCode {
 /// not as a reading of the code: [`system`](Self::system) is set only on the errors the
 /// framework makes ([`RemoteError::system_error`]), so a handler may use any code, `NO_HANDLER`
 /// or `TIMEOUT` included, and its caller still sees the handler's own error.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// What a framework error is about travels as fields beside the code, never inside the
+/// message: the numbers of a limit ([`limit`](Self::limit)), the node it concerns
+/// ([`peer`](Self::peer)), the router that made it ([`hop`](Self::hop)) and the bound that
+/// ran out ([`timeout`](Self::timeout)). On the wire the reply is one MessagePack map
+/// (PROTOCOL.md, "Error replies"):
+///
+/// | key | type | when |
+/// |---|---|---|
+/// | `code` | string | always |
+/// | `message` | string | always: for people, never parsed |
+/// | `system` | bool | the framework made it (absent: false) |
+/// | `limit` | map, one key naming the limit | a refusal over a limit |
+/// | `peer` | string | the node the outcome is about (the peer that left, the id not found) |
+/// | `hop` | string | the id of the router that made the reply |
+/// | `timeout_ms` | unsigned | the bound that ran out |
+///
+/// A reader ignores keys it does not know, and a limit it does not know (read as `None`),
+/// so a newer node's reply is read by an older one and the reverse.
+///
+/// ```
+/// use protocol::RemoteError;
+/// use std::time::Duration;
+///
+/// let left = RemoteError::system_error("PEER_LEFT", "the node left before answering")
+///     .with_peer("worker-3")
+///     .with_hop("gateway");
+/// let bytes = protocol::encode_value(&left).unwrap();
+/// let read: RemoteError = protocol::decode_value(&bytes).unwrap();
+/// assert_eq!(read.peer(), Some("worker-3"));
+/// assert_eq!(read.hop(), Some("gateway"));
+/// assert_eq!(read.timeout(), None::<Duration>);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(from = "Wire")]
 pub struct RemoteError {
     /// A machine-readable code.
     pub code: String,
@@ -113,25 +147,94 @@ pub struct RemoteError {
     /// Set when the framework (this crate or the node layer), not a user's handler, made the
     /// error: the code then has the meaning the framework documents for it. Absent on the
     /// wire when false (so a handler's error reply is `{code, message}` as before).
-    #[serde(default, skip_serializing_if = "is_false")]
     pub system: bool,
-    /// For a refusal over a limit: the numbers, as data (never written into the message
-    /// and read back). Absent on the wire when `None`, and ignored by a receiver that does
-    /// not know it, so the reply stays readable by older nodes. Boxed: it is rare, and
-    /// every `Result` carrying an error would otherwise grow by its size.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "known_limit"
-    )]
-    pub limit: Option<Box<Limit>>,
+    /// The fields of the code, when it has any. Boxed: they are rare, and every `Result`
+    /// carrying an error would otherwise grow by their size.
+    fields: Option<Box<Fields>>,
+}
+
+/// The fields an error reply may carry beside its code (all optional on the wire).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Fields {
+    limit: Option<Limit>,
+    peer: Option<String>,
+    hop: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+/// An error reply as it is written: one flat map, optional keys left out.
+#[derive(Serialize)]
+struct WireRef<'a> {
+    code: &'a str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "is_false")]
+    system: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<&'a Limit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hop: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u64>,
+}
+
+/// An error reply as it is read: every key but `code` and `message` optional, unknown keys
+/// ignored.
+#[derive(Deserialize)]
+struct Wire {
+    code: String,
+    message: String,
+    #[serde(default)]
+    system: bool,
+    #[serde(default, deserialize_with = "known_limit")]
+    limit: Option<Limit>,
+    #[serde(default)]
+    peer: Option<String>,
+    #[serde(default)]
+    hop: Option<String>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+impl From<Wire> for RemoteError {
+    fn from(wire: Wire) -> RemoteError {
+        let fields = Fields {
+            limit: wire.limit,
+            peer: wire.peer,
+            hop: wire.hop,
+            timeout_ms: wire.timeout_ms,
+        };
+        RemoteError {
+            code: wire.code,
+            message: wire.message,
+            system: wire.system,
+            fields: (fields != Fields::default()).then(|| Box::new(fields)),
+        }
+    }
+}
+
+impl Serialize for RemoteError {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let fields = self.fields.as_deref();
+        WireRef {
+            code: &self.code,
+            message: &self.message,
+            system: self.system,
+            limit: fields.and_then(|f| f.limit.as_ref()),
+            peer: fields.and_then(|f| f.peer.as_deref()),
+            hop: fields.and_then(|f| f.hop.as_deref()),
+            timeout_ms: fields.and_then(|f| f.timeout_ms),
+        }
+        .serialize(serializer)
+    }
 }
 
 /// A limit this build knows, or `None` for one it does not (a newer peer's): the error is
 /// read either way.
 fn known_limit<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
-) -> std::result::Result<Option<Box<Limit>>, D::Error> {
+) -> std::result::Result<Option<Limit>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Maybe {
@@ -139,7 +242,7 @@ fn known_limit<'de, D: serde::Deserializer<'de>>(
         Unknown(serde::de::IgnoredAny),
     }
     Ok(match Option::<Maybe>::deserialize(deserializer)? {
-        Some(Maybe::Known(limit)) => Some(Box::new(limit)),
+        Some(Maybe::Known(limit)) => Some(limit),
         Some(Maybe::Unknown(_)) | None => None,
     })
 }
@@ -211,14 +314,61 @@ impl RemoteError {
             code: code.into(),
             message: message.into(),
             system: false,
-            limit: None,
+            fields: None,
         }
+    }
+
+    /// The fields, made on first use.
+    fn fields_mut(&mut self) -> &mut Fields {
+        self.fields.get_or_insert_with(Box::default)
     }
 
     /// The same error carrying the numbers of the limit it reports.
     pub fn with_limit(mut self, limit: Limit) -> RemoteError {
-        self.limit = Some(Box::new(limit));
+        self.fields_mut().limit = Some(limit);
         self
+    }
+
+    /// The same error naming the node it is about: the peer that left before answering,
+    /// the id no router could reach, the node a failed hop was to.
+    pub fn with_peer(mut self, peer: impl Into<String>) -> RemoteError {
+        self.fields_mut().peer = Some(peer.into());
+        self
+    }
+
+    /// The same error naming the router that made it (where along the route it failed).
+    /// A router sets it on the errors it makes and passes on unchanged those it relays.
+    pub fn with_hop(mut self, hop: impl Into<String>) -> RemoteError {
+        self.fields_mut().hop = Some(hop.into());
+        self
+    }
+
+    /// The same error carrying the bound that ran out (whole milliseconds on the wire,
+    /// rounded up so that a bound under a millisecond is not read as none).
+    pub fn with_timeout(mut self, bound: Duration) -> RemoteError {
+        let millis = bound.as_nanos().div_ceil(1_000_000);
+        self.fields_mut().timeout_ms = Some(u64::try_from(millis).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// The numbers of the limit this error reports, if it reports one this build knows.
+    pub fn limit(&self) -> Option<&Limit> {
+        self.fields.as_deref()?.limit.as_ref()
+    }
+
+    /// The node this error is about, when it names one ([`with_peer`](Self::with_peer)).
+    pub fn peer(&self) -> Option<&str> {
+        self.fields.as_deref()?.peer.as_deref()
+    }
+
+    /// The router that made this error, when a router did ([`with_hop`](Self::with_hop)).
+    pub fn hop(&self) -> Option<&str> {
+        self.fields.as_deref()?.hop.as_deref()
+    }
+
+    /// The bound that ran out, when the error reports one ([`with_timeout`](Self::with_timeout)).
+    pub fn timeout(&self) -> Option<Duration> {
+        Some(Duration::from_millis(self.fields.as_deref()?.timeout_ms?))
     }
 
     /// An error the framework makes (not a handler): [`system`](Self::system) set.
@@ -394,11 +544,82 @@ mod tests {
         let read: RemoteError = decode_value(&encode_value(&newer).unwrap()).unwrap();
         assert_eq!(read.code, "SOMETHING_NEW");
         assert!(read.system);
-        assert_eq!(read.limit, None);
+        assert_eq!(read.limit(), None);
         // A known one still comes through.
         let known = RemoteError::system_error("TOO_MANY_STREAMS", "full")
             .with_limit(Limit::Streams { max: 7 });
         let read: RemoteError = decode_value(&encode_value(&known).unwrap()).unwrap();
-        assert_eq!(read.limit.as_deref(), Some(&Limit::Streams { max: 7 }));
+        assert_eq!(read.limit(), Some(&Limit::Streams { max: 7 }));
+    }
+
+    /// A newer node's reply: the fields this build knows, and one it does not.
+    #[derive(Serialize)]
+    struct NewerFields {
+        code: &'static str,
+        message: &'static str,
+        system: bool,
+        peer: &'static str,
+        hop: &'static str,
+        timeout_ms: u64,
+        region: &'static str,
+    }
+
+    #[test]
+    fn the_fields_travel_as_data_and_unknown_keys_are_ignored() {
+        let sent = NewerFields {
+            code: "PEER_LEFT",
+            message: "left",
+            system: true,
+            peer: "worker-2",
+            hop: "gateway",
+            timeout_ms: 1500,
+            region: "eu-west",
+        };
+        let read: RemoteError = decode_value(&encode_value(&sent).unwrap()).unwrap();
+        assert!(read.is_system("PEER_LEFT"));
+        assert_eq!(read.peer(), Some("worker-2"));
+        assert_eq!(read.hop(), Some("gateway"));
+        assert_eq!(read.timeout(), Some(Duration::from_millis(1500)));
+        // Written again, the known fields come back the same.
+        let again: RemoteError = decode_value(&encode_value(&read).unwrap()).unwrap();
+        assert_eq!(again, read);
+    }
+
+    /// What an older node wrote and reads: code, message and the flag only.
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Older {
+        code: String,
+        message: String,
+        #[serde(default)]
+        system: bool,
+    }
+
+    #[test]
+    fn an_older_nodes_reply_reads_without_fields_and_it_reads_ours() {
+        let old = Older {
+            code: "PEER_LEFT".into(),
+            message: "the node left before answering".into(),
+            system: true,
+        };
+        let read: RemoteError = decode_value(&encode_value(&old).unwrap()).unwrap();
+        assert!(read.is_system("PEER_LEFT"));
+        assert_eq!((read.peer(), read.hop(), read.limit()), (None, None, None));
+        let ours = RemoteError::system_error("TIMEOUT", "no answer in time")
+            .with_hop("gateway")
+            .with_timeout(Duration::from_micros(2_500_100));
+        let by_old: Older = decode_value(&encode_value(&ours).unwrap()).unwrap();
+        assert_eq!(by_old.code, "TIMEOUT");
+        assert!(by_old.system);
+        // Rounded up to whole milliseconds.
+        let back: RemoteError = decode_value(&encode_value(&ours).unwrap()).unwrap();
+        assert_eq!(back.timeout(), Some(Duration::from_millis(2501)));
+    }
+
+    #[test]
+    fn a_handlers_reply_stays_a_two_key_map() {
+        let bytes = encode_value(&RemoteError::new("NOT_FOUND", "no such key")).unwrap();
+        let map: std::collections::BTreeMap<String, String> = decode_value(&bytes).unwrap();
+        assert_eq!(map.len(), 2, "{map:?}");
+        assert_eq!(map["code"], "NOT_FOUND");
     }
 }

@@ -471,7 +471,7 @@ async fn a_request_over_the_payload_limit_is_answered_with_a_typed_error() {
                 "{remote:?}"
             );
             assert_eq!(
-                remote.limit.as_deref(),
+                remote.limit(),
                 Some(&Limit::Payload {
                     size: 1025,
                     max: 1024

@@ -76,8 +76,8 @@ pub(crate) enum Layer {
     Node,
     /// One-way ticks from node to node (`call(..).raw().tick(..)`), counted by the receiver.
     NodeTick,
-    /// The `node` row over CURVE: both nodes with key pairs, `connect_secure` (every
-    /// message encrypted and authenticated).
+    /// The `node` row over CURVE: both nodes with key pairs, `connect_with` the
+    /// server's key (every message encrypted and authenticated).
     NodeCurve,
     /// The `node` row on the native ZMTP engine on both sides.
     NodeNative,

@@ -1,0 +1,16 @@
+//! `_system:describe`, a request with no payload: answer this node's description (a
+//! MessagePack `Description`, `crate::describe`), as its policy allows the asker
+//! (`DescribePolicy`). Routers pass it on like a user request (`crate::routing`). A
+//! closing node answers `SHUTTING_DOWN`, as for any request.
+
+use protocol::{Answer, Incoming, RemoteError};
+
+use crate::inner::Inner;
+
+/// The event name.
+pub(crate) const EVENT: &str = "_system:describe";
+
+/// The answer to a joined peer's ask (`Inner::answer_describe`: cached, never waits).
+pub(crate) fn answer(inner: &Inner, incoming: &Incoming) -> Result<Answer, RemoteError> {
+    inner.answer_describe(incoming)
+}
