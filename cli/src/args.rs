@@ -75,7 +75,8 @@ pub(crate) struct SecurityArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) key: Option<PathBuf>,
     /// The CURVE public key of the node(s) --connect reaches (40 characters of Z85, or a
-    /// key file): every --connect is then secured. Without --key, a one-time key pair is
+    /// key file): every --connect is then secured, and so is every connection to an
+    /// address --discover finds. Without --key, a one-time key pair is
     /// made for the connection. (A Z85 key may start with `-`: taken as the value.)
     #[arg(long, value_name = "KEY|FILE", allow_hyphen_values = true)]
     pub(crate) server_key: Option<String>,
@@ -144,6 +145,12 @@ pub(crate) struct NodeArgs {
     /// `127.0.0.1:9100` (port 0 picks a free port; printed as `metrics on ...`).
     #[arg(long, value_name = "HOST:PORT")]
     pub(crate) metrics: Option<String>,
+    /// Serve the node's health for an orchestrator's probes at `http://ADDR/livez`,
+    /// `/readyz` and `/startupz` (200 or 503), e.g. `0.0.0.0:8080` (printed as
+    /// `health on ...`). Ready once bound and every --connect joined and each --discover
+    /// joined a peer; not ready from the first signal on.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) health: Option<String>,
     /// Run as a router node: forward requests and ticks that its peers cannot deliver
     /// themselves (to ids they are not joined to, or filters nothing near them matches). A
     /// router serves none of the built-in handlers (`echo`, `ping`, `delay`, `count`, the

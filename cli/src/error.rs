@@ -100,8 +100,8 @@ impl Error {
     pub(crate) fn exit_code(&self) -> ExitCode {
         match self {
             Error::Usage(_) | Error::InvalidJson(_) | Error::Key { .. } => ExitCode::from(2),
-            Error::DrainIncomplete { .. } => ExitCode::from(3),
-            Error::Interrupted => ExitCode::from(130),
+            Error::DrainIncomplete { .. } => ExitCode::from(node::Shutdown::EXIT_INCOMPLETE),
+            Error::Interrupted => ExitCode::from(node::Shutdown::EXIT_INTERRUPTED),
             _ => ExitCode::FAILURE,
         }
     }

@@ -135,12 +135,16 @@ pub(crate) fn read_pair(path: &Path) -> Result<KeyPair, Error> {
     })
 }
 
-/// A public key given on the command line: Z85 text, or a file that holds one.
+/// A public key given on the command line: Z85 text, or a file that holds one. A file
+/// that exists wins: a path of 40 characters can be valid Z85 too (`/`, `-`, `.`, letters
+/// and digits all are), and reading it as a key would connect with the wrong one.
 pub(crate) fn read_public(arg: &str) -> Result<Key, Error> {
-    if let Ok(key) = Key::from_z85(arg) {
-        return Ok(key);
-    }
     let path = Path::new(arg);
+    if !path.is_file() {
+        if let Ok(key) = Key::from_z85(arg) {
+            return Ok(key);
+        }
+    }
     if !path.exists() {
         return Err(Error::Key {
             what: arg.to_owned(),
@@ -222,6 +226,24 @@ fn write_private(path: &Path, text: &str) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A key file whose path is 40 characters of the Z85 alphabet is read as a file.
+    #[test]
+    fn a_key_file_whose_path_is_valid_z85_is_read_as_a_file() {
+        let keys = KeyPair::generate().unwrap();
+        let dir = std::env::temp_dir().join(format!("zn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let base = dir.display().to_string();
+        // Padded to 40 characters with a name of the Z85 alphabet.
+        let name: String = "k".repeat(40 - base.len() - 1);
+        let path = format!("{base}/{name}");
+        assert_eq!(path.len(), 40);
+        assert!(Key::from_z85(&path).is_ok(), "the path itself is valid Z85");
+        std::fs::write(&path, public_text(&keys.public)).unwrap();
+        let read = read_public(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(read, keys.public);
+    }
 
     #[test]
     fn a_pair_survives_its_file() {

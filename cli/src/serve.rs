@@ -5,6 +5,7 @@
 //! ```text
 //! listening on tcp://127.0.0.1:40123      (with --bind; the port resolved)
 //! metrics on http://127.0.0.1:9100/metrics (with --metrics)
+//! health on http://127.0.0.1:8080/readyz   (with --health)
 //! following workers.svc:5555                (each --discover)
 //! node api-1 ready                         (every --connect joined)
 //! discovered workers.svc:5555: 3 listed; added [tcp://10.0.0.7:5555 ...] removed []
@@ -28,7 +29,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use node::{
-    BoxError, DescribePolicy, HandlerError, LeaveReason, Node, NodeEvent, Request, Response, Sink,
+    BoxError, DescribePolicy, HandlerError, LeaveReason, Node, NodeEvent, Request, Response,
+    Signal, Signals, Sink,
 };
 use regex::Regex;
 use tokio::task::JoinHandle;
@@ -43,7 +45,7 @@ use crate::peers::{self, direction_name, format_options, PeerRow};
 /// Runs the node until a signal, then closes it gracefully.
 pub(crate) async fn run(args: NodeArgs) -> Result<(), Error> {
     // Installed first: a signal while connecting still stops the node cleanly.
-    let mut signals = Signals::new().map_err(Error::Start)?;
+    let mut signals = Signals::install().map_err(Error::Start)?;
     let security = Security::load(&args.security, false)?;
     let allowed = args
         .allow
@@ -139,6 +141,20 @@ async fn serve(
     if let Some(address) = metrics {
         say(format_args!("metrics on http://{address}/metrics"));
     }
+    // Held until the node stops: its probes read the drain as it happens.
+    let _health = match &args.health {
+        Some(address) => {
+            let health = node::health::http::serve(address.as_str(), node)
+                .await
+                .map_err(|e| Error::Usage(format!("--health {address}: {e}")))?;
+            say(format_args!(
+                "health on http://{}/readyz",
+                health.local_addr()
+            ));
+            Some(health)
+        }
+        None => None,
+    };
     let logger = tokio::spawn(log_events(events));
     let timeout = Duration::from_millis(args.connect_timeout);
     for address in &args.connect {
@@ -158,11 +174,17 @@ async fn serve(
         if let Some(server) = args.dns_server {
             dns = dns.name_server(server);
         }
-        // Said before it starts: its first change is printed by the event logger, which
-        // would otherwise race this line.
+        let mut options = node::DiscoverOptions::new().connect_timeout(timeout);
+        // The same key as --connect's: every discovered connection is secured too.
+        if let Some(key) = security.server_key {
+            options = options.server_key(key);
+        }
+        // Said first: the discovery's own lines (`discovered ...`) may follow at once.
         say(format_args!("following {name}"));
-        node.discover_with(dns, node::DiscoverOptions::new().connect_timeout(timeout));
+        node.discover_with(dns, options);
     }
+    // Ready (to a probe) once the discoveries joined a peer as well.
+    node.mark_started();
     say(format_args!("node {} ready", node.id()));
     let stats = args
         .stats
@@ -174,17 +196,18 @@ async fn serve(
     stop(node, signal, signals, logger).await
 }
 
-/// Closes the node gracefully; a second signal gives up waiting.
+/// Closes the node gracefully ([`Node::close_on_signal`]); a second signal gives up
+/// waiting.
 async fn stop(
     node: &Node,
-    signal: &'static str,
+    signal: Signal,
     signals: &mut Signals,
     logger: JoinHandle<()>,
 ) -> Result<(), Error> {
     say(format_args!("node {} stopping ({signal})", node.id()));
-    let closed = tokio::select! {
-        closed = node.close() => closed,
-        _ = signals.recv() => return Err(Error::Interrupted),
+    let shutdown = node.close_on_signal(signal, signals).await;
+    let Some(closed) = shutdown.closed else {
+        return Err(Error::Interrupted);
     };
     // The logger ends at `Stopped`, after the last `peer left` lines.
     let _ = tokio::time::timeout(Duration::from_secs(1), logger).await;
@@ -470,50 +493,6 @@ async fn report_stats(node: Node, counters: Arc<Counters>, every: Duration) {
             (ticks - last.2) as f64 / seconds,
         ));
         last = (now, requests, ticks);
-    }
-}
-
-/// The signals that stop a node: SIGINT (Ctrl-C) and SIGTERM (Ctrl-C only off Unix).
-struct Signals {
-    /// SIGINT.
-    #[cfg(unix)]
-    interrupt: tokio::signal::unix::Signal,
-    /// SIGTERM.
-    #[cfg(unix)]
-    terminate: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    /// Installs the handlers (from now on these signals no longer kill the process).
-    fn new() -> std::io::Result<Signals> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            Ok(Signals {
-                interrupt: signal(SignalKind::interrupt())?,
-                terminate: signal(SignalKind::terminate())?,
-            })
-        }
-        #[cfg(not(unix))]
-        {
-            Ok(Signals {})
-        }
-    }
-
-    /// Waits for the next signal and names it.
-    async fn recv(&mut self) -> &'static str {
-        #[cfg(unix)]
-        {
-            tokio::select! {
-                _ = self.interrupt.recv() => "SIGINT",
-                _ = self.terminate.recv() => "SIGTERM",
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-            "Ctrl-C"
-        }
     }
 }
 

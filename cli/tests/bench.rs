@@ -87,7 +87,7 @@ fn bench_streams_prints_every_figure_beside_its_reference() {
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{output:?}");
     for row in [
-        "| `tcp-bulk` 64 KiB chunks |",
+        "| `tcp-bulk` 128 KiB writes and reads |",
         "| `stream-64k` raw items |",
         "x `node-native-tick`",
         "x request round trip p50",

@@ -19,6 +19,7 @@
 //! cargo run -p examples --bin gather          # scatter-gather, the first N, balanced groups
 //! cargo run -p examples --bin kv              # a sharded key-value service behind a gateway
 //! cargo run -p examples --bin relay           # tokens streamed through a gateway, cancelled back
+//! cargo run -p examples --bin service         # a service as a container runs it: probes, SIGTERM
 //! cargo run --release -p examples --bin upload  # 1 GiB uploaded in 64 KiB chunks, hash checked
 //! cargo run --release -p examples --bin mesh  # a small service mesh at work
 //! ```

@@ -305,3 +305,63 @@ fn upload_sends_a_file_in_chunks_and_the_hashes_match() {
     assert!(stored.as_ref().is_some_and(|h| h.len() == 64), "{out}");
     assert_eq!(stored, sent, "{out}");
 }
+
+/// The service as a container runs it: ready on its probe, then SIGTERM: it drains, says
+/// so, and exits 0.
+#[test]
+fn service_is_ready_on_its_probe_and_stops_cleanly_at_sigterm() {
+    use std::io::{BufRead, BufReader, Write};
+    let child = Command::new(env!("CARGO_BIN_EXE_service"))
+        .envs([
+            ("ZERONODE_ID", "search-1"),
+            ("SHARD", "1"),
+            ("ZERONODE_BIND", "tcp://127.0.0.1:0"),
+            ("ZERONODE_HEALTH", "127.0.0.1:0"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut running = Running(child);
+    let stderr = drain(running.0.stderr.take());
+    let mut lines = BufReader::new(running.0.stdout.take().expect("piped")).lines();
+    let mut next = || lines.next().and_then(|l| l.ok()).unwrap_or_default();
+    let first = next();
+    assert!(
+        first.starts_with("node search-1 (shard 1) on tcp://127.0.0.1:"),
+        "{first}"
+    );
+    let health = next();
+    let health = health
+        .strip_prefix("health on http://")
+        .and_then(|h| h.strip_suffix("/readyz"))
+        .unwrap_or_else(|| panic!("not the health line: {health}"))
+        .to_owned();
+    let get = |path: &str| {
+        let mut stream = std::net::TcpStream::connect(&health).expect("connects");
+        stream.set_read_timeout(Some(LIMIT)).expect("a timeout");
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("sent");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read");
+        response
+    };
+    // `run_until_signal` marks it started as it begins: poll briefly.
+    let deadline = Instant::now() + LIMIT;
+    while !get("/readyz").starts_with("HTTP/1.1 200") {
+        assert!(Instant::now() < deadline, "never ready");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &running.0.id().to_string()])
+        .status()
+        .expect("kill(1) runs");
+    assert!(killed.success());
+    assert_eq!(next(), "stopped at SIGTERM: every request answered");
+    let status = running.0.wait().expect("exits");
+    assert!(
+        status.success(),
+        "{status}: {}",
+        stderr.join().unwrap_or_default()
+    );
+}

@@ -34,8 +34,8 @@ use crate::observe::Outcome;
 use crate::options::Options;
 use crate::peer::{Direction, NodeId};
 
-/// The description's system request (`crate::system::describe`).
-pub(crate) use crate::system::describe::EVENT as DESCRIBE;
+/// The system request a node answers with its [`Description`] (`crate::system::describe`).
+pub(crate) const DESCRIBE: &str = "_system:describe";
 
 /// The most distinct event names with a slot of their own; later ones share `_other`
 /// (event names are chosen by peers: a pattern handler matches names without bound).

@@ -42,6 +42,8 @@ use std::future::Future;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Sleep};
 
+use transport::Key;
+
 use crate::peer::NodeId;
 
 /// Why a source has no address set this time. The peers joined so far stay.
@@ -594,6 +596,11 @@ pub struct DiscoverOptions {
     /// After a connect to an address failed, it is tried again after this, doubling up
     /// to 32 times this (default 500 ms).
     pub retry: Duration,
+    /// The CURVE public key of the nodes the source lists: every connection it makes is
+    /// encrypted and authenticated against it, as with
+    /// [`ConnectOptions::server_key`](crate::ConnectOptions::server_key) (default: none,
+    /// plaintext). The node needs a key pair of its own.
+    pub server_key: Option<Key>,
 }
 
 impl Default for DiscoverOptions {
@@ -604,6 +611,7 @@ impl Default for DiscoverOptions {
             connect_timeout: None,
             connect_concurrency: 64,
             retry: Duration::from_millis(500),
+            server_key: None,
         }
     }
 }
@@ -635,6 +643,12 @@ impl DiscoverOptions {
     /// How many connects run at once.
     pub fn connect_concurrency(mut self, n: usize) -> DiscoverOptions {
         self.connect_concurrency = n.max(1);
+        self
+    }
+
+    /// Connects to every listed address with CURVE, to a server with this public key.
+    pub fn server_key(mut self, key: Key) -> DiscoverOptions {
+        self.server_key = Some(key);
         self
     }
 

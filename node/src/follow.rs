@@ -341,6 +341,9 @@ impl Driver {
             if let Some(timeout) = self.options.connect_timeout {
                 options = options.timeout(timeout);
             }
+            if let Some(key) = self.options.server_key {
+                options = options.server_key(key);
+            }
             self.connecting.spawn(async move {
                 let outcome = match weak.upgrade() {
                     Some(inner) => inner.connect(&address, options).await.map(|p| p.id),
@@ -482,6 +485,7 @@ pub(crate) fn start(
 ) -> Discovery {
     let shared = Arc::new(Shared::default());
     let events = inner.observers.events.subscribe();
+    inner.startup.discovering(source.describe(), &shared);
     let driver = Driver {
         inner: Arc::downgrade(inner),
         description: source.describe(),

@@ -22,8 +22,9 @@ use crate::codes::route as code;
 use crate::filter::FilterSpec;
 use crate::peer::{NodeId, Scope};
 
-/// The forwarded message's system request (`crate::system::forward`).
-pub(crate) use crate::system::forward::EVENT as FORWARD;
+/// The system event that carries a [`Forward`] (as metadata; the payload is the user's;
+/// `crate::system::forward`).
+pub(crate) const FORWARD: &str = "_system:forward";
 
 /// How many router hops a message may take by default.
 pub const DEFAULT_HOP_LIMIT: u8 = 8;

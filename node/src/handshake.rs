@@ -21,12 +21,15 @@ use crate::peer::{NodeId, Ticket};
 /// The node protocol version exchanged in the handshake.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-// The system messages' names, for the files that send them (`crate::system` has one file
-// per message, with its parse and its effect).
-pub(crate) use crate::system::{
-    bye::EVENT as BYE, draining::EVENT as DRAINING, handshake::EVENT as HANDSHAKE,
-    heartbeat::EVENT as HEARTBEAT, options::EVENT as OPTIONS,
-};
+// The names of the system messages about joining and membership (`crate::system` has one
+// file per message, with its payload and its effect; the names stay here, in a leaf, so
+// that the senders need not import the effects).
+pub(crate) const HANDSHAKE: &str = "_system:handshake";
+pub(crate) const HEARTBEAT: &str = "_system:heartbeat";
+pub(crate) const OPTIONS: &str = "_system:options";
+pub(crate) const BYE: &str = "_system:bye";
+pub(crate) const DRAINING: &str = "_system:draining";
+pub(crate) const REJOIN: &str = "_system:rejoin";
 
 /// What each side tells the other in the handshake.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -39,6 +39,7 @@ use crate::peer::{Direction, NodeId};
 use crate::peers::{BoundKeys, State};
 use crate::phase::Life;
 use crate::runtime::Runtime;
+use crate::startup::Startup;
 
 /// A node's parts (the state its handles and tasks share).
 pub(crate) struct Inner {
@@ -65,6 +66,8 @@ pub(crate) struct Inner {
     /// Observability: the events, hooks and metrics, the error reports, the counts of
     /// refused messages.
     pub(crate) observers: Observers,
+    /// What its startup waits for (`health.rs`).
+    pub(crate) startup: Startup,
 }
 
 impl Inner {
@@ -83,6 +86,7 @@ impl Inner {
             routing: Routing::default(),
             life: Life::default(),
             observers,
+            startup: Startup::default(),
         }
     }
 

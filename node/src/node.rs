@@ -398,7 +398,7 @@ impl Node {
     /// and concurrent calls for one address share one connection (the later ones wait for
     /// the first's handshake).
     pub async fn connect(&self, address: &str) -> Result<PeerInfo> {
-        self.inner.connect(address, ConnectOptions::new()).await
+        self.connect_with(address, ConnectOptions::new()).await
     }
 
     /// [`connect`](Self::connect) with options: a timeout (instead of the node's handshake
@@ -422,6 +422,8 @@ impl Node {
     /// otherwise). A refusal is [`Error::Refused`] at once: our key is not on the server's
     /// allow-list, the key is not the server's, or the server is not a CURVE node.
     pub async fn connect_with(&self, address: &str, options: ConnectOptions) -> Result<PeerInfo> {
+        // Starting lasts while it runs (see `Node::health`).
+        let _wait = self.inner.startup.connecting(address);
         self.inner.connect(address, options).await
     }
 

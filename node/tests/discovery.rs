@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dns::{SilentDns, TestDns};
-use node::discover::{DiscoverOptions, Discovery, DiscoveryError, DiscoveryEvent, Dns, Static};
+use node::discover::{
+    Discover, DiscoverOptions, Discovery, DiscoveryError, DiscoveryEvent, Dns, Static,
+};
 use node::{Filter, Node, NodeEvent, Request};
 use support::*;
 
@@ -759,5 +761,61 @@ async fn changes_empty_answers_and_failures_are_counted_in_the_metrics() {
     gateway.close().await;
     for w in all {
         w.close().await;
+    }
+}
+
+/// A discovery with a server key joins a CURVE node through a secured connection (the
+/// node allows only the gateway's key); the same discovery without the key is refused and
+/// keeps trying, and its node reads as starting, waiting for a peer from the source.
+#[tokio::test]
+async fn a_discovery_with_a_server_key_joins_a_curve_node_and_one_without_is_refused() {
+    let worker_keys = node::KeyPair::generate().unwrap();
+    let gateway_keys = node::KeyPair::generate().unwrap();
+    let worker = builder("secured")
+        .curve(worker_keys.clone())
+        .allow_keys([gateway_keys.public])
+        .bind("tcp://127.0.0.1:0")
+        .build()
+        .await
+        .unwrap();
+    let listed = vec![address(&worker)];
+    let secured = builder("gateway")
+        .curve(gateway_keys.clone())
+        .build()
+        .await
+        .unwrap();
+    secured.mark_started();
+    secured.discover_with(
+        Static::new(listed.clone()),
+        DiscoverOptions::new().server_key(worker_keys.public),
+    );
+    let plain = builder("plain").curve(gateway_keys).build().await.unwrap();
+    plain.mark_started();
+    let refused = plain.discover(Static::new(listed.clone()));
+
+    // Generous: a loaded machine may be slow; a connect that never works must still fail.
+    let want: BTreeSet<String> = ["secured".to_owned()].into();
+    until_peers(&secured, &want, Duration::from_secs(10)).await;
+    assert_eq!(secured.health(), node::Health::Ready);
+    let start = tokio::time::Instant::now();
+    while refused.stats().connect_failures == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            refused.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(peer_ids(&plain).is_empty());
+    assert_eq!(
+        plain.health(),
+        node::Health::Starting {
+            waiting_for: vec![node::Waiting::Discovery {
+                source: Static::new(listed).describe()
+            }]
+        }
+    );
+    for node in [secured, plain, worker] {
+        node.close().await;
     }
 }

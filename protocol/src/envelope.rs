@@ -644,3 +644,5 @@ pub(crate) fn check_event(event: &str) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod vectors;

@@ -237,3 +237,35 @@ impl Drop for NodeProcess {
         let _ = self.child.wait();
     }
 }
+
+/// `GET http://ADDRESS{path}` over a plain socket (what a probe does): the status and the
+/// body. Bounded by [`PATIENCE`].
+pub fn http_get(address: &str, path: &str) -> (u16, String) {
+    use std::io::Write;
+    use std::net::TcpStream;
+    let addr: std::net::SocketAddr = address.parse().unwrap_or_else(|e| panic!("{address}: {e}"));
+    let mut stream = TcpStream::connect_timeout(&addr, PATIENCE)
+        .unwrap_or_else(|e| panic!("cannot connect to {address}: {e}"));
+    stream.set_read_timeout(Some(PATIENCE)).expect("a timeout");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\n\r\n").expect("sent");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The `HOST:PORT` of a `health on http://HOST:PORT/readyz` line the node prints.
+pub fn health_address(node: &mut NodeProcess) -> String {
+    let line = node.wait_for("health on", |l| l.starts_with("health on "));
+    line.trim_start_matches("health on http://")
+        .trim_end_matches("/readyz")
+        .to_owned()
+}

@@ -7,7 +7,7 @@ use crate::inner::Inner;
 use crate::peer::{Direction, NodeId};
 
 /// The event name.
-pub(crate) const EVENT: &str = "_system:bye";
+pub(crate) use crate::handshake::BYE as EVENT;
 
 /// The peer said goodbye.
 pub(crate) fn apply(inner: &Inner, from: &NodeId, direction: Direction) {

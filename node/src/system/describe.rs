@@ -8,7 +8,7 @@ use protocol::{Answer, Incoming, RemoteError};
 use crate::inner::Inner;
 
 /// The event name.
-pub(crate) const EVENT: &str = "_system:describe";
+pub(crate) use crate::describe::DESCRIBE as EVENT;
 
 /// The answer to a joined peer's ask (`Inner::answer_describe`: cached, never waits).
 pub(crate) fn answer(inner: &Inner, incoming: &Incoming) -> Result<Answer, RemoteError> {

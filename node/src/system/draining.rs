@@ -10,7 +10,7 @@ use crate::inner::Inner;
 use crate::peer::{Direction, NodeId};
 
 /// The event name.
-pub(crate) const EVENT: &str = "_system:draining";
+pub(crate) use crate::handshake::DRAINING as EVENT;
 
 /// The peer said it is draining: marked, and the answer that says so.
 pub(crate) fn answer(

@@ -7,4 +7,4 @@
 //! node that is not a router answers `NOT_A_ROUTER`.
 
 /// The event name.
-pub(crate) const EVENT: &str = "_system:forward";
+pub(crate) use crate::forward::FORWARD as EVENT;

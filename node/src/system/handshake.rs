@@ -11,7 +11,7 @@ use crate::inner::Inner;
 use crate::join::handshake_downstream;
 
 /// The event name.
-pub(crate) const EVENT: &str = "_system:handshake";
+pub(crate) use crate::handshake::HANDSHAKE as EVENT;
 
 /// A connection's handshake at our bound server: admitted (our hello back) or refused.
 /// Runs on the socket's driver: nothing here waits.

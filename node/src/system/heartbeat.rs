@@ -12,7 +12,7 @@ use protocol::Incoming;
 use crate::inner::Inner;
 
 /// The event name.
-pub(crate) const EVENT: &str = "_system:heartbeat";
+pub(crate) use crate::handshake::HEARTBEAT as EVENT;
 
 /// A heartbeat from a connection that has not joined: the peer still believes it is; tell
 /// it to handshake again, without waiting on its queue (the driver never waits).

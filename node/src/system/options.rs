@@ -10,7 +10,7 @@ use crate::options::Options;
 use crate::peer::{Direction, NodeId};
 
 /// The event name.
-pub(crate) const EVENT: &str = "_system:options";
+pub(crate) use crate::handshake::OPTIONS as EVENT;
 
 /// The options a peer sent.
 pub(crate) fn apply(inner: &Inner, from: &NodeId, direction: Direction, incoming: &Incoming) {

@@ -9,7 +9,7 @@ use crate::link::Link;
 use crate::peer::{Direction, NodeId};
 
 /// The event name.
-pub(crate) const EVENT: &str = "_system:rejoin";
+pub(crate) use crate::handshake::REJOIN as EVENT;
 
 /// The server `from` asked us to join again.
 pub(crate) fn apply(inner: &Inner, from: &NodeId, direction: Direction) {

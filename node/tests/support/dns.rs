@@ -30,7 +30,12 @@ pub struct TestDns {
 
 impl TestDns {
     pub async fn start() -> TestDns {
-        let origin = Name::from_str(ZONE).unwrap();
+        TestDns::start_zone(ZONE).await
+    }
+
+    /// A name server for the zone `origin` (a full name, e.g. `cluster.local.`).
+    pub async fn start_zone(origin: &str) -> TestDns {
+        let origin = Name::from_str(origin).unwrap();
         let authority = Arc::new(InMemoryAuthority::empty(
             origin.clone(),
             ZoneType::Primary,
@@ -81,7 +86,18 @@ impl TestDns {
     /// Replaces the A and AAAA records of `label` with `ips` (none: the name has no
     /// address records).
     pub async fn set(&self, label: &str, ips: &[IpAddr], ttl: u32) {
-        let name = TestDns::name(label);
+        self.set_name(&TestDns::name(label).to_string(), ips, ttl)
+            .await;
+    }
+
+    /// [`set`](Self::set) for a full name in the zone (the zone's own name included).
+    pub async fn set_name(&self, name: &str, ips: &[IpAddr], ttl: u32) {
+        let full = if name.ends_with('.') {
+            name.to_owned()
+        } else {
+            format!("{name}.")
+        };
+        let name = Name::from_str(&full).unwrap();
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
         {
             let mut records = self.authority.records_mut().await;
