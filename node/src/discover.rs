@@ -11,8 +11,9 @@
 //!   addresses that lead to one node make one peer (the second is refused by the peer's
 //!   id check and kept aside, tried again when a peer of this source leaves);
 //! - an address that disappears is let go gracefully: its peer is no longer picked for
-//!   `any`, `all` or group calls at once, and it is disconnected once our requests to it
-//!   are answered (or after [`DiscoverOptions::grace`]);
+//!   `any`, `all` or group calls at once, and it is disconnected once everything in flight
+//!   to it is answered (this node's requests, those it forwards to it as a router, streams
+//!   open to it), or after [`DiscoverOptions::grace`];
 //! - a failed answer or an empty one changes nothing: the peers that are joined stay
 //!   (a DNS outage must not take a mesh down); it is an event and a counter;
 //! - a connection to a listed address that fails, or a peer of this source that leaves,
@@ -583,8 +584,9 @@ pub struct DiscoverOptions {
     /// a name that answers 10,000 records joins a bounded set. Which ones is decided by
     /// a hash of the address seeded per node, so that many nodes spread over the set.
     pub max_peers: usize,
-    /// How long a peer whose address disappeared may take to answer our requests in
-    /// flight before it is disconnected anyway (default 10 s).
+    /// How long a peer whose address disappeared may take to answer what is in flight to
+    /// it (our requests, those a router forwards to it) before it is disconnected anyway
+    /// (default 10 s).
     pub grace: Duration,
     /// How long one connect waits for its handshake (default: the node's handshake
     /// timeout).
@@ -626,7 +628,7 @@ impl DiscoverOptions {
         self
     }
 
-    /// The longest a peer that disappeared keeps its requests in flight.
+    /// The longest a peer that disappeared keeps what is in flight to it.
     pub fn grace(mut self, grace: Duration) -> DiscoverOptions {
         self.grace = grace;
         self

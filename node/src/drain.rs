@@ -1,6 +1,7 @@
 //! A graceful close: the node tells its peers it is draining, finishes the work it has and
 //! what is on its way to it within the close grace, stops what outlives the grace (its
-//! callers are told), sends the last answers, says goodbye and closes its sockets.
+//! callers are told), waits (within the grace too) for the answers to its own calls still
+//! out, sends the last answers, says goodbye and closes its sockets.
 //!
 //! The order is what keeps every answer: peers stop picking the node before it stops
 //! taking requests (their acknowledgement of `DRAINING` travels the same connection as
@@ -45,6 +46,9 @@ pub(crate) fn pick_again(error: &protocol::Error, by_filter: bool, attempt: usiz
     by_filter && attempt < MAX_PICKS && nothing_ran
 }
 
+/// How often a close looks at the node's own calls still out.
+const OUTGOING_POLL: Duration = Duration::from_millis(10);
+
 /// How many picks one request to "any" makes at most when the picked peers are stopping.
 const MAX_PICKS: usize = 3;
 
@@ -80,6 +84,9 @@ impl Inner {
             idle = self.runtime.drain_until(grace_end).await;
         }
         if idle {
+            // The node's own calls still out (new ones are refused from now): their
+            // answers come before the sockets close, within the grace.
+            self.outgoing_until(grace_end).await;
             return Closed::default();
         }
         let cancelled = self.runtime.active();
@@ -89,6 +96,24 @@ impl Inner {
         // Their callers are told (`CANCELLED`) as they stop: before the sockets close.
         self.runtime.drain_until(Instant::now() + STOP_WAIT).await;
         Closed { cancelled }
+    }
+
+    /// Waits, until `deadline` at most, for nothing to be in flight from this node to any
+    /// peer (see `Reach::in_flight`).
+    async fn outgoing_until(&self, deadline: Instant) {
+        loop {
+            let out: usize = self
+                .state
+                .lock()
+                .registry
+                .all()
+                .map(|e| e.in_flight())
+                .sum();
+            if out == 0 || Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(OUTGOING_POLL).await;
+        }
     }
 
     /// Sends `DRAINING` to every joined peer and waits (bounded) for their

@@ -34,7 +34,7 @@ use crate::forward::{Action, Destination, Forward, FORWARD};
 use crate::inner::millis;
 use crate::link::{Link, Target};
 use crate::options::Options;
-use crate::peer::{NodeId, Scope, Strategy};
+use crate::peer::{InFlight, NodeId, Scope, Strategy};
 use crate::routing::Relay;
 
 /// Who of the matches gets the message.
@@ -144,8 +144,9 @@ impl Fanned {
     }
 }
 
-/// The local targets of a fan-out: each with its id, link and group.
-type Targets = Vec<(NodeId, Arc<Link>, Option<String>)>;
+/// The local targets of a fan-out: each peer (counted in flight to it while its guard
+/// lives) and its group.
+type Targets = Vec<(InFlight<Arc<Link>>, Option<String>)>;
 
 /// A gather's stream of outcomes.
 pub(crate) type Outcomes<'a> = BoxStream<'a, (NodeId, Result<Reply>)>;
@@ -182,7 +183,8 @@ impl Relay<'_> {
             rand::random::<u32>() as usize,
         )
         .into_iter()
-        .map(|(i, group)| (matching[i].id().clone(), matching[i].link().clone(), group))
+        // Counted from the pick, under the registry's lock (see `Reach::in_flight`).
+        .map(|(i, group)| (Arc::clone(&matching[i].reach).start_request(), group))
         .collect()
     }
 
@@ -207,20 +209,25 @@ impl Relay<'_> {
         deadline: Instant,
     ) -> Fanned {
         let mut all = Fanned::default();
-        for (id, link) in routers {
+        for (id, _) in routers {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
+            // Counted in flight to that router from here; one being let go is skipped.
+            let Some(router) = self.state.lock().registry.start_to(&id) else {
+                continue;
+            };
             forward.remaining_ms = millis(left);
             let Ok(header) = encode_value(&forward) else {
                 break;
             };
             let mut meta = user.clone();
             meta.set(":forward", MetaValue::Bytes(&header));
-            let sent = link
+            let sent = (router.link)
                 .system_request(FORWARD, meta.as_bytes(), payload.clone(), left)
                 .await;
+            drop(router);
             self.passed(&id, &sent);
             let Ok(reply) = sent else {
                 // That router reached nobody we can count on; the others may.
@@ -270,19 +277,19 @@ impl Relay<'_> {
         let mut fanned = Fanned::default();
         match forward.action {
             Action::Gather => {
-                let asks = targets.iter().map(|(id, link, group)| {
+                let asks = targets.iter().map(|(peer, group)| {
                     let (leaf, payload) = (leaf.clone(), payload.clone());
                     async move {
-                        let outcome = match link.request(&forward.event, &leaf, payload, left).await
-                        {
+                        let sent = peer.link.request(&forward.event, &leaf, payload, left);
+                        let outcome = match sent.await {
                             Ok(reply) => Outcome::Reply {
                                 meta: reply.metadata().clone(),
                                 payload: reply.into_payload(),
                             },
-                            Err(e) => Outcome::Failed(self.hop_failed(id, e)),
+                            Err(e) => Outcome::Failed(self.hop_failed(&peer.id, e)),
                         };
                         Entry {
-                            id: id.clone(),
+                            id: peer.id.clone(),
                             group: group.clone(),
                             outcome,
                         }
@@ -300,9 +307,9 @@ impl Relay<'_> {
             _ => {
                 // A group tick answers with what it delivered and served: a node belongs
                 // to one group, so the groups served are what keeps it exactly once.
-                for (id, link, group) in &targets {
-                    let sent = link.tick(&forward.event, &leaf, payload.clone()).await;
-                    self.passed(id, &sent);
+                for (peer, group) in &targets {
+                    let sent = peer.link.tick(&forward.event, &leaf, payload.clone()).await;
+                    self.passed(&peer.id, &sent);
                     if sent.is_ok() {
                         fanned.delivered += 1;
                         fanned.served.extend(group.clone());
@@ -313,11 +320,11 @@ impl Relay<'_> {
         if forward.action == Action::Gather {
             fanned
                 .served
-                .extend(targets.iter().filter_map(|(_, _, g)| g.clone()));
+                .extend(targets.iter().filter_map(|(_, g)| g.clone()));
         }
         let mut next = forward.next_hop(self.id, left);
         next.skip
-            .extend(targets.iter().map(|(id, _, _)| id.clone()));
+            .extend(targets.iter().map(|(peer, _)| peer.id.clone()));
         next.served.extend(fanned.served.iter().cloned());
         let routers = self.next_routers(|id| next.excludes(id) || id == from);
         if !routers.is_empty() && next.hops_left > 0 {
@@ -375,9 +382,14 @@ impl Relay<'_> {
         let metadata = outgoing.meta.as_bytes();
         let mut delivered = 0;
         let mut served = Vec::new();
-        for (_, link, group) in &targets {
-            link.check_size(&payload)?;
-            if link.tick(event, metadata, payload.clone()).await.is_ok() {
+        for (peer, group) in &targets {
+            peer.link.check_size(&payload)?;
+            if peer
+                .link
+                .tick(event, metadata, payload.clone())
+                .await
+                .is_ok()
+            {
                 delivered += 1;
                 served.extend(group.clone());
             }
@@ -392,7 +404,7 @@ impl Relay<'_> {
                 event,
                 outgoing.timeout,
             )?;
-            forward.skip = targets.iter().map(|(id, _, _)| id.clone()).collect();
+            forward.skip = targets.iter().map(|(peer, _)| peer.id.clone()).collect();
             forward.served = served;
             let deadline = Instant::now() + outgoing.timeout;
             let further = self
@@ -423,18 +435,19 @@ impl<'a> Relay<'a> {
             return Err(Error::Closed);
         }
         let targets = self.local_targets(filter, scope, &spread, &HashSet::new(), |_| false);
-        for (_, link, _) in &targets {
-            link.check_size(&payload)?;
+        for (peer, _) in &targets {
+            peer.link.check_size(&payload)?;
         }
         let timeout = outgoing.timeout;
         let limits = self.config.max_metadata;
         let local: FuturesUnordered<_> = targets
             .iter()
-            .map(|(id, link, _)| {
-                let (id, link) = (id.clone(), link.clone());
+            .map(|(peer, _)| {
+                // Its own count, held until its outcome is in.
+                let peer = peer.clone();
                 let (meta, payload) = (outgoing.meta.as_bytes().clone(), payload.clone());
                 async move {
-                    let result = match link.request(event, &meta, payload, timeout).await {
+                    let result = match peer.link.request(event, &meta, payload, timeout).await {
                         Ok(reply) => Reply::from_answer(
                             Answer {
                                 metadata: reply.metadata().clone(),
@@ -442,9 +455,9 @@ impl<'a> Relay<'a> {
                             },
                             &limits,
                         ),
-                        Err(e) => Err(self.link_error(&id, &link, event, timeout, e)),
+                        Err(e) => Err(self.link_error(&peer.id, &peer.link, event, timeout, e)),
                     };
-                    (id, result)
+                    (peer.id.clone(), result)
                 }
             })
             .collect();
@@ -454,8 +467,8 @@ impl<'a> Relay<'a> {
         } else {
             let mut forward =
                 self.fan_forward(Action::Gather, filter, scope, &spread, event, timeout)?;
-            forward.skip = targets.iter().map(|(id, _, _)| id.clone()).collect();
-            forward.served = targets.iter().filter_map(|(_, _, g)| g.clone()).collect();
+            forward.skip = targets.iter().map(|(peer, _)| peer.id.clone()).collect();
+            forward.served = targets.iter().filter_map(|(_, g)| g.clone()).collect();
             let deadline = Instant::now() + timeout;
             let target = Target::Any(filter.clone(), scope);
             stream::once(async move {

@@ -20,7 +20,6 @@ use crate::discover::{
 };
 use crate::events::{LeaveReason, NodeEvent};
 use crate::inner::Inner;
-use crate::link::Link;
 use crate::peer::{Direction, NodeId};
 use crate::ratelimit::{RateLimit, Verdict};
 use crate::upstream::ConnectOptions;
@@ -359,12 +358,14 @@ impl Driver {
     fn connected(&mut self, address: String, outcome: Result<NodeId, Error>) {
         let Some(slot) = self.slots.get_mut(&address) else {
             // Let go while connecting: undo it.
-            if outcome.is_ok() {
-                if let Some(inner) = self.inner.upgrade() {
-                    self.releasing.spawn(async move {
-                        let _ = inner.disconnect(&address).await;
-                    });
-                }
+            if let (Ok(id), Some(inner)) = (&outcome, self.inner.upgrade()) {
+                // Not picked from now; what was picked meanwhile is answered first.
+                inner.peer_draining(id, Direction::Upstream);
+                let weak = self.inner.clone();
+                let grace = self.options.grace;
+                self.releasing.spawn(async move {
+                    let _ = crate::upstream::let_go(&weak, &address, grace).await;
+                });
             }
             return;
         };
@@ -415,7 +416,8 @@ impl Driver {
     }
 
     /// Lets an address that disappeared go: its peer stops being picked now, and is
-    /// disconnected once our requests to it are answered (or after the grace).
+    /// disconnected once everything in flight to it is answered (our requests, those we
+    /// forward to it as a router, streams open to it), or after the grace.
     fn release(&mut self, inner: &Arc<Inner>, address: &str, slot: Slot) {
         self.shared.joined.lock().remove(address);
         let id = match slot {
@@ -435,30 +437,9 @@ impl Driver {
         let address = address.to_owned();
         let grace = self.options.grace;
         self.releasing.spawn(async move {
-            let until = Instant::now() + grace;
-            loop {
-                let Some(inner) = weak.upgrade() else { return };
-                let busy = in_flight_at(&inner, &address);
-                if busy == 0 || Instant::now() >= until {
-                    let _ = inner.disconnect(&address).await;
-                    return;
-                }
-                drop(inner);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            let _ = crate::upstream::let_go(&weak, &address, grace).await;
         });
     }
-}
-
-/// Our requests waiting for an answer from the upstream peer joined through `address`.
-fn in_flight_at(inner: &Inner, address: &str) -> usize {
-    inner
-        .state
-        .lock()
-        .registry
-        .all()
-        .find(|entry| matches!(&**entry.link(), Link::Up { client, .. } if client.endpoint() == address))
-        .map_or(0, |entry| entry.in_flight())
 }
 
 /// Whether `address` is this node's own bound address: the same port, and the bound IP,

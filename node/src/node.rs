@@ -435,9 +435,14 @@ impl Node {
         self.inner.connect(address, options).await
     }
 
-    /// Drops the connection to `address`: the peer leaves (reason: local).
+    /// Lets go of the peer at `address`: from now on it is not picked for `any`, `all` or
+    /// group calls (a request by id still reaches it); once nothing is in flight to it
+    /// (this node's requests, those it forwards to it as a router, streams open to it), or
+    /// once [`Config::close_grace`](crate::Config::close_grace) has passed, the connection
+    /// drops and the peer leaves (reason: local). Returns then.
     pub async fn disconnect(&self, address: &str) -> Result<()> {
-        self.inner.disconnect(address).await
+        let grace = self.inner.config.close_grace;
+        crate::upstream::let_go(&Arc::downgrade(&self.inner), address, grace).await
     }
 
     /// Changes this node's options; joined peers receive them (their filters see the new

@@ -185,7 +185,8 @@ pub struct PeerInfo {
     pub direction: Direction,
     /// The options it advertised (kept current by its `set_options`).
     pub options: Options,
-    /// Our requests to it still waiting for an answer.
+    /// Requests this node has waiting on it: its own, those it forwards to it as a router,
+    /// and streams open to it.
     pub in_flight: usize,
     /// Whether it is a router node (it forwards messages for its peers).
     pub router: bool,
@@ -242,7 +243,7 @@ impl<L> Entry<L> {
         &self.reach.link
     }
 
-    /// Our requests to the peer still waiting for an answer.
+    /// Requests this node has waiting on the peer (see [`Reach::in_flight`]).
     pub(crate) fn in_flight(&self) -> usize {
         self.reach.in_flight()
     }
@@ -271,7 +272,10 @@ pub(crate) struct Reach<L> {
     pub(crate) id: NodeId,
     pub(crate) direction: Direction,
     pub(crate) link: L,
-    /// Our requests to the peer still waiting for an answer.
+    /// Requests this node has waiting on the peer: its own, those it forwards to it as a
+    /// router, streams open to it. Each is counted from its pick, under the registry's
+    /// lock, to its end: a let-go that marks the peer draining and then reads zero here
+    /// (under the same lock) cuts nothing.
     in_flight: AtomicUsize,
 }
 
@@ -286,21 +290,31 @@ impl<L> Reach<L> {
         })
     }
 
-    /// Our requests to the peer still waiting for an answer.
+    /// Requests this node has waiting on the peer (see the field).
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// A request to the peer starts; it ends when the guard drops, however it ends.
+    /// A request to the peer starts; it ends when the guard drops, however it ends. Taken
+    /// while the registry's lock that picked the peer is still held (see `in_flight`).
     pub(crate) fn start_request(self: Arc<Self>) -> InFlight<L> {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight(self)
     }
 }
 
-/// One request of ours waiting for a peer: counted in its [`Reach`] while this lives.
+/// One request waiting on a peer (ours, or one we forward to it): counted in its
+/// [`Reach`] while this lives.
 #[derive(Debug)]
 pub(crate) struct InFlight<L>(Arc<Reach<L>>);
+
+/// Another request to the same peer: counted on its own (the original still counts, so
+/// a clone made after the registry's lock was let go misses no let-go).
+impl<L> Clone for InFlight<L> {
+    fn clone(&self) -> InFlight<L> {
+        Arc::clone(&self.0).start_request()
+    }
+}
 
 impl<L> std::ops::Deref for InFlight<L> {
     type Target = Reach<L>;
@@ -585,6 +599,17 @@ impl<L: Clone> Registry<L> {
             .into_iter()
             .find_map(|d| self.entries.get(&Key(id, d)))
             .map(|e| Arc::clone(&e.reach))
+    }
+
+    /// A request to `id` through the route [`route`](Self::route) takes, counted from now
+    /// (under the registry's lock, see [`Reach::in_flight`]); `None` when `id` is not
+    /// joined or is being let go (draining: no longer picked).
+    pub(crate) fn start_to(&self, id: &NodeId) -> Option<InFlight<L>> {
+        [Direction::Upstream, Direction::Downstream]
+            .into_iter()
+            .find_map(|d| self.entries.get(&Key(id, d)))
+            .filter(|e| !e.draining)
+            .map(|e| Arc::clone(&e.reach).start_request())
     }
 
     /// Records traffic from a peer (for liveness).

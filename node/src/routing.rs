@@ -32,7 +32,7 @@ use crate::handler::{Route, ROUTE};
 use crate::inner::{millis, Inner};
 use crate::link::{Link, Target};
 use crate::peer::Direction;
-use crate::peer::{NodeId, Reach};
+use crate::peer::{InFlight, NodeId, Reach};
 use crate::peers::State;
 use crate::phase::Life;
 use crate::runtime::Received;
@@ -184,10 +184,15 @@ impl Relay<'_> {
     ) -> std::result::Result<(Answer, usize), RemoteError> {
         let mut delivered = 0usize;
         let mut last: Option<RemoteError> = None;
-        for (id, link) in routers {
+        for (id, _) in routers {
             if forward.excludes(&id) || id == *self.id {
                 continue;
             }
+            // Counted in flight to that router from here (it may be being let go: then
+            // it is not picked, and the next one is tried).
+            let Some(router) = self.state.lock().registry.start_to(&id) else {
+                continue;
+            };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(self.refuse(code::TIMEOUT, "the deadline passed"));
@@ -198,9 +203,10 @@ impl Relay<'_> {
             let mut meta = user.clone();
             meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
             let metadata = meta.as_bytes().clone();
-            let sent = link
+            let sent = (router.link)
                 .system_request(FORWARD, &metadata, payload.clone(), left)
                 .await;
+            drop(router);
             self.passed(&id, &sent);
             match sent {
                 Ok(reply) if forward.action == Action::TickAll => {
@@ -494,15 +500,17 @@ impl Relay<'_> {
     }
 
     /// The local peer a forwarded request or tick goes to, if any, leaving out the peers in
-    /// `tried` (picked before for this message, and nothing ran there).
+    /// `tried` (picked before for this message, and nothing ran there). What is forwarded
+    /// to it counts as in flight to it from the pick (under the registry's lock) until the
+    /// guard drops: a let-go of that peer waits for it.
     pub(crate) fn pick_for(
         &self,
         forward: &Forward,
         from: &NodeId,
         tried: &[NodeId],
-    ) -> std::result::Result<Option<Arc<Reach<Arc<Link>>>>, RemoteError> {
+    ) -> std::result::Result<Option<InFlight<Arc<Link>>>, RemoteError> {
         let mut state = self.state.lock();
-        Ok(match &forward.to {
+        let picked = match &forward.to {
             Destination::Id(id) if forward.excludes(id) => None,
             Destination::Id(id) => state.registry.route(id),
             Destination::Filter(spec, scope) => {
@@ -516,7 +524,8 @@ impl Relay<'_> {
                     |id| forward.excludes(id) || id == from || tried.contains(id),
                 )
             }
-        })
+        };
+        Ok(picked.map(Reach::start_request))
     }
 }
 

@@ -17,7 +17,7 @@ use crate::filter::Filter;
 use crate::forward::Action;
 use crate::link::{Link, Target};
 use crate::node::Node;
-use crate::peer::{NodeId, Reach, Scope};
+use crate::peer::{InFlight, NodeId, Reach, Scope};
 use crate::routing::Relay;
 
 impl Node {
@@ -78,7 +78,6 @@ impl Node {
                 }
             };
             reach.link.check_size(&payload)?;
-            let reach = reach.start_request();
             let metadata = outgoing.meta.as_bytes();
             match reach
                 .link
@@ -204,16 +203,18 @@ impl Node {
         }
     }
 
-    /// Finds the joined peer a target names, or picks one.
-    pub(crate) fn resolve(&self, target: &Target) -> Result<Arc<Reach<Arc<Link>>>> {
+    /// Finds the joined peer a target names, or picks one: the request to it counts as in
+    /// flight from here until the guard drops.
+    pub(crate) fn resolve(&self, target: &Target) -> Result<InFlight<Arc<Link>>> {
         self.resolve_except(target, &[])
     }
 
     /// [`resolve`](Self::resolve), a pick by filter leaving out the peers in `tried`
-    /// (picked before for this request, and nothing ran there).
-    fn resolve_except(&self, target: &Target, tried: &[NodeId]) -> Result<Arc<Reach<Arc<Link>>>> {
+    /// (picked before for this request, and nothing ran there). The guard is taken under
+    /// the registry's lock, with the pick (see `Reach::in_flight`).
+    fn resolve_except(&self, target: &Target, tried: &[NodeId]) -> Result<InFlight<Arc<Link>>> {
         let mut state = self.inner.state.lock();
-        match target {
+        let reach = match target {
             Target::Id(id) => state
                 .registry
                 .route(id)
@@ -233,6 +234,7 @@ impl Node {
             Target::All(..) => Err(Error::InvalidTarget {
                 reason: "one node was asked for, and the target is all matches",
             }),
-        }
+        };
+        reach.map(Reach::start_request)
     }
 }

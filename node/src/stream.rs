@@ -58,7 +58,7 @@ use crate::link::{Link, Target};
 use crate::metrics::StreamEnd;
 use crate::middleware::Shape;
 use crate::node::Node;
-use crate::peer::NodeId;
+use crate::peer::InFlight;
 use crate::routing::{forward_error, Relay};
 
 /// The window a stream's reader holds at most when [`Items::window`] does not set one:
@@ -265,8 +265,9 @@ impl Node {
         (self.inner.handlers).add_shaped(pattern.into(), service, Shape::Upload);
     }
 
-    /// Finds the peer a stream goes to (an id, or one match of a filter; no router).
-    fn stream_reach(&self, target: &Target) -> Result<(NodeId, Arc<Link>)> {
+    /// Finds the peer a stream goes to (an id, or one match of a filter; no router): the
+    /// stream counts as in flight to it while the guard lives.
+    fn stream_reach(&self, target: &Target) -> Result<InFlight<Arc<Link>>> {
         if self.inner.life.is_closing() {
             return Err(Error::Closed);
         }
@@ -275,16 +276,16 @@ impl Node {
                 reason: "a stream comes from one node: to all matches, gather",
             });
         }
-        let reach = self.resolve(target)?;
-        Ok((reach.id.clone(), Arc::clone(&reach.link)))
+        self.resolve(target)
     }
 }
 
 /// What an open stream needs to end well: where it goes, for its errors.
 struct Opened {
     stream: ReplyStream,
-    /// The joined peer it goes to, or `None` through routers (its errors are theirs).
-    peer: Option<(NodeId, Arc<Link>)>,
+    /// The joined peer it goes to, or `None` through routers (its errors are theirs);
+    /// counted in flight to it while the stream is open.
+    peer: Option<InFlight<Arc<Link>>>,
 }
 
 enum State<'a> {
@@ -411,7 +412,7 @@ async fn open(
     body: Option<futures::stream::BoxStream<'static, Bytes>>,
 ) -> Result<Opened> {
     let node = prepared.node;
-    let (id, link) = match node.stream_reach(&prepared.to) {
+    let peer = match node.stream_reach(&prepared.to) {
         Ok(found) => found,
         // No joined peer fits: through a router, if we are joined to one.
         Err(local @ (Error::NodeNotFound { .. } | Error::NoNodesMatchFilter)) => {
@@ -430,6 +431,7 @@ async fn open(
         }
         Err(e) => return Err(e),
     };
+    let link = &peer.link;
     link.check_size(&payload)?;
     let timeout = options.timeout;
     let metadata = prepared.outgoing.meta.as_bytes();
@@ -445,11 +447,12 @@ async fn open(
                 .await
         }
     };
-    let stream = opened
-        .map_err(|e| Relay::of(&node.inner).link_error(&id, &link, prepared.event, timeout, e))?;
+    let stream = opened.map_err(|e| {
+        Relay::of(&node.inner).link_error(&peer.id, link, prepared.event, timeout, e)
+    })?;
     Ok(Opened {
         stream,
-        peer: Some((id, link)),
+        peer: Some(peer),
     })
 }
 
@@ -507,8 +510,8 @@ impl<R> Stream for Items<'_, R> {
                             };
                             let (event, timeout) = (prepared.event, prepared.outgoing.timeout);
                             let error = match (&opened.peer, e) {
-                                (Some((id, link)), e) => Relay::of(&prepared.node.inner)
-                                    .link_error(id, link, event, timeout, e),
+                                (Some(peer), e) => Relay::of(&prepared.node.inner)
+                                    .link_error(&peer.id, &peer.link, event, timeout, e),
                                 (None, protocol::Error::Remote(remote)) => {
                                     let me = &prepared.node.inner.id;
                                     forward_error(remote, &prepared.to, event, timeout, me)
@@ -639,7 +642,7 @@ async fn upload_raw(
     let result = async {
         let node = prepared.node;
         let timeout = prepared.outgoing.timeout;
-        let (id, link) = match node.stream_reach(&prepared.to) {
+        let peer = match node.stream_reach(&prepared.to) {
             Ok(found) => found,
             // No joined peer fits: through a router, if we are joined to one.
             Err(local @ (Error::NodeNotFound { .. } | Error::NoNodesMatchFilter)) => {
@@ -662,6 +665,7 @@ async fn upload_raw(
             }
             Err(e) => return Err(e),
         };
+        let (id, link) = (&peer.id, &peer.link);
         let limit = link.limit();
         // An item over the receiver's limit would end the upload there: refused here.
         let (items, too_large) = checked(items, |item: Bytes| {
@@ -676,7 +680,7 @@ async fn upload_raw(
         );
         let reply = tokio::select! {
             reply = sent => reply.map_err(|e| {
-                Relay::of(&node.inner).link_error(&id, &link, prepared.event, timeout, e)
+                Relay::of(&node.inner).link_error(id, link, prepared.event, timeout, e)
             })?,
             Ok(error) = too_large => return Err(error),
         };

@@ -130,10 +130,10 @@ impl Relay<'_> {
             .iter()
             .filter(|id| !forward.excludes(id) && *id != self.id)
             .find_map(|id| {
-                let reach = self.state.lock().registry.route(id);
-                reach.map(|r| (id, r.link.clone()))
+                let router = self.state.lock().registry.start_to(id);
+                router.map(|r| (id, r))
             });
-        let Some((id, link)) = link else {
+        let Some((id, router)) = link else {
             return Err(self.unreached(&forward.to));
         };
         let left = deadline.saturating_duration_since(Instant::now());
@@ -142,7 +142,7 @@ impl Relay<'_> {
         let header = encode_value(&header).map_err(|e| RemoteError::handler(e.to_string()))?;
         let mut meta = user.clone();
         meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
-        let sent = link
+        let sent = (router.link)
             .system_upload(FORWARD, meta.as_bytes(), items, StreamOptions::new(left))
             .await;
         self.passed(id, &sent);
@@ -220,15 +220,12 @@ impl Relay<'_> {
             if forward.excludes(&id) || id == *self.id {
                 continue;
             }
-            let Some(link) = self
-                .state
-                .lock()
-                .registry
-                .route(&id)
-                .map(|r| r.link.clone())
-            else {
+            // Counted in flight to that router while it opens (one being let go is not
+            // picked).
+            let Some(router) = self.state.lock().registry.start_to(&id) else {
                 continue;
             };
+            let link = &router.link;
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(self.refuse(code::TIMEOUT, "the deadline passed"));
@@ -293,7 +290,9 @@ impl Relay<'_> {
             }
             None => (None, None),
         };
-        let (stream, to) = match self.pick_for(forward, from, &[])? {
+        // The guard keeps the stream counted in flight to the leaf while it is relayed (a
+        // let-go of the leaf waits for it).
+        let ((stream, to), _leaf) = match self.pick_for(forward, from, &[])? {
             Some(reach) => {
                 let options = StreamOptions::new(left);
                 let opened = match body {
@@ -310,7 +309,8 @@ impl Relay<'_> {
                 };
                 self.passed(&reach.id, &opened);
                 let stream = opened.map_err(|e| self.hop_failed(&reach.id, e))?;
-                (stream, reach.id.clone())
+                let to = reach.id.clone();
+                ((stream, to), Some(reach))
             }
             None => {
                 let next = forward.next_hop(self.id, left);
@@ -323,15 +323,15 @@ impl Relay<'_> {
                     .map(|(id, _)| id)
                     .filter(|id| id != from)
                     .collect();
-                self.stream_via(
+                let stream = self.stream_via(
                     &next,
                     routers,
                     (payload, body),
                     deadline,
                     user,
                     protocol::DEFAULT_WINDOW,
-                )
-                .await?
+                );
+                (stream.await?, None)
             }
         };
         let relayed = relay(stream, sink, (self.id, &to));

@@ -305,6 +305,80 @@ impl Inner {
     }
 }
 
+/// How often a let-go looks at what is still in flight to the peer it lets go.
+const LET_GO_POLL: Duration = Duration::from_millis(10);
+
+/// What a let-go does next, given what is still in flight to the peer and the time. Pure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LetGo {
+    /// Requests are still out and the grace is not over: look again later.
+    Wait,
+    /// Drop the connection now; `cut` requests were still out (the grace ran out).
+    Disconnect { cut: usize },
+}
+
+impl LetGo {
+    /// With `in_flight` requests out at `now`, for a grace that ends `until`.
+    pub(crate) fn next(in_flight: usize, now: Instant, until: Instant) -> LetGo {
+        if in_flight == 0 {
+            LetGo::Disconnect { cut: 0 }
+        } else if now >= until {
+            LetGo::Disconnect { cut: in_flight }
+        } else {
+            LetGo::Wait
+        }
+    }
+}
+
+/// Lets go of the peer joined through `address` gracefully: it is no longer picked for
+/// `any`, `all` or group calls from now (marked draining), and the connection is dropped
+/// once nothing is in flight to it (this node's requests, those it forwards to it as a
+/// router, streams open to it), or once `grace` has passed. Holds the node only weakly
+/// while it waits: a node dropped meanwhile ends it.
+pub(crate) async fn let_go(node: &Weak<Inner>, address: &str, grace: Duration) -> Result<()> {
+    let until = Instant::now() + grace;
+    loop {
+        let Some(inner) = node.upgrade() else {
+            return Err(Error::Closed);
+        };
+        let in_flight = inner.letting_go(address);
+        match LetGo::next(in_flight, Instant::now(), until) {
+            LetGo::Wait => {}
+            LetGo::Disconnect { cut } => {
+                if cut > 0 {
+                    tracing::warn!(node = %inner.id, %address, cut, ?grace, "let go with requests still in flight: the grace ran out");
+                }
+                return inner.disconnect(address).await;
+            }
+        }
+        drop(inner);
+        tokio::time::sleep(LET_GO_POLL).await;
+    }
+}
+
+impl Inner {
+    /// One look of a let-go at `address`: its peer is marked draining (again: a rejoin
+    /// meanwhile made a new entry), and what is in flight to it, read under the same lock
+    /// every pick takes its count under.
+    fn letting_go(&self, address: &str) -> usize {
+        let joined = self
+            .links
+            .upstreams
+            .lock()
+            .get(address)
+            .and_then(|u| u.joined.borrow().as_ref().map(|p| p.id.clone()));
+        let Some(id) = joined else {
+            return 0;
+        };
+        self.peer_draining(&id, Direction::Upstream);
+        self.state
+            .lock()
+            .registry
+            .get(&id, Direction::Upstream)
+            .map_or(0, Entry::in_flight)
+    }
+}
+
 /// Keeps one upstream connection joined: handshakes, and after every loss handshakes
 /// again when the policy says so. The first outcome goes to `connect` through `first`.
 async fn supervise(
@@ -560,5 +634,19 @@ mod tests {
         assert!(rejoins(ReconnectPolicy::OnFailure, Disconnected));
         assert!(!rejoins(ReconnectPolicy::OnFailure, Stopped));
         assert!(!rejoins(ReconnectPolicy::OnFailure, Revoked));
+    }
+
+    #[test]
+    fn a_let_go_waits_for_what_is_in_flight_within_its_grace() {
+        let now = Instant::now();
+        let until = now + Duration::from_secs(10);
+        assert_eq!(LetGo::next(0, now, until), LetGo::Disconnect { cut: 0 });
+        assert_eq!(LetGo::next(3, now, until), LetGo::Wait);
+        assert_eq!(
+            LetGo::next(3, until, until),
+            LetGo::Disconnect { cut: 3 },
+            "the grace bounds the wait"
+        );
+        assert_eq!(LetGo::next(0, until, until), LetGo::Disconnect { cut: 0 });
     }
 }

@@ -25,7 +25,8 @@ fn loopback(n: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, n))
 }
 
-/// Worker `n` (1..) listening on 127.0.0.N at `port` (0: any), answering `who` with its id.
+/// Worker `n` (1..) listening on 127.0.0.N at `port` (0: any), answering `who` with its
+/// id, and `slow` with its id after 20 ms.
 async fn worker(n: u8, port: u16) -> Node {
     let node = builder(&format!("worker-{n}"))
         .options(node::options::options([("role", "worker")]))
@@ -37,6 +38,14 @@ async fn worker(n: u8, port: u16) -> Node {
     node.on_request("who", move |_req: Request| {
         let id = id.clone();
         async move { Ok::<_, node::HandlerError>(id) }
+    });
+    let id = node.id().to_string();
+    node.on_request("slow", move |_req: Request| {
+        let id = id.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<_, node::HandlerError>(id)
+        }
     });
     node
 }
@@ -87,45 +96,65 @@ struct Load {
     stop: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
     answered: Arc<AtomicU64>,
+    /// The answers by worker id.
+    by: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
     failed: Arc<std::sync::Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Load {
+    /// One request at a time to `who`, 2 ms apart.
     fn start(gateway: &Node) -> Load {
+        Load::start_with(gateway, 1, "who", Duration::from_millis(2))
+    }
+
+    /// `concurrency` requests in flight at once to `event` of any worker, each followed by
+    /// `pause`.
+    fn start_with(node: &Node, concurrency: usize, event: &'static str, pause: Duration) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
         let answered = Arc::new(AtomicU64::new(0));
+        let by = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
         let failed = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let task = tokio::spawn({
-            let (gateway, stop, sent, answered, failed) = (
-                gateway.clone(),
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..concurrency {
+            let (node, stop, sent, answered, by, failed) = (
+                node.clone(),
                 stop.clone(),
                 sent.clone(),
                 answered.clone(),
+                by.clone(),
                 failed.clone(),
             );
-            async move {
+            tasks.spawn(async move {
                 let workers = Filter::new().eq("role", "worker");
                 while !stop.load(Ordering::Relaxed) {
                     sent.fetch_add(1, Ordering::Relaxed);
-                    match gateway.request::<_, String>(&workers, "who", &()).await {
-                        Ok(_) => {
+                    match node.request::<_, String>(&workers, event, &()).await {
+                        Ok(worker) => {
                             answered.fetch_add(1, Ordering::Relaxed);
+                            *by.lock().unwrap().entry(worker).or_default() += 1;
                         }
-                        Err(e) => failed.lock().unwrap().push(e.to_string()),
+                        Err(e) => failed.lock().unwrap().push(format!("{e:?}")),
                     }
-                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    tokio::time::sleep(pause).await;
                 }
-            }
-        });
+            });
+        }
+        let task = tokio::spawn(async move { while tasks.join_next().await.is_some() {} });
         Load {
             stop,
             sent,
             answered,
+            by,
             failed,
             task,
         }
+    }
+
+    /// The answers so far from `worker`.
+    fn answered_by(&self, worker: &str) -> u64 {
+        self.by.lock().unwrap().get(worker).copied().unwrap_or(0)
     }
 
     /// Stops, and returns (sent, answered, failures).
@@ -197,6 +226,124 @@ async fn the_node_follows_three_then_five_then_two_workers_and_no_request_is_los
     for worker in &all[2..4] {
         assert!(worker.peers().get("gateway").is_none());
     }
+    gateway.close().await;
+    for w in all {
+        w.close().await;
+    }
+}
+
+/// A router following the name, 100 requests in flight through it from a caller, the first
+/// worker's record removed: the router stops picking that worker at once and lets it go
+/// once what it forwards to it is answered. No request fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_lets_a_worker_go_without_failing_what_it_forwards_to_it() {
+    let dns = TestDns::start().await;
+    let (all, port) = workers(3).await;
+    dns.set("work", &[loopback(1), loopback(2), loopback(3)], TTL)
+        .await;
+    let gateway = router("gateway").await;
+    let discovery = gateway.discover(
+        Dns::new(format!("work.mesh.test.:{port}"))
+            .name_server(dns.address)
+            .ttl_bounds(Duration::from_millis(200), Duration::from_secs(60)),
+    );
+    let twice = Duration::from_secs(2 * u64::from(TTL));
+    until_peers(&gateway, &ids(&[1, 2, 3]), twice).await;
+    let caller = client("caller").await;
+    caller.connect(&address(&gateway)).await.unwrap();
+    // The caller has no worker of its own: every request goes through the gateway.
+    let load = Load::start_with(&caller, 100, "slow", Duration::ZERO);
+    within("worker-1 answers through the gateway", async {
+        while load.answered_by("worker-1") < 100 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // About a third of the 100 are at worker-1 whenever its record goes.
+    dns.set("work", &[loopback(2), loopback(3)], TTL).await;
+    let mut stay = ids(&[2, 3]);
+    stay.insert("caller".to_owned());
+    until_peers(&gateway, &stay, twice).await;
+    let before = load.answered.load(Ordering::Relaxed);
+    within("requests go on to the two that stay", async {
+        while load.answered.load(Ordering::Relaxed) < before + 200 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let (sent, answered, failed) = load.finish().await;
+    println!("{sent} requests through the gateway");
+    assert!(failed.is_empty(), "every request answered: {failed:?}");
+    assert_eq!(sent, answered, "every request accounted for");
+    assert_eq!(discovery.stats().released, 1);
+    assert!(
+        all[0].peers().get("gateway").is_none(),
+        "worker-1 was let go"
+    );
+    caller.close().await;
+    gateway.close().await;
+    for w in all {
+        w.close().await;
+    }
+}
+
+/// `disconnect` on a router with requests in flight to the peer it lets go: those are
+/// answered first, and the others go to the peer that stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_disconnecting_a_worker_fails_nothing_in_flight() {
+    let (all, _) = workers(2).await;
+    let gateway = router("gateway").await;
+    for w in &all {
+        gateway.connect(&address(w)).await.unwrap();
+    }
+    let caller = client("caller").await;
+    caller.connect(&address(&gateway)).await.unwrap();
+    let load = Load::start_with(&caller, 100, "slow", Duration::ZERO);
+    within("worker-1 answers through the gateway", async {
+        while load.answered_by("worker-1") < 100 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    within("the let-go", gateway.disconnect(&address(&all[0])))
+        .await
+        .unwrap();
+    assert!(gateway.peers().get("worker-1").is_none());
+    let before = load.answered.load(Ordering::Relaxed);
+    within("requests go on to the one that stays", async {
+        while load.answered.load(Ordering::Relaxed) < before + 200 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let (sent, answered, failed) = load.finish().await;
+    assert!(failed.is_empty(), "every request answered: {failed:?}");
+    assert_eq!(sent, answered);
+    // And the node's own requests: the caller lets the gateway go under its load. (A
+    // pause: after the let-go each request fails at once, and must not spin.)
+    let load = Load::start_with(&caller, 100, "slow", Duration::from_millis(1));
+    within("answers", async {
+        while load.answered.load(Ordering::Relaxed) < 100 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    within("the caller's let-go", caller.disconnect(&address(&gateway)))
+        .await
+        .unwrap();
+    let (sent, answered, failed) = load.finish().await;
+    // What was sent before the let-go was answered; what came after found no router.
+    let late = failed
+        .iter()
+        .filter(|f| f.starts_with("NoNodesMatchFilter"))
+        .count() as u64;
+    assert_eq!(
+        failed.len() as u64,
+        late,
+        "only refusals after it: {failed:?}"
+    );
+    assert_eq!(sent, answered + late);
+    caller.close().await;
     gateway.close().await;
     for w in all {
         w.close().await;

@@ -222,6 +222,39 @@ async fn a_draining_node_is_no_longer_picked_yet_finishes_its_work_and_requests_
     assert!(matches!(a1.tick("b", "x", &()).await, Err(Error::Closed)));
 }
 
+/// A node that closes while its own calls are out lets its peers go only once they are
+/// answered (within its close grace): none fails for the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closing_node_waits_for_the_answers_to_its_own_calls() {
+    let worker = server("worker").await;
+    worker.on_request("slow", |_req: Request| async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok::<_, HandlerError>("done")
+    });
+    let caller = client("caller").await;
+    caller.connect(&address(&worker)).await.unwrap();
+    let calls: Vec<_> = (0..100)
+        .map(|_| {
+            let caller = caller.clone();
+            tokio::spawn(async move { caller.request::<_, String>("worker", "slow", &()).await })
+        })
+        .collect();
+    // Every call is out (counted in flight to the worker) before the close begins.
+    within("the calls are out", async {
+        while caller.peers().get("worker").map(|p| p.in_flight) != Some(100) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let closed = within("close returns", caller.close()).await;
+    assert!(closed.is_complete());
+    for call in calls {
+        let answer = within("a call", call).await.unwrap();
+        assert_eq!(answer.unwrap(), "done");
+    }
+    worker.close().await;
+}
+
 #[tokio::test]
 async fn a_close_grace_that_runs_out_stops_handlers_and_tells_their_callers() {
     // One handler slot: the first request runs, the second waits for the slot.
