@@ -1,6 +1,6 @@
 //! What one handler slot costs to take and give back: the node's admission counter (a
 //! compare-and-swap below the bound, a subtraction to give it back: `take_below` and
-//! `give_back` in `node/src/runtime.rs`) against `tokio::sync::Semaphore`'s
+//! `give_back` in `node/src/serving/runtime.rs`) against `tokio::sync::Semaphore`'s
 //! `try_acquire` and the permit's drop, which takes the semaphore's waiters' lock on every
 //! release.
 //!

@@ -269,7 +269,7 @@ pub(crate) mod system {
 }
 
 /// The codes a router answers with (system errors, like [`system`]'s): the caller turns them
-/// into typed errors (`routing.rs`).
+/// into typed errors (`routing/relay.rs`).
 pub(crate) mod route {
     /// The node the router delivered to left before answering (it may have run).
     pub(crate) const PEER_LEFT: &str = "PEER_LEFT";

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use transport::{Key, KeyPair};
 
+use crate::mesh::peer::{NodeId, Strategy};
 use crate::options::{Options, Value};
-use crate::peer::{NodeId, Strategy};
 
 /// Tunables of a node. The defaults suit a LAN or one machine.
 ///
@@ -91,7 +91,7 @@ pub struct Config {
     /// [`NodeBuilder::span_level`]). `INFO` by default.
     pub span_level: tracing::Level,
     /// Who may ask this node to describe itself (see [`NodeBuilder::describe`]).
-    pub describe: crate::describe::DescribePolicy,
+    pub describe: crate::observation::describe::DescribePolicy,
 }
 
 /// What a node does with a request or tick that arrives while its handlers are at
@@ -209,7 +209,7 @@ impl Default for Config {
             strategy: Strategy::Random,
             close_grace: Duration::from_secs(10),
             router: false,
-            hop_limit: crate::forward::DEFAULT_HOP_LIMIT,
+            hop_limit: crate::routing::forward::DEFAULT_HOP_LIMIT,
             curve: None,
             allowed_keys: None,
             max_handshakes: transport::DEFAULT_MAX_HANDSHAKES,
@@ -221,7 +221,7 @@ impl Default for Config {
             max_metadata: protocol::MetaLimits::default(),
             metrics: false,
             span_level: tracing::Level::INFO,
-            describe: crate::describe::DescribePolicy::Anyone,
+            describe: crate::observation::describe::DescribePolicy::Anyone,
         }
     }
 }
@@ -253,7 +253,7 @@ pub struct NodeBuilder {
     pub(crate) options: Options,
     pub(crate) bind: Option<String>,
     /// The discovery sources to follow once built (`discover.rs`).
-    pub(crate) discover: Vec<crate::discover::Starter>,
+    pub(crate) discover: Vec<crate::discovery::discover::Starter>,
     /// The base configuration ([`config`](Self::config)), under what the other methods set.
     base: Config,
     /// Every setting made with a method, applied over `base` in order when the node is
@@ -487,7 +487,7 @@ impl NodeBuilder {
     /// any joined peer by default, only some CURVE keys, or nobody. While on, each request
     /// and tick its handlers run costs two counts and a histogram record
     /// (`node/src/describe.rs`); off, nothing.
-    pub fn describe(self, policy: crate::describe::DescribePolicy) -> Self {
+    pub fn describe(self, policy: crate::observation::describe::DescribePolicy) -> Self {
         self.set(move |config| config.describe = policy.clone())
     }
 

@@ -31,7 +31,7 @@ pub(crate) struct Context {
     pub(crate) deadline: Option<Instant>,
     /// The trace the request belongs to, with its handler's span as the parent of the
     /// calls it makes.
-    pub(crate) trace: Option<crate::trace::TraceParent>,
+    pub(crate) trace: Option<crate::observation::trace::TraceParent>,
 }
 
 /// What a call is sent with, once its settings are resolved.

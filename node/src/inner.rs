@@ -8,9 +8,9 @@
 //!   which link, under one lock;
 //! - the handler runtime, [`Runtime`] (`runtime.rs`) with the handler table
 //!   ([`Handlers`], `middleware.rs`): where handler work runs and its limits; it reaches
-//!   the node only through [`Host`](crate::runtime::Host) (`dispatch.rs`);
+//!   the node only through [`Host`](crate::serving::runtime::Host) (`dispatch.rs`);
 //! - routing and forwarding: its state, [`Routing`] (`forward.rs`), and [`Relay`]
-//!   (`routing.rs`, `fanout.rs`), which runs it over a borrowed view of the registry and
+//!   (`routing/relay.rs`, `fanout.rs`), which runs it over a borrowed view of the registry and
 //!   the config, telling the node of departures only through [`Departures`];
 //! - the connections, [`Connections`]: our bound server, the upstream links (supervised by
 //!   `upstream.rs`), the heartbeat task (`heartbeat.rs`);
@@ -28,17 +28,17 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::Config;
-use crate::events::{LeaveReason, NodeEvent};
-use crate::forward::Routing;
-use crate::link::Connections;
-use crate::link::Link;
-use crate::middleware::Handlers;
-use crate::observe::Observers;
+use crate::mesh::link::Connections;
+use crate::mesh::link::Link;
+use crate::mesh::peer::{Direction, NodeId};
+use crate::mesh::peers::{BoundKeys, State};
+use crate::mesh::phase::Life;
+use crate::observation::events::{LeaveReason, NodeEvent};
+use crate::observation::observe::Observers;
 use crate::options::Options;
-use crate::peer::{Direction, NodeId};
-use crate::peers::{BoundKeys, State};
-use crate::phase::Life;
-use crate::runtime::Runtime;
+use crate::routing::forward::Routing;
+use crate::serving::middleware::Handlers;
+use crate::serving::runtime::Runtime;
 use crate::startup::Startup;
 
 /// A node's parts (the state its handles and tasks share).

@@ -75,140 +75,102 @@
 //! - `otel` (off): spans joined to OpenTelemetry traces (`trace.rs`).
 //!
 //! ## Layout
-//! The node is a few parts, each owning its state and its methods; `inner.rs` composes
-//! them (no circle of imports larger than a few files: `tests/layers.rs`).
-//! - `node.rs`: the [`Node`] handle and its API, the [`Peers`] and [`Keys`] views;
-//!   `call.rs`: the [`Call`] builder and [`Reply`]; `stream.rs`: streamed replies and
-//!   uploads ([`Items`], [`Sink`], [`Body`]); `send.rs`: sending requests and ticks
-//!   (picking, retrying a pick, routers); `caller.rs`: [`Caller`], calls as a tower
-//!   `Service`, and `call_timeout.rs` its timeout layer;
-//! - `inner.rs`: the parts together, and what spans them (a peer leaving); `host.rs`:
-//!   how the handler runtime reaches the node;
-//! - the peer registry: `peers.rs` (who is joined, by which link; routes; bound keys) on
-//!   `peer.rs` (the registry and the strategies of a pick, pure, tested with simulated
-//!   time);
-//! - the handler runtime: `runtime.rs` (handler work off the socket's driver, with the
-//!   node-wide and per-peer limits and the busy policy, on `protocol::Runners`); `fair.rs`
-//!   (the admission decision and the waiting work's lanes, pure); `middleware.rs` (the
-//!   handler table and the tower layers in front of it); `handler.rs` (requests,
-//!   responses, handler errors);
-//! - `dispatch.rs`: what runs on a socket's driver for each message (decides, never waits);
-//! - joining: `handshake.rs` (what nodes tell each other, and the pure decision to admit
-//!   a peer, used by both sides), `join.rs` (both sides' steps);
-//! - upstream links: `link.rs` (how a peer is reached, and [`Target`]), `upstream.rs` (one
-//!   supervisor task per connection this node made: joining, rejoining by the reconnect
-//!   policy), `heartbeat.rs`, `watch.rs` (the bound socket's monitor);
-//! - routing and forwarding: `forward.rs` (the forwarded message and the pure decisions
-//!   about it), `routing.rs` (`Relay`: router nodes at run time), `fanout.rs` (gathers and
-//!   group ticks), `hops.rs` (what a router passed to each next hop);
-//! - the node's life: `phase.rs` (open, draining, closing), `drain.rs` (graceful close);
-//! - observability: `events.rs`, `observe.rs` (hooks, per-request metrics), `metrics.rs`,
-//!   `trace.rs`, `otel.rs`, `stats.rs` (counters), `ratelimit.rs` (error reports),
-//!   `describe.rs` (what a node tells a peer that asks about it, and the per-event load
-//!   behind it), `introspect.rs` (building it, answering, asking);
-//! - discovery: `discover.rs` (the sources: a DNS name, a list, the `Discover` trait),
-//!   `follow.rs` (a task per source, through `connect` and `disconnect`);
-//! - `filter.rs`, `options.rs`: what nodes advertise and how to select them (pure);
-//!   `context.rs` (a request's deadline and what calls inherit), `codes.rs` (the codes on
-//!   the wire), `config.rs`, `error.rs`; `breaker.rs` (a client layer).
+//!
+//! node/src is in rooms by concern, a folder each whose `mod.rs` says what it owns and uses:
+//!
+//! - `calling/`: the [`Call`] builder and [`Reply`] (`call.rs`), sending requests and ticks
+//!   (`send.rs`), streamed replies and uploads ([`Items`], [`Sink`], [`Body`]: `stream.rs`),
+//!   a stream from every match and [`Node::find`] (`find.rs`), [`Caller`] and its layers;
+//! - `serving/`: handlers ([`Request`], [`Response`], [`HandlerError`]: `handler.rs`), the
+//!   handler table and tower layers (`middleware.rs`), the runtime with its node-wide and
+//!   per-peer limits (`runtime.rs`, `fair.rs` pure, `host.rs`), and what runs on a socket's
+//!   driver for each message (`dispatch.rs`: decides, never waits);
+//! - `mesh/`: the peer registry (`peer.rs`, pure, and `peers.rs`), joining (`handshake.rs`,
+//!   pure, and `join.rs`), links and connections (`link.rs`, with [`Target`];
+//!   `upstream.rs`), heartbeats, the node's life (`phase.rs`) and graceful close
+//!   (`drain.rs`);
+//! - `routing/`: router nodes: the forward header and its pure decisions (`forward.rs`),
+//!   `Relay` (`relay.rs`), gathers and group ticks (`fanout.rs`), relayed streams
+//!   (`stream_route.rs`), counts per next hop (`hops.rs`);
+//! - `observation/`: events, hooks, counters, metrics, spans (`trace.rs`, `otel.rs`),
+//!   rate-limited error reports, the description ([`Description`]) and [`Health`];
+//! - `discovery/`: the sources (`discover.rs`) and the node following one (`follow.rs`);
+//! - `system/`: the protocol's own messages, one type decoded once, a file each;
+//! - at the root: `node.rs` (the [`Node`] handle, [`Peers`], [`Keys`]), `inner.rs` (the
+//!   parts together, and what spans them), and the leaves: `filter.rs` and `options.rs`
+//!   (what nodes advertise and how to select them, pure), `context.rs` (a request's
+//!   deadline and what calls inherit), `codes.rs` (the codes on the wire), `config.rs`,
+//!   `error.rs`, `startup.rs`, `shutdown.rs`.
 
 #![forbid(unsafe_code)]
 // Library code has no `unwrap` or `expect` (an audit found none outside tests; indexing,
 // arithmetic and `panic!` are beyond what this lint checks); tests may have them.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-mod breaker;
-mod call;
-mod call_timeout;
-mod caller;
+mod calling;
 mod codes;
 mod config;
 mod context;
-mod describe;
-pub mod discover;
-mod dispatch;
-mod drain;
+mod discovery;
 mod error;
-mod events;
-mod fair;
-mod fanout;
 pub mod filter;
-mod find;
-mod follow;
-mod forward;
-mod handler;
-mod handshake;
-pub mod health;
-mod heartbeat;
-mod hops;
-mod host;
 mod inner;
-mod introspect;
-mod join;
-mod link;
-mod metrics;
-pub mod middleware;
+mod mesh;
 mod node;
-mod observe;
+mod observation;
 pub mod options;
-#[cfg(feature = "otel")]
-mod otel;
-mod peer;
-mod peers;
-mod phase;
-mod ratelimit;
 mod routing;
-mod runtime;
-mod send;
+mod serving;
 mod shutdown;
 mod startup;
-mod stats;
-mod stream;
-mod stream_route;
 mod system;
-mod trace;
-mod upstream;
-mod watch;
 #[cfg(test)]
 mod wire_vectors;
 
-pub use breaker::{Breaker, BreakerFuture, CircuitBreaker, CircuitBreakerLayer, CircuitOpen};
-pub use call::{Call, FromReply, Raw, Reply, Sent, Typed};
-pub use call_timeout::{CallTimeout, CallTimeoutLayer};
-pub use caller::{CallFuture, Caller, Outbound, RetrySafe};
+pub use calling::breaker::{
+    Breaker, BreakerFuture, CircuitBreaker, CircuitBreakerLayer, CircuitOpen,
+};
+pub use calling::call::{Call, FromReply, Raw, Reply, Sent, Typed};
+pub use calling::call_timeout::{CallTimeout, CallTimeoutLayer};
+pub use calling::caller::{CallFuture, Caller, Outbound, RetrySafe};
+pub use calling::find::{Found, MAX_FOUND_ROUTERS};
+pub use calling::stream::DEFAULT_WINDOW;
+pub use calling::stream::{Body, Items, Sink};
 pub use codes::Code;
 pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
-pub use describe::{
+pub use discovery::discover;
+pub use discovery::discover::{Discover, DiscoverOptions, Discovery, DiscoveryEvent, Dns, Static};
+pub use error::{Error, ErrorCode, HandlerBound, Result};
+pub use filter::Filter;
+pub use mesh::handshake::PROTOCOL_VERSION;
+pub use mesh::link::Target;
+pub use mesh::peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
+pub use mesh::phase::Closed;
+pub use mesh::upstream::ConnectOptions;
+pub use node::{Keys, Node, NodeStats, Peers, StreamStats, WeakNode};
+pub use observation::describe::{
     Counts, DescribePolicy, Description, EventStats, Latency, Limits, PeerSummary, RouterCounts,
     Totals, MAX_DESCRIBED_EVENTS,
 };
-pub use discover::{Discover, DiscoverOptions, Discovery, DiscoveryEvent, Dns, Static};
-pub use error::{Error, ErrorCode, HandlerBound, Result};
-pub use events::{ErrorSource, EventStream, LeaveReason, NodeEvent, WaitError};
-pub use filter::Filter;
-pub use find::{Found, MAX_FOUND_ROUTERS};
-pub use forward::{RouterStats, DEFAULT_HOP_LIMIT};
-pub use handler::{with_state, HandlerError, HandlerService, Pattern, Request, Response, Route};
-pub use handshake::PROTOCOL_VERSION;
-pub use health::Health;
-pub use hops::{HopCount, MAX_DESCRIBED_HOPS, OTHER_HOPS};
-pub use link::Target;
-pub use metrics::MAX_EVENT_LABELS;
-pub use node::{Keys, Node, NodeStats, Peers, StreamStats, WeakNode};
-pub use observe::{Called, Handled, Outcome};
+pub use observation::events::{ErrorSource, EventStream, LeaveReason, NodeEvent, WaitError};
+pub use observation::health;
+pub use observation::health::Health;
+pub use observation::metrics::MAX_EVENT_LABELS;
+pub use observation::observe::{Called, Handled, Outcome};
+pub use observation::stats::Hooks;
+pub use observation::trace::{TraceParent, TRACEPARENT};
 pub use options::{Options, Value};
-pub use peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
-pub use phase::Closed;
 pub use protocol::{Limit, Meta, MetaError, MetaLimits, MetaValue};
+pub use routing::forward::{RouterStats, DEFAULT_HOP_LIMIT};
+pub use routing::hops::{HopCount, MAX_DESCRIBED_HOPS, OTHER_HOPS};
+pub use serving::handler::{
+    with_state, HandlerError, HandlerService, Pattern, Request, Response, Route,
+};
+pub use serving::middleware;
 pub use shutdown::{Shutdown, Signal, Signals};
 pub use startup::Waiting;
-pub use stats::Hooks;
-pub use stream::DEFAULT_WINDOW;
-pub use stream::{Body, Items, Sink};
 pub use tower::BoxError;
-pub use trace::{TraceParent, TRACEPARENT};
 pub use transport::{Engine, HandshakeFailure, Key, KeyPair, SecretKey};
-pub use upstream::ConnectOptions;
 
 /// The README's code example, compiled and run as a doctest so it cannot go stale.
 #[doc = include_str!("../../README.md")]

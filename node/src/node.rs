@@ -15,20 +15,20 @@ use tower::{BoxError, Layer, Service};
 use transport::{Curve, Key};
 
 use crate::config::{Config, NodeBuilder};
-use crate::dispatch::install_downstream;
 use crate::error::{Error, Result};
-use crate::events::{ErrorSource, EventStream, LeaveReason};
 use crate::filter::Filter;
-use crate::forward::RouterStats;
-use crate::handler::{self, HandlerError, HandlerService, Pattern, Request, Response};
-use crate::handshake::{BYE, OPTIONS};
-use crate::heartbeat::heartbeat_loop;
 use crate::inner::Inner;
-use crate::link::Link;
+use crate::mesh::handshake::{BYE, OPTIONS};
+use crate::mesh::heartbeat::heartbeat_loop;
+use crate::mesh::link::Link;
+use crate::mesh::peer::{Direction, NodeId, PeerInfo, Scope};
+use crate::mesh::phase::Closed;
+use crate::mesh::upstream::ConnectOptions;
+use crate::observation::events::{ErrorSource, EventStream, LeaveReason};
 use crate::options::Options;
-use crate::peer::{Direction, NodeId, PeerInfo, Scope};
-use crate::phase::Closed;
-use crate::upstream::ConnectOptions;
+use crate::routing::forward::RouterStats;
+use crate::serving::dispatch::install_downstream;
+use crate::serving::handler::{self, HandlerError, HandlerService, Pattern, Request, Response};
 
 /// What a node has been through, for operators and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -255,7 +255,9 @@ impl Node {
         let heartbeat = tokio::spawn(heartbeat_loop(Arc::downgrade(&inner)));
         *inner.links.heartbeat.lock() = Some(heartbeat);
         if inner.observers.metrics.is_some() {
-            tokio::spawn(crate::stats::sample_metrics(Arc::downgrade(&inner)));
+            tokio::spawn(crate::observation::stats::sample_metrics(Arc::downgrade(
+                &inner,
+            )));
         }
         let node = Node {
             alive: Arc::new(Alive {
@@ -268,7 +270,7 @@ impl Node {
         }
         for starter in &builder.discover {
             let (source, options) = starter();
-            crate::follow::start(&node.inner, source, options);
+            crate::discovery::follow::start(&node.inner, source, options);
         }
         Ok(node)
     }
@@ -346,7 +348,7 @@ impl Node {
         if let (Some(_), Some(keys)) = (&inner.config.curve, &inner.config.allowed_keys) {
             server.allow_keys(keys.iter().copied())?;
         }
-        tokio::spawn(crate::watch::watch_server(
+        tokio::spawn(crate::observation::watch::watch_server(
             Arc::downgrade(inner),
             server.clone(),
             events,
@@ -442,7 +444,7 @@ impl Node {
     /// drops and the peer leaves (reason: local). Returns then.
     pub async fn disconnect(&self, address: &str) -> Result<()> {
         let grace = self.inner.config.close_grace;
-        crate::upstream::let_go(&Arc::downgrade(&self.inner), address, grace).await
+        crate::mesh::upstream::let_go(&Arc::downgrade(&self.inner), address, grace).await
     }
 
     /// Changes this node's options; joined peers receive them (their filters see the new
@@ -541,7 +543,7 @@ impl Node {
     /// `ConcurrencyLimitLayer::new(1)` lets one message at a time into the node, whatever
     /// its event. The layer is applied once, now; handlers and layers registered later
     /// never rebuild it (its state is never reset). Layers added first run first. An async
-    /// function is a layer too: [`middleware::from_fn`](crate::middleware::from_fn).
+    /// function is a layer too: [`middleware::from_fn`](crate::serving::middleware::from_fn).
     pub fn layer<L>(&self, layer: L)
     where
         L: Layer<HandlerService> + Send + Sync + 'static,

@@ -8,7 +8,7 @@
 
 use std::process::ExitCode;
 
-use crate::phase::Closed;
+use crate::mesh::phase::Closed;
 use crate::Node;
 
 /// A signal that stops a node.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use crate::discover::Shared;
+use crate::discovery::discover::Shared;
 
 /// What a starting node waits for ([`Health::Starting`](crate::Health::Starting)).
 #[derive(Debug, Clone, PartialEq, Eq)]

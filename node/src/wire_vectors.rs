@@ -12,13 +12,13 @@ use bytes::Bytes;
 use protocol::{decode_value, encode_value, Envelope, Kind, Meta, MetaValue};
 use serde_json::{json, Map, Value};
 
-use crate::describe::DESCRIBE;
-use crate::forward::{Action, Destination, Forward, FORWARD};
-use crate::handler::{Route, ROUTE};
-use crate::handshake::{Hello, BYE, DRAINING, HANDSHAKE, HEARTBEAT, OPTIONS, REJOIN};
+use crate::mesh::handshake::{Hello, BYE, DRAINING, HANDSHAKE, HEARTBEAT, OPTIONS, REJOIN};
+use crate::mesh::peer::{NodeId, Scope, Ticket};
+use crate::observation::describe::DESCRIBE;
 use crate::options::{options, Options, Value as OptionValue};
-use crate::peer::{NodeId, Scope, Ticket};
-use crate::routing::FORWARD_KEY;
+use crate::routing::forward::{Action, Destination, Forward, FORWARD};
+use crate::routing::relay::FORWARD_KEY;
+use crate::serving::handler::{Route, ROUTE};
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../protocol/vectors")
@@ -120,7 +120,7 @@ fn hello(id: &str, router: bool, token: &str) -> Hello {
     Hello {
         id: NodeId::from(id),
         instance: "5f0c2a9e1b7d4c3a".into(),
-        version: crate::handshake::PROTOCOL_VERSION,
+        version: crate::mesh::handshake::PROTOCOL_VERSION,
         options: options([
             ("role", OptionValue::from("worker")),
             ("load", OptionValue::from(3)),
@@ -379,7 +379,7 @@ fn system_vectors_are_what_the_node_writes_and_read_as_its_types() {
         let event = case["decoded"]["event"].as_str().expect("event");
         if name.starts_with("system_handshake") {
             let hello: Hello = decode_value(&payload).expect("a hello");
-            assert_eq!(hello.version, crate::handshake::PROTOCOL_VERSION);
+            assert_eq!(hello.version, crate::mesh::handshake::PROTOCOL_VERSION);
         } else if event == OPTIONS {
             let _: Options = decode_value(&payload).expect("options");
         } else if event == FORWARD {

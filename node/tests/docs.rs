@@ -68,7 +68,7 @@ fn every_document_states_the_window_the_code_has() {
         "README.md",
         "ARCHITECTURE.md",
         "node/src/lib.rs",
-        "node/src/stream.rs",
+        "node/src/calling/stream.rs",
     ];
     for file in files {
         let stated = stated_windows(&read(file));

@@ -29,8 +29,23 @@ fn code_of(text: &str) -> String {
         .join("\n")
 }
 
-/// The first identifier of each path after `crate::` (each one of a `crate::{..}` group).
-fn crate_paths(code: &str) -> Vec<String> {
+/// `room::module` for a path that starts in a room, else the path's first identifier.
+fn room_path(path: &str, rooms: &BTreeSet<String>) -> String {
+    let first = first_ident(path);
+    if rooms.contains(&first) {
+        if let Some(rest) = path[first.len()..].strip_prefix("::") {
+            let second = first_ident(rest);
+            if !second.is_empty() {
+                return format!("{first}::{second}");
+            }
+        }
+    }
+    first
+}
+
+/// The module each path after `crate::` names (each one of a `crate::{..}` group): its first
+/// identifier, or `room::module` for a path into a room.
+fn crate_paths(code: &str, rooms: &BTreeSet<String>) -> Vec<String> {
     let mut found = Vec::new();
     let mut rest = code;
     while let Some(at) = rest.find("crate::") {
@@ -49,7 +64,7 @@ fn crate_paths(code: &str) -> Vec<String> {
                     _ => {}
                 }
                 if depth == 0 || (depth == 1 && c == ',') {
-                    found.push(first_ident(item.trim()));
+                    found.push(room_path(item.trim(), rooms));
                     item.clear();
                     if depth == 0 {
                         break;
@@ -59,7 +74,7 @@ fn crate_paths(code: &str) -> Vec<String> {
                 }
             }
         } else {
-            found.push(first_ident(rest));
+            found.push(room_path(rest, rooms));
         }
     }
     found.retain(|name| !name.is_empty());
@@ -134,10 +149,29 @@ fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 fn import_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
+    // A folder with a `mod.rs` is a room of modules: each of its files (with its children)
+    // is a module `room::file`, as a top-level file of `src/` is one.
+    let rooms: BTreeSet<String> = std::fs::read_dir(src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("mod.rs").is_file())
+        .filter_map(|p| Some(p.file_name()?.to_str()?.to_owned()))
+        .collect();
     let module_of = |path: &Path| -> Option<String> {
         let relative = path.strip_prefix(src).ok()?;
-        let first = relative.components().next()?.as_os_str().to_str()?;
+        let mut parts = relative
+            .components()
+            .map(|c| c.as_os_str().to_str().unwrap_or(""));
+        let first = parts.next()?;
         let name = first.strip_suffix(".rs").unwrap_or(first);
+        if rooms.contains(name) {
+            let second = parts.next()?;
+            let inner = second.strip_suffix(".rs").unwrap_or(second);
+            return Some(match inner {
+                "mod" => name.to_owned(),
+                inner => format!("{name}::{inner}"),
+            });
+        }
         (name != "lib").then(|| name.to_owned())
     };
     let modules: BTreeSet<String> = files.iter().filter_map(|f| module_of(f)).collect();
@@ -148,11 +182,12 @@ fn import_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         let Some(used) = statement.trim().strip_prefix("pub use ") else {
             continue;
         };
-        let module = first_ident(used);
+        let path = room_path(used, &rooms);
+        let module = path.clone();
         if !modules.contains(&module) {
             continue;
         }
-        let names = used[module.len()..].trim_start_matches("::");
+        let names = used[path.len()..].trim_start_matches("::");
         for name in names.trim_matches(|c| c == '{' || c == '}').split(',') {
             let name = name.trim().rsplit("::").next().unwrap_or("").trim();
             if !name.is_empty() {
@@ -169,7 +204,7 @@ fn import_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             continue;
         };
         let code = code_of(&std::fs::read_to_string(file).unwrap());
-        for name in crate_paths(&code) {
+        for name in crate_paths(&code, &rooms) {
             let target = if modules.contains(&name) {
                 Some(name)
             } else {
@@ -217,8 +252,18 @@ fn the_circle_finder_finds_a_circle_and_nothing_else() {
     let mut found = circles(&graph);
     found.sort();
     assert_eq!(found, [vec!["a", "b", "c"], vec!["d"]]);
+    let no_rooms = BTreeSet::new();
     assert_eq!(
-        crate_paths("use crate::{a::X, b, c::{D, E}}; let x = crate::d::f(); $crate::e"),
+        crate_paths(
+            "use crate::{a::X, b, c::{D, E}}; let x = crate::d::f(); $crate::e",
+            &no_rooms
+        ),
         ["a", "b", "c", "d"]
+    );
+    // A path into a room names the module inside it.
+    let rooms: BTreeSet<String> = ["r".to_owned()].into();
+    assert_eq!(
+        crate_paths("use crate::r::m::X; use crate::{r::n, a::Y};", &rooms),
+        ["r::m", "r::n", "a"]
     );
 }

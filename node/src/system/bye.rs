@@ -2,12 +2,12 @@
 //! last answers). The peer is forgotten at once, its pending requests fail with
 //! `PeerLeft`, and the leave is `LeaveReason::Stopped`.
 
-use crate::events::LeaveReason;
 use crate::inner::Inner;
-use crate::peer::{Direction, NodeId};
+use crate::mesh::peer::{Direction, NodeId};
+use crate::observation::events::LeaveReason;
 
 /// The event name.
-pub(crate) use crate::handshake::BYE as EVENT;
+pub(crate) use crate::mesh::handshake::BYE as EVENT;
 
 /// The peer said goodbye.
 pub(crate) fn apply(inner: &Inner, from: &NodeId, direction: Direction) {

@@ -1,5 +1,5 @@
 //! `_system:handshake`, a request: a connection asks to join. Its payload is the sender's
-//! `Hello` (`crate::handshake`, where the decision to admit is, pure); the answer is ours.
+//! `Hello` (`crate::mesh::handshake`, where the decision to admit is, pure); the answer is ours.
 //! A closing node admits nobody (a peer would join and be dropped at once).
 
 use std::sync::Arc;
@@ -8,10 +8,10 @@ use protocol::{Answer, Incoming, RemoteError};
 
 use crate::codes::system::SHUTTING_DOWN;
 use crate::inner::Inner;
-use crate::join::handshake_downstream;
+use crate::mesh::join::handshake_downstream;
 
 /// The event name.
-pub(crate) use crate::handshake::HANDSHAKE as EVENT;
+pub(crate) use crate::mesh::handshake::HANDSHAKE as EVENT;
 
 /// A connection's handshake at our bound server: admitted (our hello back) or refused.
 /// Runs on the socket's driver: nothing here waits.

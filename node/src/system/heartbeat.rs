@@ -1,5 +1,5 @@
 //! `_system:heartbeat`, a tick with no payload: a sign of life, sent every heartbeat
-//! interval on every link (`crate::heartbeat` runs the timer). Receiving it has no effect
+//! interval on every link (`crate::mesh::heartbeat` runs the timer). Receiving it has no effect
 //! of its own: any message from a joined peer counts as life when the connection is looked
 //! up. From a connection that is not joined (we declared it dead, or restarted), it is
 //! answered with `_system:rejoin` (`rejoin.rs`).
@@ -12,7 +12,7 @@ use protocol::Incoming;
 use crate::inner::Inner;
 
 /// The event name.
-pub(crate) use crate::handshake::HEARTBEAT as EVENT;
+pub(crate) use crate::mesh::handshake::HEARTBEAT as EVENT;
 
 /// A heartbeat from a connection that has not joined: the peer still believes it is; tell
 /// it to handshake again, without waiting on its queue (the driver never waits).

@@ -4,13 +4,13 @@
 
 use protocol::Incoming;
 
-use crate::events::{ErrorSource, NodeEvent};
 use crate::inner::Inner;
+use crate::mesh::peer::{Direction, NodeId};
+use crate::observation::events::{ErrorSource, NodeEvent};
 use crate::options::Options;
-use crate::peer::{Direction, NodeId};
 
 /// The event name.
-pub(crate) use crate::handshake::OPTIONS as EVENT;
+pub(crate) use crate::mesh::handshake::OPTIONS as EVENT;
 
 /// The options a peer sent.
 pub(crate) fn apply(inner: &Inner, from: &NodeId, direction: Direction, incoming: &Incoming) {

@@ -5,11 +5,11 @@
 //! nothing.
 
 use crate::inner::Inner;
-use crate::link::Link;
-use crate::peer::{Direction, NodeId};
+use crate::mesh::link::Link;
+use crate::mesh::peer::{Direction, NodeId};
 
 /// The event name.
-pub(crate) use crate::handshake::REJOIN as EVENT;
+pub(crate) use crate::mesh::handshake::REJOIN as EVENT;
 
 /// The server `from` asked us to join again.
 pub(crate) fn apply(inner: &Inner, from: &NodeId, direction: Direction) {

@@ -1,0 +1,79 @@
+//! Heartbeats: one task per node sends `_system:heartbeat` to every joined peer each
+//! interval and declares dead the peers gone silent.
+//!
+//! Replies count as signs of life: an upstream peer is alive while its client receives
+//! anything from it; a downstream peer while it sends us anything, its replies to our
+//! requests included (our server keeps when each peer last answered, and each check
+//! drains it). A heartbeat never waits on a peer's queue: it is sent only if the queue has room now
+//! (a peer that does not read gets none, and is the one that looks silent), so the others'
+//! heartbeats leave on time whatever one peer does.
+
+use std::sync::Weak;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::inner::Inner;
+use crate::mesh::handshake::HEARTBEAT;
+use crate::mesh::link::Link;
+use crate::mesh::peer::Direction;
+use crate::observation::events::LeaveReason;
+
+/// Sends heartbeats to every peer and declares dead the ones gone silent, until the node
+/// closes or is gone.
+pub(crate) async fn heartbeat_loop(weak: Weak<Inner>) {
+    let Some(inner) = weak.upgrade() else { return };
+    let interval = inner.config.heartbeat_interval;
+    drop(inner);
+    // Check four times per interval so that detection is within a quarter interval of the
+    // dead-peer timeout.
+    let mut ticker = tokio::time::interval(interval / 4);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut beat = 0u64;
+    loop {
+        ticker.tick().await;
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.life.is_closing() {
+            return;
+        }
+        if beat % 4 == 0 {
+            let links = inner.state.lock().links(None);
+            for link in links {
+                if let Err(e) = link.try_system_tick(HEARTBEAT, Bytes::new()).await {
+                    tracing::debug!(node = %inner.id, cause = %e, ?link, "heartbeat not sent");
+                }
+            }
+        }
+        beat = beat.wrapping_add(1);
+        // Replies from downstream peers to our requests, since the last check.
+        let bound = inner.links.server.lock().clone();
+        let answered = bound
+            .map(|server| server.take_answered())
+            .unwrap_or_default();
+        let dead = {
+            let state = inner.state.lock();
+            for (route, at) in answered {
+                if let Some(id) = state.routes.get(&route) {
+                    state.registry.seen_at_least(id, Direction::Downstream, at);
+                }
+            }
+            // Anything an upstream peer sent counts as a sign of life, its replies too (a
+            // busy peer's heartbeat may come late behind them).
+            let heard: Vec<_> = state
+                .registry
+                .all()
+                .filter_map(|e| match &**e.link() {
+                    Link::Up { client, .. } => Some((e.id().clone(), client.last_heard()?)),
+                    Link::Down { .. } => None,
+                })
+                .collect();
+            for (id, at) in heard {
+                state.registry.seen_at_least(&id, Direction::Upstream, at);
+            }
+            state.registry.silent(Instant::now().into_std())
+        };
+        for (id, direction) in dead {
+            inner.peer_left(&id, direction, LeaveReason::TimedOut);
+        }
+    }
+}
