@@ -632,3 +632,35 @@ async fn a_loop_of_ticks_lets_the_other_tasks_run() {
     let during = within("the observer ends", observer).await.unwrap();
     assert!(during > 0, "no other task ran during {TICKS} ticks");
 }
+
+/// A node whose own thread stood still (here a handler that blocks the one thread of a
+/// current-thread runtime, as a panic hook printing a backtrace can) does not take its
+/// peers for dead when it resumes: their heartbeats wait unread in its sockets, and the
+/// first check after the stall is skipped while the drivers read them.
+#[tokio::test]
+async fn a_node_that_stood_still_does_not_take_its_peers_for_dead() {
+    let server = server("still").await;
+    server.on_request("block", |_req: Request| async move {
+        // Three times the dead-peer timeout (2.5 heartbeats of 200 ms): blocking, on
+        // purpose, the thread the caller's and the server's drivers share.
+        std::thread::sleep(HEARTBEAT * 5 / 2 * 3);
+        Ok::<_, HandlerError>("done")
+    });
+    let caller = client("caller").await;
+    caller.connect(&address(&server)).await.unwrap();
+    let mut events = caller.events();
+    let answer: String = within(
+        "the blocking request",
+        caller.request("still", "block", &()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer, "done");
+    // A heartbeat interval later both still count each other as joined.
+    tokio::time::sleep(HEARTBEAT * 2).await;
+    assert_eq!(caller.peers().list().len(), 1, "the caller lost the server");
+    assert_eq!(server.peers().list().len(), 1, "the server lost the caller");
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::ZERO, events.recv()).await {
+        assert!(!matches!(event, NodeEvent::PeerLeft { .. }), "{event:?}");
+    }
+}

@@ -31,7 +31,7 @@ pub(crate) async fn heartbeat_loop(weak: Weak<Inner>) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut beat = 0u64;
     loop {
-        ticker.tick().await;
+        let due = ticker.tick().await;
         let Some(inner) = weak.upgrade() else { return };
         if inner.life.is_closing() {
             return;
@@ -70,10 +70,48 @@ pub(crate) async fn heartbeat_loop(weak: Weak<Inner>) {
             for (id, at) in heard {
                 state.registry.seen_at_least(&id, Direction::Upstream, at);
             }
-            state.registry.silent(Instant::now().into_std())
+            let now = Instant::now();
+            if stalled(due, now, interval) {
+                // This node itself stood still (its thread was blocked): what its peers
+                // sent meanwhile waits unread in its sockets. Judged now, every peer would
+                // look silent; the next check, a quarter interval on, comes after the
+                // drivers have read it.
+                tracing::debug!(node = %inner.id, late_ms = (now - due).as_millis() as u64, "liveness check skipped after a stall");
+                Vec::new()
+            } else {
+                state.registry.silent(now.into_std())
+            }
         };
         for (id, direction) in dead {
             inner.peer_left(&id, direction, LeaveReason::TimedOut);
         }
+    }
+}
+
+/// Whether the check due at `due` runs so late (`now`) that this node, not its peers, was
+/// the one standing still: later than a whole heartbeat interval. A check is due every
+/// quarter interval; a loaded machine delays one by milliseconds, a blocked thread (a
+/// handler that blocks a current-thread runtime, a panic hook printing a backtrace) by far
+/// more.
+fn stalled(due: Instant, now: Instant, interval: std::time::Duration) -> bool {
+    now.saturating_duration_since(due) > interval
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_check_a_whole_interval_late_is_a_stall_of_our_own_and_a_little_late_is_not() {
+        let due = Instant::now();
+        let interval = Duration::from_millis(200);
+        assert!(!stalled(due, due, interval));
+        assert!(!stalled(due, due + Duration::from_millis(30), interval));
+        assert!(!stalled(due, due + interval, interval));
+        assert!(stalled(due, due + Duration::from_millis(201), interval));
+        assert!(stalled(due, due + Duration::from_secs(2), interval));
+        // A clock read before the due time (the tick resolved early) is no stall.
+        assert!(!stalled(due + Duration::from_millis(5), due, interval));
     }
 }
