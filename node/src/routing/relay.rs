@@ -136,14 +136,30 @@ impl Relay<'_> {
         }
         // The receiver is not known yet: our own limit (the mesh's, by default).
         crate::mesh::link::check_size(payload.len(), self.config.max_payload)?;
+        let forward = self.origin_header(action, target, event, timeout)?;
+        let deadline = Instant::now() + timeout;
+        self.forward_via(&forward, routers, payload, deadline, &outgoing.meta)
+            .await
+            .map_err(|remote| forward_error(remote, target, event, timeout, self.id))
+    }
+
+    /// The header of a message this node sends through routers (as its origin) to
+    /// `target`, with `timeout` to spend. A predicate filter (Rust code) cannot travel: it
+    /// is refused here.
+    pub(crate) fn origin_header(
+        &self,
+        action: Action,
+        target: &Target,
+        event: &str,
+        timeout: Duration,
+    ) -> Result<Forward> {
         let to = match target {
             Target::Id(id) => Destination::Id(id.clone()),
-            // A predicate (Rust code) cannot travel: refused at once.
             Target::Any(filter, scope) | Target::All(filter, scope) => {
                 Destination::Filter(filter.to_spec()?, *scope)
             }
         };
-        let forward = Forward {
+        Ok(Forward {
             id: rand::random(),
             action,
             to,
@@ -155,11 +171,7 @@ impl Relay<'_> {
             groups: None,
             skip: Vec::new(),
             served: Vec::new(),
-        };
-        let deadline = Instant::now() + timeout;
-        self.forward_via(&forward, routers, payload, deadline, &outgoing.meta)
-            .await
-            .map_err(|remote| forward_error(remote, target, event, timeout, self.id))
+        })
     }
 
     /// A system error this node makes about routing: it names this node as the hop.

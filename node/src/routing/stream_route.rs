@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::inner::millis;
 use crate::mesh::link::Target;
 use crate::mesh::peer::NodeId;
-use crate::routing::forward::{Action, Destination, Forward, FORWARD};
+use crate::routing::forward::{Action, Forward, FORWARD};
 use crate::routing::relay::{forward_error, hop_error, Relay, FORWARD_KEY};
 
 /// A stream both ways' body, as it leaves for the next hop.
@@ -76,25 +76,7 @@ impl Relay<'_> {
             return Err(local);
         }
         crate::mesh::link::check_size(size, self.config.max_payload)?;
-        let to = match target {
-            Target::Id(id) => Destination::Id(id.clone()),
-            Target::Any(filter, scope) | Target::All(filter, scope) => {
-                Destination::Filter(filter.to_spec()?, *scope)
-            }
-        };
-        let forward = Forward {
-            id: rand::random(),
-            action: Action::Request,
-            to,
-            event: event.to_owned(),
-            remaining_ms: millis(timeout),
-            hops_left: self.config.hop_limit,
-            origin: self.id.clone(),
-            visited: Vec::new(),
-            groups: None,
-            skip: Vec::new(),
-            served: Vec::new(),
-        };
+        let forward = self.origin_header(Action::Request, target, event, timeout)?;
         Ok((forward, routers))
     }
 
