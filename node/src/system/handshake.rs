@@ -7,8 +7,8 @@ use std::sync::Arc;
 use protocol::{Answer, Incoming, RemoteError};
 
 use crate::codes::system::SHUTTING_DOWN;
-use crate::inner::Inner;
-use crate::mesh::join::handshake_downstream;
+use crate::node::inner::Inner;
+use crate::node::join::handshake_downstream;
 
 /// The event name.
 pub(crate) use crate::mesh::handshake::HANDSHAKE as EVENT;

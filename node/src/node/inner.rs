@@ -23,17 +23,16 @@
 //! and calls the node's dispatchers (`dispatch.rs`), which only decide: a system message is
 //! answered there, anything else becomes a handler job (`runtime.rs`).
 
-use std::time::Duration;
-
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::Config;
 use crate::mesh::link::Connections;
 use crate::mesh::link::Link;
+use crate::mesh::peer::LeaveReason;
 use crate::mesh::peer::{Direction, NodeId};
 use crate::mesh::peers::{BoundKeys, State};
 use crate::mesh::phase::Life;
-use crate::observation::events::{LeaveReason, NodeEvent};
+use crate::observation::events::NodeEvent;
 use crate::observation::observe::Observers;
 use crate::options::Options;
 use crate::routing::forward::Routing;
@@ -108,9 +107,4 @@ impl Inner {
             reason,
         });
     }
-}
-
-/// A duration in whole milliseconds, saturating.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
