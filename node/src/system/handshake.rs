@@ -16,7 +16,7 @@ pub(crate) use crate::mesh::handshake::HANDSHAKE as EVENT;
 /// A connection's handshake at our bound server: admitted (our hello back) or refused.
 /// Runs on the socket's driver: nothing here waits.
 pub(crate) fn answer(inner: &Arc<Inner>, incoming: &Incoming) -> Result<Answer, RemoteError> {
-    let bound = inner.links.server.lock().clone();
+    let bound = inner.server();
     match bound {
         Some(server) if !inner.life.is_stopping() => handshake_downstream(inner, &server, incoming),
         _ => Err(RemoteError::system_error(

@@ -21,7 +21,7 @@ pub(crate) fn from_unjoined(inner: &Arc<Inner>, incoming: Incoming) {
         .observers
         .unjoined
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if let Some(server) = inner.links.server.lock().clone() {
+    if let Some(server) = inner.server() {
         tokio::spawn(async move {
             let _ = server
                 .try_system_tick(&incoming.from, super::rejoin::EVENT, Bytes::new())
