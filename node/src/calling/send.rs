@@ -13,11 +13,9 @@ use crate::context::Outgoing;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::mesh::link::{Link, Target};
-use crate::mesh::peer::LeaveReason;
-use crate::mesh::peer::{InFlight, NodeId, Reach, Scope};
+use crate::mesh::peer::{InFlight, LeaveReason, NodeId, Reach, Scope};
 use crate::node::Node;
-use crate::routing::forward::pick_again;
-use crate::routing::forward::Action;
+use crate::routing::forward::{pick_again, Action};
 
 impl Node {
     /// Sends a request and decodes the reply (or keeps it whole: `R` = [`Reply`]), with the

@@ -59,8 +59,7 @@ use crate::node::Node;
 use crate::observation::metrics::StreamEnd;
 use crate::routing::relay::forward_error;
 use crate::routing::stream_route::checked;
-use crate::serving::handler::Reply;
-use crate::serving::handler::{HandlerError, Request, Response};
+use crate::serving::handler::{HandlerError, Reply, Request, Response};
 use crate::serving::middleware::Shape;
 
 /// The window a stream's reader holds at most when [`Items::window`] does not set one:

@@ -15,8 +15,7 @@ use tokio::time::Instant;
 
 use crate::mesh::handshake::{BYE, DRAINING};
 use crate::mesh::link::Upstream;
-use crate::mesh::peer::LeaveReason;
-use crate::mesh::peer::{Direction, NodeId};
+use crate::mesh::peer::{Direction, LeaveReason, NodeId};
 use crate::mesh::phase::{Closed, Phase};
 use crate::node::inner::Inner;
 use crate::observation::events::NodeEvent;

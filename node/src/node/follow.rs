@@ -18,8 +18,7 @@ use tokio::time::Instant;
 use crate::discovery::discover::{
     Discover, DiscoverOptions, Discovery, DiscoveryError, DiscoveryEvent, Shared,
 };
-use crate::mesh::peer::LeaveReason;
-use crate::mesh::peer::{Direction, NodeId};
+use crate::mesh::peer::{Direction, LeaveReason, NodeId};
 use crate::node::inner::Inner;
 use crate::node::upstream::ConnectOptions;
 use crate::observation::events::NodeEvent;

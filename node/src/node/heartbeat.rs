@@ -15,8 +15,7 @@ use tokio::time::Instant;
 
 use crate::mesh::handshake::HEARTBEAT;
 use crate::mesh::link::Link;
-use crate::mesh::peer::Direction;
-use crate::mesh::peer::LeaveReason;
+use crate::mesh::peer::{Direction, LeaveReason};
 use crate::node::inner::Inner;
 
 /// Sends heartbeats to every peer and declares dead the ones gone silent, until the node

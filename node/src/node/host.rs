@@ -9,9 +9,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use protocol::{Answer, Incoming, RemoteError};
 
-use crate::mesh::peer::Direction;
-use crate::mesh::peer::LeaveReason;
-use crate::mesh::peer::NodeId;
+use crate::mesh::peer::{Direction, LeaveReason, NodeId};
 use crate::node::inner::Inner;
 use crate::observation::observe::Observers;
 use crate::routing::relay::{Departures, Relay};

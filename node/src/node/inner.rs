@@ -31,10 +31,8 @@
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::Config;
-use crate::mesh::link::Connections;
-use crate::mesh::link::Link;
-use crate::mesh::peer::LeaveReason;
-use crate::mesh::peer::{Direction, NodeId};
+use crate::mesh::link::{Connections, Link};
+use crate::mesh::peer::{Direction, LeaveReason, NodeId};
 use crate::mesh::peers::{BoundKeys, State};
 use crate::mesh::phase::Life;
 use crate::observation::events::NodeEvent;

@@ -26,8 +26,7 @@ use tokio::time::Instant;
 
 use crate::codes::route as code;
 use crate::codes::system::BAD_FORWARD;
-use crate::context::millis;
-use crate::context::Outgoing;
+use crate::context::{millis, Outgoing};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::mesh::link::{Link, Target};

@@ -18,22 +18,18 @@ use tokio::time::Instant;
 use crate::codes::route as code;
 use crate::codes::system::{BAD_FORWARD, DEADLINE_EXCEEDED, NOT_JOINED, NO_HANDLER};
 use crate::config::Config;
-use crate::context::millis;
-use crate::context::Outgoing;
+use crate::context::{millis, Outgoing};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::mesh::link::{Link, Target};
-use crate::mesh::peer::Direction;
-use crate::mesh::peer::LeaveReason;
-use crate::mesh::peer::{InFlight, NodeId, Reach};
+use crate::mesh::peer::{Direction, InFlight, LeaveReason, NodeId, Reach};
 use crate::mesh::peers::State;
 use crate::mesh::phase::Life;
 use crate::observation::describe::DESCRIBE;
-use crate::routing::forward::pick_again;
-use crate::routing::forward::Routing;
 use crate::routing::forward::{
     hop_budget, retry_elsewhere, undelivered, Action, Admission, Destination, Forward, FORWARD,
 };
+use crate::routing::forward::{pick_again, Routing};
 use crate::serving::handler::{Route, ROUTE};
 use crate::serving::runtime::Received;
 

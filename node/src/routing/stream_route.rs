@@ -19,8 +19,7 @@ use protocol::{
 use tokio::time::Instant;
 
 use crate::codes::route as code;
-use crate::context::millis;
-use crate::context::Outgoing;
+use crate::context::{millis, Outgoing};
 use crate::error::{Error, Result};
 use crate::mesh::link::Target;
 use crate::mesh::peer::NodeId;

@@ -2,8 +2,7 @@
 //! last answers). The peer is forgotten at once, its pending requests fail with
 //! `PeerLeft`, and the leave is `LeaveReason::Stopped`.
 
-use crate::mesh::peer::LeaveReason;
-use crate::mesh::peer::{Direction, NodeId};
+use crate::mesh::peer::{Direction, LeaveReason, NodeId};
 use crate::node::inner::Inner;
 
 /// The event name.
