@@ -55,8 +55,9 @@ const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
     (
         "serving/dispatch.rs",
         "node::inner::Inner",
-        "the dispatcher answers for the whole node; it is being rewritten elsewhere, then \
-         moves up to node/ or reaches the node through a narrow type as the runtime does",
+        "the dispatcher answers for the whole node; it waits for the rewrite of the \
+         protocol's peer, then moves up to node/ or reaches the node through a narrow type \
+         as the runtime does",
     ),
     (
         "serving/dispatch.rs",
