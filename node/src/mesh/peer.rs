@@ -198,6 +198,35 @@ pub struct PeerInfo {
     pub draining: bool,
 }
 
+/// Why a peer left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaveReason {
+    /// It closed gracefully and said goodbye.
+    Stopped,
+    /// Its heartbeats stopped: it died, or the network between us did.
+    TimedOut,
+    /// Its connection dropped.
+    Disconnected,
+    /// We disconnected from it, or we are closing.
+    Local,
+    /// Its CURVE key was taken off our allow-list.
+    Revoked,
+}
+
+impl LeaveReason {
+    /// A stable lower-case name (the metrics' `reason` label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaveReason::Stopped => "stopped",
+            LeaveReason::TimedOut => "timed_out",
+            LeaveReason::Disconnected => "disconnected",
+            LeaveReason::Local => "local",
+            LeaveReason::Revoked => "revoked",
+        }
+    }
+}
+
 /// One joined peer in one direction. `L` is how to reach it (a client, or a routing id).
 #[derive(Debug)]
 pub(crate) struct Entry<L> {
