@@ -1,5 +1,6 @@
-//! Membership: the peer registry and its pure decisions (`peer.rs`, with the ids every room
-//! speaks of: `NodeId`, `Direction`, `PeerInfo`, `LeaveReason`; `peers.rs`), the handshake's
+//! Membership: who a peer is (`names.rs`: `NodeId`, `Direction`, `PeerInfo`, `LeaveReason`,
+//! the ids every room speaks of), the peer registry and its pure decisions (`peer.rs`,
+//! `peers.rs`), the handshake's
 //! pure decisions (`handshake.rs`), the links to each peer and the connections to each
 //! address (`link.rs`), and the node's life (`phase.rs`).
 //!
@@ -9,6 +10,7 @@
 
 pub(crate) mod handshake;
 pub(crate) mod link;
+pub(crate) mod names;
 pub(crate) mod peer;
 pub(crate) mod peers;
 pub(crate) mod phase;
