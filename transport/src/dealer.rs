@@ -130,9 +130,7 @@ impl Dealer {
     /// wake-up fewer per message (see [`Deliver`](crate::Deliver)). A message's sender is
     /// an empty id. Connections whose handshake completed before this call go on queueing for
     /// `recv`. `false`, and nothing changes, on the libzmq engine, where messages can only
-    /// be received. The socket holds `deliver` until it is closed. A receiver may leave a
-    /// message to `recv` ([`Delivered::Queued`](crate::Delivered)), and the connection's
-    /// next ones follow it until `recv` has taken them all.
+    /// be received. The socket holds `deliver` until it is closed.
     pub fn deliver_to(&self, deliver: std::sync::Arc<dyn crate::Deliver>) -> bool {
         self.core.deliver_to(deliver)
     }

@@ -148,7 +148,7 @@ mod zap;
 
 pub use curve::{Curve, Key, KeyPair, SecretKey};
 pub use dealer::Dealer;
-pub use deliver::{Deliver, Delivered, Delivery};
+pub use deliver::{Deliver, Delivery};
 pub use error::{Error, Result};
 pub use frame::Frame;
 pub use ids::{Engine, PeerId};

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use transport::{Deliver, Delivered, Delivery, Key, PeerId};
+use transport::{Deliver, Delivery, Key, PeerId};
 
 use super::helpers::nanos_at;
 use super::{Answered, Conversation};
@@ -44,13 +44,7 @@ struct OnConnection<L: Link> {
 }
 
 impl<L: Link> Delivery for OnConnection<L> {
-    fn deliver(
-        &mut self,
-        peer: &PeerId,
-        key: Option<Key>,
-        frames: &[Bytes],
-        at: Instant,
-    ) -> Delivered {
+    fn deliver(&mut self, peer: &PeerId, key: Option<Key>, frames: &[Bytes], at: Instant) {
         let conversation = &self.conversation;
         conversation.heard.store(nanos_at(at), Ordering::Relaxed);
         conversation.refresh_handlers(&mut self.handlers, &mut self.seen);
@@ -62,6 +56,5 @@ impl<L: Link> Delivery for OnConnection<L> {
             conversation.is_closing(),
             &mut Answered::default(),
         );
-        Delivered::Taken
     }
 }
