@@ -87,17 +87,10 @@ impl Link for Dealer {
         Dealer::close(self)
     }
 
-    /// Always the inbox, on either engine. A Client's messages are mostly the replies to
-    /// its own requests, each waking a caller: through the inbox, the connection's driver,
-    /// the conversation's task and the callers spread over the runtime's threads.
-    /// `benches/ab.sh`, node row, 100 B, 5 rounds, inbox only against the former switch
-    /// (direct delivery while at most one request was pending, the inbox above): medians
-    /// 1.90 (window 1) and 1.19 (window 100), block_on caller 1.40 and 1.15; direct only
-    /// against the switch 0.79 and 0.71 (block_on 0.83 and 0.92). Measured at a load
-    /// average of 9 to 13 on 2 cores: single rounds ranged 0.3 to 3.8, so these say no
-    /// more than that the inbox alone loses nothing worth a second path.
-    fn deliver_to(&self, _deliver: Arc<dyn Deliver>) -> bool {
-        false
+    /// On the native engine, the connection's driver (`conversation/direct.rs`), as a
+    /// Router's; on libzmq, which cannot, the inbox.
+    fn deliver_to(&self, deliver: Arc<dyn Deliver>) -> bool {
+        Dealer::deliver_to(self, deliver)
     }
 }
 
