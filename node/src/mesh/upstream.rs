@@ -296,7 +296,7 @@ impl Inner {
             return Ok(());
         };
         supervisor.abort();
-        let _ = client.system_tick(BYE, Bytes::new()).await;
+        let _ = client.peer().system().tick(BYE, Bytes::new()).await;
         if let Some(id) = joined {
             self.peer_left(&id, Direction::Upstream, LeaveReason::Local);
         }
@@ -542,11 +542,7 @@ async fn join(
         reach: Reach::new(
             hello.id.clone(),
             Direction::Upstream,
-            Arc::new(Link::Up {
-                client: client.clone(),
-                left: Arc::clone(left),
-                limit,
-            }),
+            Arc::new(Link::up(client.clone(), Arc::clone(left), limit)),
         ),
         options: hello.options.clone(),
         instance: hello.instance.clone(),
@@ -563,7 +559,7 @@ async fn join(
         let mut entry = entry;
         // A new handshake on this same connection (a rejoin request) keeps the peer's work.
         if let Some(old) = state.registry.get(entry.id(), Direction::Upstream) {
-            if matches!(&**old.link(), Link::Up { client: c, .. } if c.same_as(client)) {
+            if old.link().client().is_some_and(|c| c.same_as(client)) {
                 old.work.set_limit(limit);
                 entry.work = Arc::clone(&old.work);
             }
@@ -572,7 +568,7 @@ async fn join(
     };
     match joined {
         Err(_) => {
-            let _ = client.system_tick(BYE, Bytes::new()).await;
+            let _ = client.peer().system().tick(BYE, Bytes::new()).await;
             return Err(Error::DuplicateId {
                 id: hello.id.to_string(),
             });
