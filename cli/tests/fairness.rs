@@ -111,10 +111,11 @@ fn flood_and_quick(engine: Engine, name: &str) {
 
         // Everything above the flooder's share was refused BUSY, and only that: the rest is
         // running or waiting on the server, not answered, not lost.
-        assert_eq!(
-            report.other,
-            Vec::<String>::new(),
-            "{name}: the flood's other outcomes"
+        assert!(
+            report.other.is_empty(),
+            "{name}: {} of the flood's requests ended otherwise, the first: {:?}",
+            report.other.len(),
+            &report.other[..report.other.len().min(3)]
         );
         assert_eq!(
             (

@@ -7,6 +7,9 @@ use transport::{Key, KeyPair};
 use crate::mesh::peer::{NodeId, Strategy};
 use crate::options::{Options, Value};
 
+/// How many router hops a message may take by default.
+pub const DEFAULT_HOP_LIMIT: u8 = 8;
+
 /// Tunables of a node. The defaults suit a LAN or one machine.
 ///
 /// `#[non_exhaustive]`: start from `Config::default()` and set fields, or use the
@@ -209,7 +212,7 @@ impl Default for Config {
             strategy: Strategy::Random,
             close_grace: Duration::from_secs(10),
             router: false,
-            hop_limit: crate::routing::forward::DEFAULT_HOP_LIMIT,
+            hop_limit: DEFAULT_HOP_LIMIT,
             curve: None,
             allowed_keys: None,
             max_handshakes: transport::DEFAULT_MAX_HANDSHAKES,

@@ -76,31 +76,39 @@
 //!
 //! ## Layout
 //!
-//! node/src is in rooms by concern, a folder each whose `mod.rs` says what it owns and uses:
+//! node/src is in rooms by concern, a folder each whose `mod.rs` says what it owns and which
+//! rooms it may use. Bottom to top, each room uses only those before it (`tests/layers.rs`
+//! holds the order and fails on an arrow up):
 //!
-//! - `calling/`: the [`Call`] builder and [`Reply`] (`call.rs`), sending requests and ticks
-//!   (`send.rs`), streamed replies and uploads ([`Items`], [`Sink`], [`Body`]: `stream.rs`),
-//!   a stream from every match and [`Node::find`] (`find.rs`), [`Caller`] and its layers;
-//! - `serving/`: handlers ([`Request`], [`Response`], [`HandlerError`]: `handler.rs`), the
-//!   handler table and tower layers (`middleware.rs`), the runtime with its node-wide and
-//!   per-peer limits (`runtime.rs`, `fair.rs` pure, `host.rs`), and what runs on a socket's
-//!   driver for each message (`dispatch.rs`: decides, never waits);
-//! - `mesh/`: the peer registry (`peer.rs`, pure, and `peers.rs`), joining (`handshake.rs`,
-//!   pure, and `join.rs`), links and connections (`link.rs`, with [`Target`];
-//!   `upstream.rs`), heartbeats, the node's life (`phase.rs`) and graceful close
-//!   (`drain.rs`);
+//! - the leaves: `codes.rs` (the codes on the wire), `error.rs`, `options.rs` and
+//!   `filter.rs` (what nodes advertise and how to select them, pure), `context.rs` (a
+//!   request's deadline, what calls inherit, [`TraceParent`]);
+//! - `mesh/`: the peer registry and the ids ([`NodeId`], [`PeerInfo`], [`LeaveReason`]:
+//!   `peer.rs`, pure, and `peers.rs`), the handshake's decisions (`handshake.rs`, pure), links
+//!   and connections (`link.rs`, with [`Target`]), the node's life (`phase.rs`);
+//! - `discovery/`: the sources of addresses (`discover.rs`);
+//! - `observation/`: events, hooks, counters, metrics, spans (`trace.rs`, `otel.rs`),
+//!   rate-limited error reports, the description's parts ([`Description`]) and a router's
+//!   counts per next hop;
+//! - `config.rs` and `startup.rs`;
+//! - `serving/`: handlers ([`Request`], [`Response`], [`HandlerError`], [`Reply`]:
+//!   `handler.rs`), the handler table and tower layers (`middleware.rs`), the runtime with its
+//!   node-wide and per-peer limits (`runtime.rs`, `fair.rs` pure), and what runs on a
+//!   socket's driver for each message (`dispatch.rs`: decides, never waits);
 //! - `routing/`: router nodes: the forward header and its pure decisions (`forward.rs`),
 //!   `Relay` (`relay.rs`), gathers and group ticks (`fanout.rs`), relayed streams
-//!   (`stream_route.rs`), counts per next hop (`hops.rs`);
-//! - `observation/`: events, hooks, counters, metrics, spans (`trace.rs`, `otel.rs`),
-//!   rate-limited error reports, the description ([`Description`]) and [`Health`];
-//! - `discovery/`: the sources (`discover.rs`) and the node following one (`follow.rs`);
+//!   (`stream_route.rs`);
+//! - `node/`: the [`Node`] handle ([`Peers`], [`Keys`]: `handle.rs`), its parts composed
+//!   (`inner.rs`, joined to the narrow types of the parts below in `host.rs`), and what works
+//!   on the whole node: joining (`join.rs`), connections upstream (`upstream.rs`),
+//!   heartbeats, the graceful close (`drain.rs`), following a discovery source
+//!   (`follow.rs`), counters ([`NodeStats`], [`Hooks`]: `stats.rs`), the description it
+//!   answers (`introspect.rs`), warnings (`watch.rs`) and [`Health`];
 //! - `system/`: the protocol's own messages, one type decoded once, a file each;
-//! - at the root: `node.rs` (the [`Node`] handle, [`Peers`], [`Keys`]), `inner.rs` (the
-//!   parts together, and what spans them), and the leaves: `filter.rs` and `options.rs`
-//!   (what nodes advertise and how to select them, pure), `context.rs` (a request's
-//!   deadline and what calls inherit), `codes.rs` (the codes on the wire), `config.rs`,
-//!   `error.rs`, `startup.rs`, `shutdown.rs`.
+//! - `calling/`: the [`Call`] builder (`call.rs`), sending requests and ticks (`send.rs`),
+//!   streamed replies and uploads ([`Items`], [`Sink`], [`Body`]: `stream.rs`), a stream from
+//!   every match and [`Node::find`] (`find.rs`), [`Caller`] and its layers;
+//! - `shutdown.rs`: closing on a signal.
 
 #![forbid(unsafe_code)]
 // Library code has no `unwrap` or `expect` (an audit found none outside tests; indexing,
@@ -114,7 +122,6 @@ mod context;
 mod discovery;
 mod error;
 pub mod filter;
-mod inner;
 mod mesh;
 mod node;
 mod observation;
@@ -130,41 +137,41 @@ mod wire_vectors;
 pub use calling::breaker::{
     Breaker, BreakerFuture, CircuitBreaker, CircuitBreakerLayer, CircuitOpen,
 };
-pub use calling::call::{Call, FromReply, Raw, Reply, Sent, Typed};
+pub use calling::call::{Call, FromReply, Raw, Sent, Typed};
 pub use calling::call_timeout::{CallTimeout, CallTimeoutLayer};
 pub use calling::caller::{CallFuture, Caller, Outbound, RetrySafe};
 pub use calling::find::{Found, MAX_FOUND_ROUTERS};
 pub use calling::stream::DEFAULT_WINDOW;
 pub use calling::stream::{Body, Items, Sink};
 pub use codes::Code;
-pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy};
+pub use config::{BusyPolicy, Config, NodeBuilder, Reconnect, ReconnectPolicy, DEFAULT_HOP_LIMIT};
+pub use context::{TraceParent, TRACEPARENT};
 pub use discovery::discover;
 pub use discovery::discover::{Discover, DiscoverOptions, Discovery, DiscoveryEvent, Dns, Static};
 pub use error::{Error, ErrorCode, HandlerBound, Result};
 pub use filter::Filter;
 pub use mesh::handshake::PROTOCOL_VERSION;
 pub use mesh::link::Target;
-pub use mesh::peer::{Direction, NodeId, PeerInfo, Scope, Strategy};
+pub use mesh::peer::{Direction, LeaveReason, NodeId, PeerInfo, Scope, Strategy};
 pub use mesh::phase::Closed;
-pub use mesh::upstream::ConnectOptions;
+pub use node::health;
+pub use node::health::Health;
+pub use node::stats::Hooks;
+pub use node::upstream::ConnectOptions;
 pub use node::{Keys, Node, NodeStats, Peers, StreamStats, WeakNode};
 pub use observation::describe::{
     Counts, DescribePolicy, Description, EventStats, Latency, Limits, PeerSummary, RouterCounts,
     Totals, MAX_DESCRIBED_EVENTS,
 };
-pub use observation::events::{ErrorSource, EventStream, LeaveReason, NodeEvent, WaitError};
-pub use observation::health;
-pub use observation::health::Health;
+pub use observation::events::{ErrorSource, EventStream, NodeEvent, WaitError};
+pub use observation::hops::{HopCount, MAX_DESCRIBED_HOPS, OTHER_HOPS};
 pub use observation::metrics::MAX_EVENT_LABELS;
 pub use observation::observe::{Called, Handled, Outcome};
-pub use observation::stats::Hooks;
-pub use observation::trace::{TraceParent, TRACEPARENT};
 pub use options::{Options, Value};
 pub use protocol::{Limit, Meta, MetaError, MetaLimits, MetaValue};
-pub use routing::forward::{RouterStats, DEFAULT_HOP_LIMIT};
-pub use routing::hops::{HopCount, MAX_DESCRIBED_HOPS, OTHER_HOPS};
+pub use routing::forward::RouterStats;
 pub use serving::handler::{
-    with_state, HandlerError, HandlerService, Pattern, Request, Response, Route,
+    with_state, HandlerError, HandlerService, Pattern, Reply, Request, Response, Route,
 };
 pub use serving::middleware;
 pub use shutdown::{Shutdown, Signal, Signals};

@@ -215,6 +215,55 @@ async fn empty_frames_and_large_messages() {
     ));
 }
 
+/// Thousands of senders blocked at once on a full queue (a flood of requests, each its own
+/// task) all get through, each message once: a drain wakes one blocked sender and each one
+/// that sends wakes the next, so none is left waiting for a wake-up that went to nobody.
+/// On one thread, as a flooding client's runtime would be. Bounded by `within`'s ten
+/// seconds: a blocked sender that missed its wake-up waits for the one-second safety net
+/// after a drain, and there are 400 drains here.
+#[tokio::test(flavor = "current_thread")]
+async fn thousands_of_senders_blocked_at_the_high_water_mark_all_get_through() {
+    const SENDERS: u32 = 4_000;
+    let router = Router::with_options(Options::default().hwm(10)).unwrap();
+    let endpoint = router.bind("tcp://127.0.0.1:0").unwrap();
+    let dealer = Dealer::with_options(Options::default().hwm(10)).unwrap();
+    dealer.connect(&endpoint).unwrap();
+    // Joined first: before a peer, senders wait for one, not for room.
+    dealer
+        .send(vec![Bytes::from_static(b"first")])
+        .await
+        .unwrap();
+    let (_, first) = within("the first message", router.recv()).await.unwrap();
+    assert_eq!(&first[0][..], b"first");
+
+    let mut senders = tokio::task::JoinSet::new();
+    for i in 0..SENDERS {
+        let dealer = dealer.clone();
+        senders.spawn(async move {
+            dealer
+                .send(vec![Bytes::from(i.to_be_bytes().to_vec())])
+                .await
+        });
+    }
+    // All of them within one bound (normally a few tens of milliseconds; with the wake-up
+    // not passed on, half a minute).
+    let seen = within("every blocked sender's message", async {
+        let mut seen = vec![false; SENDERS as usize];
+        for _ in 0..SENDERS {
+            let (_, got) = router.recv().await.unwrap();
+            let i = u32::from_be_bytes(got[0][..].try_into().unwrap()) as usize;
+            assert!(!seen[i], "message {i} arrived twice");
+            seen[i] = true;
+        }
+        seen
+    })
+    .await;
+    while let Some(sent) = senders.join_next().await {
+        sent.unwrap().unwrap();
+    }
+    assert!(seen.iter().all(|s| *s));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn burst_through_a_small_high_water_mark_loses_nothing() {
     const N: u32 = 50_000;

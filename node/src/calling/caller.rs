@@ -37,10 +37,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::PollSemaphore;
 use tower::Service;
 
-use crate::calling::call::Reply;
 use crate::error::{Error, Result};
 use crate::mesh::link::Target;
 use crate::node::Node;
+use crate::serving::handler::Reply;
 
 /// One request for a [`Caller`]: where it goes, the event, the payload (raw, passed
 /// through), metadata, and a timeout (the node's default when `None`). Cloneable, so a

@@ -3,8 +3,10 @@
 //! the listing of matches (`find.rs`), the tower caller and its layers (`caller.rs`,
 //! `call_timeout.rs`, `breaker.rs`).
 //!
-//! Uses the mesh (links and the registry, to pick where a call goes), routing (to send
-//! through routers what no joined peer takes) and observation (spans, hooks, metrics).
+//! The top room: built on the node's handle (`impl Node { fn call .. }`), it may use every
+//! room below: the mesh (links and the registry, to pick where a call goes), routing (to
+//! send through routers what no joined peer takes), the serving side (a reply's type, the
+//! handler's context) and observation (spans, hooks, metrics).
 
 pub(crate) mod breaker;
 pub(crate) mod call;

@@ -12,13 +12,10 @@ use crate::codes::system::NOT_JOINED;
 use crate::context::Outgoing;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::mesh::drain::pick_again;
 use crate::mesh::link::{Link, Target};
-use crate::mesh::peer::{InFlight, NodeId, Reach, Scope};
+use crate::mesh::peer::{InFlight, LeaveReason, NodeId, Reach, Scope};
 use crate::node::Node;
-use crate::observation::events::LeaveReason;
-use crate::routing::forward::Action;
-use crate::routing::relay::Relay;
+use crate::routing::forward::{pick_again, Action};
 
 impl Node {
     /// Sends a request and decodes the reply (or keeps it whole: `R` = [`Reply`]), with the
@@ -71,7 +68,9 @@ impl Node {
             let reach = match self.resolve_except(target, &tried) {
                 Ok(found) => found,
                 Err(local) => {
-                    return Relay::of(&self.inner)
+                    return self
+                        .inner
+                        .relay()
                         .forward_from_here(Action::Request, target, event, payload, outgoing, local)
                         .await
                         .map(|(reply, _)| reply)
@@ -109,7 +108,7 @@ impl Node {
                     timeout = outgoing.timeout.saturating_sub(spent);
                 }
                 Err(e) => {
-                    return Err(Relay::of(&self.inner).link_error(
+                    return Err(self.inner.relay().link_error(
                         &reach.id,
                         &reach.link,
                         event,
@@ -141,7 +140,9 @@ impl Node {
                     .await
                     .map_err(Error::from)
             }
-            Err(local) => Relay::of(&self.inner)
+            Err(local) => self
+                .inner
+                .relay()
                 .forward_from_here(Action::Tick, target, event, payload, outgoing, local)
                 .await
                 .map(|_| ()),
@@ -172,7 +173,9 @@ impl Node {
         if links.is_empty() {
             // Nobody here: the routers we are joined to deliver to their side of the mesh.
             let target = Target::Any(filter.clone(), scope);
-            return Relay::of(&self.inner)
+            return self
+                .inner
+                .relay()
                 .forward_from_here(
                     Action::TickAll,
                     &target,

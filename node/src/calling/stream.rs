@@ -50,15 +50,16 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tower::BoxError;
 
-use crate::calling::call::{Call, FromReply, Prepared, Raw, Reply, Typed};
+use crate::calling::call::{Call, FromReply, Prepared, Raw, Typed};
 use crate::codes::Code;
 use crate::error::{Error, Result};
 use crate::mesh::link::{Link, Target};
 use crate::mesh::peer::InFlight;
 use crate::node::Node;
 use crate::observation::metrics::StreamEnd;
-use crate::routing::relay::{forward_error, Relay};
-use crate::serving::handler::{HandlerError, Request, Response};
+use crate::routing::relay::forward_error;
+use crate::routing::stream_route::checked;
+use crate::serving::handler::{HandlerError, Reply, Request, Response};
 use crate::serving::middleware::Shape;
 
 /// The window a stream's reader holds at most when [`Items::window`] does not set one:
@@ -417,7 +418,9 @@ async fn open(
         // No joined peer fits: through a router, if we are joined to one.
         Err(local @ (Error::NodeNotFound { .. } | Error::NoNodesMatchFilter)) => {
             let window = options.window;
-            let stream = Relay::of(&node.inner)
+            let stream = node
+                .inner
+                .relay()
                 .stream_from_here(
                     &prepared.to,
                     prepared.event,
@@ -450,7 +453,9 @@ async fn open(
         }
     };
     let stream = opened.map_err(|e| {
-        Relay::of(&node.inner).link_error(&peer.id, link, prepared.event, timeout, e)
+        node.inner
+            .relay()
+            .link_error(&peer.id, link, prepared.event, timeout, e)
     })?;
     Ok(Opened {
         stream,
@@ -512,7 +517,10 @@ impl<R> Stream for Items<'_, R> {
                             };
                             let (event, timeout) = (prepared.event, prepared.outgoing.timeout);
                             let error = match (&opened.peer, e) {
-                                (Some(peer), e) => Relay::of(&prepared.node.inner)
+                                (Some(peer), e) => prepared
+                                    .node
+                                    .inner
+                                    .relay()
                                     .link_error(&peer.id, &peer.link, event, timeout, e),
                                 (None, protocol::Error::Remote(remote)) => {
                                     let me = &prepared.node.inner.id;
@@ -607,35 +615,6 @@ impl<'a> Call<'a, Raw> {
     }
 }
 
-/// `items` turned into bytes by `check`, one by one. The first that fails stops the
-/// stream without ending it (a clean end would tell the handler the body is whole): its
-/// error comes out of the receiver, and the caller drops the upload, which cancels it.
-pub(crate) fn checked<T, S>(
-    items: S,
-    mut check: impl FnMut(T) -> Result<Bytes> + Send,
-) -> (
-    impl Stream<Item = Bytes> + Send,
-    tokio::sync::oneshot::Receiver<Error>,
-)
-where
-    S: Stream<Item = T> + Send,
-{
-    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel();
-    let mut failed_tx = Some(failed_tx);
-    let items = items
-        .map(move |item| match check(item) {
-            Ok(bytes) => futures::future::Either::Left(futures::future::ready(bytes)),
-            Err(e) => {
-                if let Some(tx) = failed_tx.take() {
-                    let _ = tx.send(e);
-                }
-                futures::future::Either::Right(futures::future::pending())
-            }
-        })
-        .then(|item| item);
-    (items, failed_rx)
-}
-
 /// Sends an upload as `prepared` says.
 async fn upload_raw(
     mut prepared: Prepared<'_>,
@@ -648,7 +627,7 @@ async fn upload_raw(
             Ok(found) => found,
             // No joined peer fits: through a router, if we are joined to one.
             Err(local @ (Error::NodeNotFound { .. } | Error::NoNodesMatchFilter)) => {
-                let relay = Relay::of(&node.inner);
+                let relay = node.inner.relay();
                 let (items, too_large) = checked(items, |item: Bytes| {
                     crate::mesh::link::check_size(item.len(), relay.config.max_payload)?;
                     Ok(item)
@@ -683,7 +662,7 @@ async fn upload_raw(
         );
         let reply = tokio::select! {
             reply = sent => reply.map_err(|e| {
-                Relay::of(&node.inner).link_error(id, link, prepared.event, timeout, e)
+                node.inner.relay().link_error(id, link, prepared.event, timeout, e)
             })?,
             Ok(error) = too_large => return Err(error),
         };

@@ -1,8 +1,6 @@
-//! Discovery: the sources of addresses (`discover.rs`: DNS, a static list, a user's own) and
-//! the node following one (`follow.rs`: connects to what appears, lets go of what goes,
-//! gracefully).
+//! Discovery: the sources of addresses (`discover.rs`: DNS, a static list, a user's own).
 //!
-//! Uses the mesh (connect, let go) and observation.
+//! May use the leaves and the mesh (ids). The node following a source is one of the node's
+//! tasks (`node/follow.rs`).
 
 pub mod discover;
-pub(crate) mod follow;

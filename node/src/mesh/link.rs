@@ -11,8 +11,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::filter::Filter;
+use crate::mesh::peer::LeaveReason;
 use crate::mesh::peer::{Direction, NodeId, PeerInfo, Scope};
-use crate::observation::events::LeaveReason;
 
 /// What the supervisor of an upstream connection is told (see `upstream::supervise`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,16 +1,16 @@
-//! Membership: the peer registry and its pure decisions (`peer.rs`, `peers.rs`), joining
-//! (`handshake.rs`, pure, and `join.rs`), the links to each peer and the connections to each
-//! address (`link.rs`, `upstream.rs`), heartbeats (`heartbeat.rs`), the node's life and its
-//! drain (`phase.rs`, `drain.rs`).
+//! Membership: who a peer is (`names.rs`: `NodeId`, `Direction`, `PeerInfo`, `LeaveReason`,
+//! the ids every room speaks of), the peer registry and its pure decisions (`peer.rs`,
+//! `peers.rs`), the handshake's
+//! pure decisions (`handshake.rs`), the links to each peer and the connections to each
+//! address (`link.rs`), and the node's life (`phase.rs`).
 //!
-//! Uses observation (events) and, for a drain, the serving side's runtime.
+//! May use only the leaves (codes, error, options, filter, context). What runs over the
+//! registry (joining, heartbeats, supervising a connection, the close) takes the whole node
+//! and is in `node/`.
 
-pub(crate) mod drain;
 pub(crate) mod handshake;
-pub(crate) mod heartbeat;
-pub(crate) mod join;
 pub(crate) mod link;
+pub(crate) mod names;
 pub(crate) mod peer;
 pub(crate) mod peers;
 pub(crate) mod phase;
-pub(crate) mod upstream;

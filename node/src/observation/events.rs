@@ -5,37 +5,8 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
-use crate::mesh::peer::{Direction, NodeId};
+use crate::mesh::peer::{Direction, LeaveReason, NodeId};
 use crate::options::Options;
-
-/// Why a peer left.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LeaveReason {
-    /// It closed gracefully and said goodbye.
-    Stopped,
-    /// Its heartbeats stopped: it died, or the network between us did.
-    TimedOut,
-    /// Its connection dropped.
-    Disconnected,
-    /// We disconnected from it, or we are closing.
-    Local,
-    /// Its CURVE key was taken off our allow-list.
-    Revoked,
-}
-
-impl LeaveReason {
-    /// A stable lower-case name (the metrics' `reason` label).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LeaveReason::Stopped => "stopped",
-            LeaveReason::TimedOut => "timed_out",
-            LeaveReason::Disconnected => "disconnected",
-            LeaveReason::Local => "local",
-            LeaveReason::Revoked => "revoked",
-        }
-    }
-}
 
 /// Where an error event comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

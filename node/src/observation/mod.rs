@@ -1,20 +1,18 @@
-//! Observation: events (`events.rs`), hooks and counters (`observe.rs`, `stats.rs`),
-//! metrics (`metrics.rs`), spans and the trace context (`trace.rs`, `otel.rs`), rate-limited
-//! error reports (`ratelimit.rs`, `watch.rs`), the node's description (`describe.rs`,
-//! `introspect.rs`) and its health for probes (`health.rs`).
+//! Observation: events (`events.rs`), hooks and counters (`observe.rs`), metrics
+//! (`metrics.rs`), spans (`trace.rs`, `otel.rs`), rate-limited error reports
+//! (`ratelimit.rs`), the description's types and load (`describe.rs`) and a router's counts
+//! per next hop (`hops.rs`): the instruments the parts above record into.
 //!
-//! Reads the other parts (a description lists the peers, the handlers and the routing
-//! counts); nothing here changes them.
+//! May use the leaves, the mesh (ids) and discovery (its events); it reads no part. What
+//! reads the whole node (its counters, the description it answers, its warnings, its
+//! health) is in `node/`.
 
 pub(crate) mod describe;
 pub(crate) mod events;
-pub mod health;
-pub(crate) mod introspect;
+pub(crate) mod hops;
 pub(crate) mod metrics;
 pub(crate) mod observe;
 #[cfg(feature = "otel")]
 pub(crate) mod otel;
 pub(crate) mod ratelimit;
-pub(crate) mod stats;
 pub(crate) mod trace;
-pub(crate) mod watch;

@@ -6,7 +6,7 @@
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::observation::trace::TraceParent;
+use crate::context::TraceParent;
 
 /// The trace context of the current `tracing` span, if OpenTelemetry knows it (its layer is
 /// installed and the span is sampled or recorded).

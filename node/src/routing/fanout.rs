@@ -24,18 +24,17 @@ use protocol::{decode_value, encode_value, Answer, Meta, MetaLimits, MetaValue, 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::calling::call::Reply;
 use crate::codes::route as code;
 use crate::codes::system::BAD_FORWARD;
-use crate::context::Outgoing;
+use crate::context::{millis, Outgoing};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::inner::millis;
 use crate::mesh::link::{Link, Target};
 use crate::mesh::peer::{InFlight, NodeId, Scope, Strategy};
 use crate::options::Options;
 use crate::routing::forward::{Action, Destination, Forward, FORWARD};
 use crate::routing::relay::Relay;
+use crate::serving::handler::Reply;
 
 /// Who of the matches gets the message.
 #[derive(Debug, Clone, PartialEq, Eq)]

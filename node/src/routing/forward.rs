@@ -19,15 +19,13 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::codes::route as code;
+use crate::codes::system::{NOT_JOINED, SHUTTING_DOWN};
 use crate::filter::FilterSpec;
 use crate::mesh::peer::{NodeId, Scope};
 
 /// The system event that carries a [`Forward`] (as metadata; the payload is the user's;
 /// `crate::system::forward`).
 pub(crate) const FORWARD: &str = "_system:forward";
-
-/// How many router hops a message may take by default.
-pub const DEFAULT_HOP_LIMIT: u8 = 8;
 
 /// What is forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,7 +193,7 @@ pub(crate) struct Routing {
     pub(crate) looped: AtomicU64,
     pub(crate) expired: AtomicU64,
     /// The same, by next hop.
-    pub(crate) hops: crate::routing::hops::HopCounts,
+    pub(crate) hops: crate::observation::hops::HopCounts,
     pub(crate) seen: Mutex<Seen>,
 }
 
@@ -211,6 +209,25 @@ pub struct RouterStats {
     /// Forwards that ran out of time at this router.
     pub expired: u64,
 }
+
+/// Whether a request to a peer picked by a filter that failed with `error` goes to
+/// another pick: only when the failure proves nothing ran there: the peer is stopping and
+/// refused it, or does not count us as joined (it restarted, and its side of the new join
+/// is not done), or it never left this node (no connection any more, a queue that refused
+/// it). A request by id goes where it was sent; its caller decides.
+pub(crate) fn pick_again(error: &protocol::Error, by_filter: bool, attempt: usize) -> bool {
+    let nothing_ran = match error {
+        // Stopping, or not (yet) counting us as joined: refused before any handler.
+        protocol::Error::Remote(refusal) => {
+            refusal.system && (refusal.code == SHUTTING_DOWN || refusal.code == NOT_JOINED)
+        }
+        other => undelivered(other),
+    };
+    by_filter && attempt < MAX_PICKS && nothing_ran
+}
+
+/// How many picks one request to "any" makes at most when the picked peers are stopping.
+const MAX_PICKS: usize = 3;
 
 #[cfg(test)]
 mod tests {
@@ -347,5 +364,34 @@ mod tests {
         }
         assert!(seen.set.len() <= SEEN_CAPACITY);
         assert!(seen.insert(0), "the oldest was forgotten");
+    }
+
+    #[test]
+    fn only_a_filter_pick_that_ran_nothing_is_picked_again() {
+        use protocol::RemoteError;
+
+        let remote = protocol::Error::Remote;
+        let stopping = remote(RemoteError::system_error(SHUTTING_DOWN, "x"));
+        assert!(pick_again(&stopping, true, 0));
+        assert!(pick_again(&stopping, true, MAX_PICKS - 1));
+        assert!(!pick_again(&stopping, true, MAX_PICKS), "bounded");
+        assert!(!pick_again(&stopping, false, 0), "a request by id stays");
+        assert!(
+            pick_again(&protocol::Error::NotConnected, true, 0),
+            "never sent"
+        );
+        assert!(
+            !pick_again(&protocol::Error::ConnectionLost, true, 0),
+            "sent, and the peer left: it may have run"
+        );
+        let handlers_own = remote(RemoteError::new(SHUTTING_DOWN, "its code"));
+        assert!(
+            !pick_again(&handlers_own, true, 0),
+            "a handler's error may have run"
+        );
+        let busy = remote(RemoteError::system_error("BUSY", "full"));
+        assert!(!pick_again(&busy, true, 0));
+        let unjoined = remote(RemoteError::system_error(NOT_JOINED, "handshake first"));
+        assert!(pick_again(&unjoined, true, 0), "refused before any handler");
     }
 }

@@ -18,22 +18,18 @@ use tokio::time::Instant;
 use crate::codes::route as code;
 use crate::codes::system::{BAD_FORWARD, DEADLINE_EXCEEDED, NOT_JOINED, NO_HANDLER};
 use crate::config::Config;
-use crate::context::Outgoing;
+use crate::context::{millis, Outgoing};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::inner::{millis, Inner};
-use crate::mesh::drain::pick_again;
 use crate::mesh::link::{Link, Target};
-use crate::mesh::peer::Direction;
-use crate::mesh::peer::{InFlight, NodeId, Reach};
+use crate::mesh::peer::{Direction, InFlight, LeaveReason, NodeId, Reach};
 use crate::mesh::peers::State;
 use crate::mesh::phase::Life;
 use crate::observation::describe::DESCRIBE;
-use crate::observation::events::LeaveReason;
-use crate::routing::forward::Routing;
 use crate::routing::forward::{
     hop_budget, retry_elsewhere, undelivered, Action, Admission, Destination, Forward, FORWARD,
 };
+use crate::routing::forward::{pick_again, Routing};
 use crate::serving::handler::{Route, ROUTE};
 use crate::serving::runtime::Received;
 
@@ -58,25 +54,7 @@ pub(crate) trait Departures: Sync {
     fn peer_left(&self, id: &NodeId, direction: Direction, reason: LeaveReason);
 }
 
-impl Departures for Inner {
-    fn peer_left(&self, id: &NodeId, direction: Direction, reason: LeaveReason) {
-        Inner::peer_left(self, id, direction, reason);
-    }
-}
-
 impl<'a> Relay<'a> {
-    /// The node's routing, with what it reads of `node`.
-    pub(crate) fn of(node: &'a Inner) -> Relay<'a> {
-        Relay {
-            id: &node.id,
-            config: &node.config,
-            state: &node.state,
-            life: &node.life,
-            routing: &node.routing,
-            departures: node,
-        }
-    }
-
     /// The caller's error for a request to the joined peer `id` (through `link`) that
     /// failed with `error`.
     pub(crate) fn link_error(

@@ -12,17 +12,15 @@
 //! only as the next hop grants credit for it; a stream both ways does both at once.
 
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use protocol::{
     encode_value, Answer, ItemSink, ItemStream, MetaValue, RemoteError, ReplyStream, StreamOptions,
 };
 use tokio::time::Instant;
 
-use crate::calling::stream::checked;
 use crate::codes::route as code;
-use crate::context::Outgoing;
+use crate::context::{millis, Outgoing};
 use crate::error::{Error, Result};
-use crate::inner::millis;
 use crate::mesh::link::Target;
 use crate::mesh::peer::NodeId;
 use crate::routing::forward::{Action, Forward, FORWARD};
@@ -369,4 +367,33 @@ async fn relay(
         }
     }
     Ok(Answer::default())
+}
+
+/// `items` turned into bytes by `check`, one by one. The first that fails stops the
+/// stream without ending it (a clean end would tell the handler the body is whole): its
+/// error comes out of the receiver, and the caller drops the upload, which cancels it.
+pub(crate) fn checked<T, S>(
+    items: S,
+    mut check: impl FnMut(T) -> Result<Bytes> + Send,
+) -> (
+    impl Stream<Item = Bytes> + Send,
+    tokio::sync::oneshot::Receiver<Error>,
+)
+where
+    S: Stream<Item = T> + Send,
+{
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel();
+    let mut failed_tx = Some(failed_tx);
+    let items = items
+        .map(move |item| match check(item) {
+            Ok(bytes) => futures::future::Either::Left(futures::future::ready(bytes)),
+            Err(e) => {
+                if let Some(tx) = failed_tx.take() {
+                    let _ = tx.send(e);
+                }
+                futures::future::Either::Right(futures::future::pending())
+            }
+        })
+        .then(|item| item);
+    (items, failed_rx)
 }

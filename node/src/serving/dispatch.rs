@@ -16,8 +16,8 @@ use transport::Key;
 
 use crate::codes::system::{BAD_METADATA, NOT_JOINED, NO_HANDLER, SHUTTING_DOWN};
 use crate::context::deadline_of;
-use crate::inner::Inner;
 use crate::mesh::peer::{Direction, NodeId, PeerInfo, PeerWork};
+use crate::node::inner::Inner;
 use crate::observation::events::ErrorSource;
 use crate::serving::runtime::Received;
 use crate::system::{self, System};

@@ -511,6 +511,64 @@ where
     Arc::new(move |inner| BoxCloneSyncService::new(layer.layer(inner)))
 }
 
+/// A reply: its payload and the metadata its handler set
+/// ([`Response::with_meta`](crate::Response::with_meta)).
+///
+/// The one place that says how to read a reply's metadata: ask for a `Reply` instead of a
+/// decoded value. A typed call gives one when `Reply` is the type asked for (its payload
+/// still MessagePack, [`decode`](Reply::decode) it); a [`raw`](crate::Call::raw) call always gives
+/// one. The same holds for each entry of a gather.
+///
+/// ```no_run
+/// # async fn example(node: node::Node) -> node::Result<()> {
+/// use node::Reply;
+///
+/// let reply: Reply = node.call("billing-1", "invoice:total").send(&"order-17").await?;
+/// let total: u64 = reply.decode()?;
+/// let served_by = reply.meta().get_str("served-by");
+/// # let _ = (total, served_by);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Reply {
+    payload: Bytes,
+    meta: Meta,
+}
+
+impl Reply {
+    /// The reply's metadata, checked (its size against
+    /// [`Config::max_metadata`](crate::Config::max_metadata)).
+    pub(crate) fn from_answer(
+        answer: protocol::Answer,
+        limits: &protocol::MetaLimits,
+    ) -> crate::Result<Reply> {
+        Ok(Reply {
+            meta: Meta::parse(answer.metadata, limits)?,
+            payload: answer.payload,
+        })
+    }
+
+    /// The raw payload.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// Takes the payload out.
+    pub fn into_payload(self) -> Bytes {
+        self.payload
+    }
+
+    /// The metadata the handler answered with.
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    /// Decodes the payload from MessagePack.
+    pub fn decode<R: DeserializeOwned>(&self) -> crate::Result<R> {
+        Ok(decode_value(&self.payload)?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

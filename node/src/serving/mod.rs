@@ -1,14 +1,16 @@
-//! The serving side: handlers and their registry (`handler.rs`), middleware as tower layers
-//! (`middleware.rs`), the handler runtime with its slots, fair lanes and runners
-//! (`runtime.rs`, `fair.rs`, `host.rs`), and the dispatch of each arriving message
-//! (`dispatch.rs`, which decodes the protocol's own messages once: `crate::system`).
+//! The serving side: handlers and their registry (`handler.rs`, with the [`Reply`] a caller
+//! reads), middleware as tower layers (`middleware.rs`), the handler runtime with its slots,
+//! fair lanes and runners (`runtime.rs`, `fair.rs`), and the dispatch of each arriving
+//! message (`dispatch.rs`, which decodes the protocol's own messages once: `crate::system`).
 //!
-//! Uses the mesh (who sent a message, the peer's work), routing (a forward runs as a task
-//! here) and observation; the runtime reaches the node only through `Host`.
+//! May use the leaves, the mesh, observation and the config. The runtime reaches the node
+//! only through `Host` (joined to it in `node/host.rs`); `dispatch.rs` still names the node
+//! and `system/` (the two arrows up listed in `tests/layers.rs`).
+//!
+//! [`Reply`]: crate::Reply
 
 pub(crate) mod dispatch;
 pub(crate) mod fair;
 pub(crate) mod handler;
-pub(crate) mod host;
 pub mod middleware;
 pub(crate) mod runtime;

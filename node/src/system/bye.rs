@@ -2,9 +2,8 @@
 //! last answers). The peer is forgotten at once, its pending requests fail with
 //! `PeerLeft`, and the leave is `LeaveReason::Stopped`.
 
-use crate::inner::Inner;
-use crate::mesh::peer::{Direction, NodeId};
-use crate::observation::events::LeaveReason;
+use crate::mesh::peer::{Direction, LeaveReason, NodeId};
+use crate::node::inner::Inner;
 
 /// The event name.
 pub(crate) use crate::mesh::handshake::BYE as EVENT;

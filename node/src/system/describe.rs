@@ -5,7 +5,7 @@
 
 use protocol::{Answer, Incoming, RemoteError};
 
-use crate::inner::Inner;
+use crate::node::inner::Inner;
 
 /// The event name.
 pub(crate) use crate::observation::describe::DESCRIBE as EVENT;

@@ -1,13 +1,13 @@
 //! `_system:draining`, a request with no payload: the sender is closing and finishes what
 //! it has; stop picking it by filter (`Inner::peer_draining`, `NodeEvent::PeerDraining`).
 //! The answer, empty, tells the sender we have marked it, so it knows no new pick is on
-//! its way before it stops taking requests (`crate::mesh::drain`).
+//! its way before it stops taking requests (`crate::node::drain`).
 
 use bytes::Bytes;
 use protocol::{Answer, RemoteError};
 
-use crate::inner::Inner;
 use crate::mesh::peer::{Direction, NodeId};
+use crate::node::inner::Inner;
 
 /// The event name.
 pub(crate) use crate::mesh::handshake::DRAINING as EVENT;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use protocol::{Answer, Incoming, RemoteError};
 
 use crate::codes::system::SHUTTING_DOWN;
-use crate::inner::Inner;
-use crate::mesh::join::handshake_downstream;
+use crate::node::inner::Inner;
+use crate::node::join::handshake_downstream;
 
 /// The event name.
 pub(crate) use crate::mesh::handshake::HANDSHAKE as EVENT;
@@ -16,7 +16,7 @@ pub(crate) use crate::mesh::handshake::HANDSHAKE as EVENT;
 /// A connection's handshake at our bound server: admitted (our hello back) or refused.
 /// Runs on the socket's driver: nothing here waits.
 pub(crate) fn answer(inner: &Arc<Inner>, incoming: &Incoming) -> Result<Answer, RemoteError> {
-    let bound = inner.links.server.lock().clone();
+    let bound = inner.server();
     match bound {
         Some(server) if !inner.life.is_stopping() => handshake_downstream(inner, &server, incoming),
         _ => Err(RemoteError::system_error(

@@ -1,5 +1,5 @@
 //! `_system:heartbeat`, a tick with no payload: a sign of life, sent every heartbeat
-//! interval on every link (`crate::mesh::heartbeat` runs the timer). Receiving it has no effect
+//! interval on every link (`crate::node::heartbeat` runs the timer). Receiving it has no effect
 //! of its own: any message from a joined peer counts as life when the connection is looked
 //! up. From a connection that is not joined (we declared it dead, or restarted), it is
 //! answered with `_system:rejoin` (`rejoin.rs`).
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use protocol::Incoming;
 
-use crate::inner::Inner;
+use crate::node::inner::Inner;
 
 /// The event name.
 pub(crate) use crate::mesh::handshake::HEARTBEAT as EVENT;
@@ -21,7 +21,7 @@ pub(crate) fn from_unjoined(inner: &Arc<Inner>, incoming: Incoming) {
         .observers
         .unjoined
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if let Some(server) = inner.links.server.lock().clone() {
+    if let Some(server) = inner.server() {
         tokio::spawn(async move {
             let _ = server
                 .peer(&incoming.from)

@@ -17,8 +17,9 @@
 //! effect; a system event this version does not know is answered `NO_HANDLER` (a request)
 //! or reported and dropped (a tick), so a newer peer's messages cost nothing here.
 //! The parts it uses: the registry and events (through `Inner`), the handshake's decision
-//! (`handshake.rs`, `join.rs`), the drain, the description and routing; nothing here
-//! sends on its own but the answers it is given to make.
+//! (`mesh/handshake.rs`, `node/join.rs`), the drain, the description and routing; nothing
+//! here sends on its own but the answers it is given to make. Above `node/` in the order of
+//! rooms (`tests/layers.rs`): each message's effect works on the whole node.
 
 pub(crate) mod bye;
 pub(crate) mod describe;

@@ -4,8 +4,8 @@
 
 use protocol::Incoming;
 
-use crate::inner::Inner;
 use crate::mesh::peer::{Direction, NodeId};
+use crate::node::inner::Inner;
 use crate::observation::events::{ErrorSource, NodeEvent};
 use crate::options::Options;
 

@@ -4,8 +4,8 @@
 //! counts as left only if that fails); one that crossed our own new handshake changes
 //! nothing.
 
-use crate::inner::Inner;
 use crate::mesh::peer::{Direction, NodeId};
+use crate::node::inner::Inner;
 
 /// The event name.
 pub(crate) use crate::mesh::handshake::REJOIN as EVENT;

@@ -432,7 +432,8 @@ impl Driver {
                     state.queued = 0;
                     drop(state);
                     if was_full {
-                        self.link.writable.notify_waiters();
+                        // One blocked sender; each that sends wakes the next (`pass_on`).
+                        self.link.writable.notify_one();
                     }
                     return Ok(true);
                 }

@@ -48,8 +48,12 @@ use crate::PeerId;
 
 /// How long a sender blocked at the high-water mark sleeps before it looks again even
 /// without a wake-up: a safety net, not the mechanism (the wake-up is armed before the
-/// sender's second look, so none is missed).
-const BLOCKED_SEND_RETRY: Duration = Duration::from_millis(50);
+/// sender's second look, so none is missed, and a woken sender passes it on). Every
+/// blocked sender wakes this often: 50 ms with 40,000 of them (a flood of requests on one
+/// thread, over a high-water mark of 10,000) kept that thread polling them and the
+/// connection's own driver waiting its turn for seconds, long enough for the peer to take
+/// a healthy node for dead.
+const BLOCKED_SEND_RETRY: Duration = Duration::from_secs(1);
 
 /// A high-water mark in messages; libzmq's 0 (no limit) is none here either.
 fn hwm(messages: i32) -> usize {
@@ -495,16 +499,24 @@ impl Socket {
         peer: Option<&Bytes>,
         backpressure: Backpressure,
     ) -> Result<()> {
+        // The link this sender waited for, once it did: see `pass_on`.
+        let mut waited: Option<Arc<Link>> = None;
         loop {
             match self.try_send(frames, peer) {
-                Ok(result) => return result,
+                Ok(result) => {
+                    pass_on(waited.as_deref());
+                    return result;
+                }
                 Err(Blocked(_)) if backpressure == Backpressure::Fail => {
                     return Err(Error::QueueFull)
                 }
                 // Boxed: the wait is the rare path, and inline it would grow every send
                 // future, which callers embed.
                 Err(Blocked(target)) => {
-                    if let Some(result) = Box::pin(self.wait_for_room(target, frames, peer)).await {
+                    let found = Box::pin(self.wait_for_room(target.as_ref(), frames, peer)).await;
+                    waited = target;
+                    if let Some(result) = found {
+                        pass_on(waited.as_deref());
                         return result;
                     }
                 }
@@ -517,11 +529,11 @@ impl Socket {
     /// missed. `Some` when that second look sent (or failed).
     async fn wait_for_room<F: Frame>(
         &self,
-        target: Option<Arc<Link>>,
+        target: Option<&Arc<Link>>,
         frames: &[F],
         peer: Option<&Bytes>,
     ) -> Option<Result<()>> {
-        let notify = match &target {
+        let notify = match target {
             Some(link) => &link.writable,
             None => &self.shared.pending_room,
         };
@@ -665,6 +677,18 @@ impl Drop for Socket {
 
 /// A send that met the high-water mark, and where to wait for room.
 struct Blocked(Option<Arc<Link>>);
+
+/// A sender that waited for room on `link` and got it wakes the next one waiting there.
+/// A link that drains wakes one blocked sender, not all of them (`driver.rs`): each that
+/// sends passes the wake-up on, and the first that finds the link full again waits for
+/// the next drain. So a drain costs a wake-up per message it makes room for, not one per
+/// blocked sender (40,000 of them woken, 30,000 of them to find no room, after each drain
+/// of a flood).
+fn pass_on(link: Option<&Link>) {
+    if let Some(link) = link {
+        link.writable.notify_one();
+    }
+}
 
 /// A frame as a `Bytes` of its own, for a message that has to wait for a connection.
 fn copy_frame<F: Frame>(frame: &F) -> Bytes {

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::inner::Inner;
+use crate::node::inner::Inner;
 use crate::node::{Node, NodeStats};
 use crate::observation::metrics::Sample;
 use crate::observation::observe::{Called, Handled};

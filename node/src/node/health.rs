@@ -112,7 +112,7 @@ pub(crate) fn assess(closed: bool, stopping: bool, timer_ended: bool, startup: &
 
 impl crate::Node {
     /// The node's health, for an orchestrator's probes (see [`Health`] and the helper that
-    /// serves it over HTTP, [`health::http::serve`](crate::observation::health::http::serve)).
+    /// serves it over HTTP, [`health::http::serve`](crate::node::health::http::serve)).
     ///
     /// Starting until the program has said it is set up ([`mark_started`](Self::mark_started)),
     /// no [`connect`](Self::connect) call is under way and every followed source has joined

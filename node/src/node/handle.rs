@@ -17,14 +17,14 @@ use transport::{Curve, Key};
 use crate::config::{Config, NodeBuilder};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::inner::Inner;
 use crate::mesh::handshake::{BYE, OPTIONS};
-use crate::mesh::heartbeat::heartbeat_loop;
 use crate::mesh::link::Link;
-use crate::mesh::peer::{Direction, NodeId, PeerInfo, Scope};
+use crate::mesh::peer::{Direction, LeaveReason, NodeId, PeerInfo, Scope};
 use crate::mesh::phase::Closed;
-use crate::mesh::upstream::ConnectOptions;
-use crate::observation::events::{ErrorSource, EventStream, LeaveReason};
+use crate::node::heartbeat::heartbeat_loop;
+use crate::node::inner::Inner;
+use crate::node::upstream::ConnectOptions;
+use crate::observation::events::{ErrorSource, EventStream};
 use crate::options::Options;
 use crate::routing::forward::RouterStats;
 use crate::serving::dispatch::install_downstream;
@@ -255,9 +255,7 @@ impl Node {
         let heartbeat = tokio::spawn(heartbeat_loop(Arc::downgrade(&inner)));
         *inner.links.heartbeat.lock() = Some(heartbeat);
         if inner.observers.metrics.is_some() {
-            tokio::spawn(crate::observation::stats::sample_metrics(Arc::downgrade(
-                &inner,
-            )));
+            tokio::spawn(crate::node::stats::sample_metrics(Arc::downgrade(&inner)));
         }
         let node = Node {
             alive: Arc::new(Alive {
@@ -270,7 +268,7 @@ impl Node {
         }
         for starter in &builder.discover {
             let (source, options) = starter();
-            crate::discovery::follow::start(&node.inner, source, options);
+            crate::node::follow::start(&node.inner, source, options);
         }
         Ok(node)
     }
@@ -348,7 +346,7 @@ impl Node {
         if let (Some(_), Some(keys)) = (&inner.config.curve, &inner.config.allowed_keys) {
             server.allow_keys(keys.iter().copied())?;
         }
-        tokio::spawn(crate::observation::watch::watch_server(
+        tokio::spawn(crate::node::watch::watch_server(
             Arc::downgrade(inner),
             server.clone(),
             events,
@@ -444,7 +442,7 @@ impl Node {
     /// drops and the peer leaves (reason: local). Returns then.
     pub async fn disconnect(&self, address: &str) -> Result<()> {
         let grace = self.inner.config.close_grace;
-        crate::mesh::upstream::let_go(&Arc::downgrade(&self.inner), address, grace).await
+        crate::node::upstream::let_go(&Arc::downgrade(&self.inner), address, grace).await
     }
 
     /// Changes this node's options; joined peers receive them (their filters see the new

@@ -8,10 +8,11 @@
 //!   which link, under one lock;
 //! - the handler runtime, [`Runtime`] (`runtime.rs`) with the handler table
 //!   ([`Handlers`], `middleware.rs`): where handler work runs and its limits; it reaches
-//!   the node only through [`Host`](crate::serving::runtime::Host) (`dispatch.rs`);
+//!   the node only through [`Host`](crate::serving::runtime::Host) (`host.rs`);
 //! - routing and forwarding: its state, [`Routing`] (`forward.rs`), and [`Relay`]
 //!   (`routing/relay.rs`, `fanout.rs`), which runs it over a borrowed view of the registry and
-//!   the config, telling the node of departures only through [`Departures`];
+//!   the config (made here, `host.rs`), telling the node of departures only through
+//!   [`Departures`];
 //! - the connections, [`Connections`]: our bound server, the upstream links (supervised by
 //!   `upstream.rs`), the heartbeat task (`heartbeat.rs`);
 //! - the node's life, [`Life`] (`phase.rs`, moved by `drain.rs`);
@@ -19,20 +20,22 @@
 //!   metrics, the rate-limited error reports (`ratelimit.rs`), and the counters of refused
 //!   messages (read by `stats.rs`).
 //!
+//! What spans the parts is in this room, `node/`, beside `Inner`: joining (`join.rs`), the
+//! close (`drain.rs`), the connections' supervisors (`upstream.rs`), the readings
+//! (`stats.rs`, `introspect.rs`, `watch.rs`, `health.rs`).
+//!
 //! Who runs what: on the native engine each connection's driver (in `transport`) receives
 //! and calls the node's dispatchers (`dispatch.rs`), which only decide: a system message is
 //! answered there, anything else becomes a handler job (`runtime.rs`).
-
-use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::Config;
 use crate::mesh::link::Connections;
-use crate::mesh::peer::{Direction, NodeId};
+use crate::mesh::peer::{Direction, LeaveReason, NodeId};
 use crate::mesh::peers::{BoundKeys, State};
 use crate::mesh::phase::Life;
-use crate::observation::events::{LeaveReason, NodeEvent};
+use crate::observation::events::NodeEvent;
 use crate::observation::observe::Observers;
 use crate::options::Options;
 use crate::routing::forward::Routing;
@@ -40,33 +43,37 @@ use crate::serving::middleware::Handlers;
 use crate::serving::runtime::Runtime;
 use crate::startup::Startup;
 
-/// A node's parts (the state its handles and tasks share).
+/// A node's parts (the state its handles and tasks share). The fields `pub(super)` are
+/// private to `node/`; those `pub(crate)` are still read by the rooms around it: the id, the
+/// config, the registry, the handlers, the runtime, the node's life and the observers by
+/// `serving/dispatch.rs` (the dispatcher, which answers for the whole node), and some of
+/// them by `system/` and `calling/` (above the node: they work on it).
 pub(crate) struct Inner {
     pub(crate) id: NodeId,
     /// Random per process (see `Hello::instance`).
-    pub(crate) instance: String,
-    pub(crate) options: RwLock<Options>,
+    pub(super) instance: String,
+    pub(super) options: RwLock<Options>,
     pub(crate) config: Config,
     /// The peer registry and the routes (`peers.rs`).
     pub(crate) state: Mutex<State>,
     /// With CURVE: the key each id is bound to.
-    pub(crate) keys: BoundKeys,
+    pub(super) keys: BoundKeys,
     /// Our bound server, the upstream links, the heartbeat task.
-    pub(crate) links: Connections,
+    pub(super) links: Connections,
     /// The handlers and the middleware in front of them.
     pub(crate) handlers: Handlers,
     /// Where handler work runs, and its limits.
     pub(crate) runtime: Runtime,
     /// Routing's own state (counters, ids seen, the fan-outs' turn); the forwarding runs
     /// through [`Inner::relay`].
-    pub(crate) routing: Routing,
+    pub(super) routing: Routing,
     /// Where the node is in its life: open, draining, closing.
     pub(crate) life: Life,
     /// Observability: the events, hooks and metrics, the error reports, the counts of
     /// refused messages.
     pub(crate) observers: Observers,
     /// What its startup waits for (`health.rs`).
-    pub(crate) startup: Startup,
+    pub(super) startup: Startup,
 }
 
 impl Inner {
@@ -89,6 +96,11 @@ impl Inner {
         }
     }
 
+    /// Our bound server, once bound (the system messages answer on it).
+    pub(crate) fn server(&self) -> Option<protocol::Server> {
+        self.links.server.lock().clone()
+    }
+
     /// A peer left: forget it, fail what waits on it, tell its supervisor, say so.
     pub(crate) fn peer_left(&self, id: &NodeId, direction: Direction, reason: LeaveReason) {
         let Some(entry) = self.state.lock().leave(id, direction) else {
@@ -107,9 +119,4 @@ impl Inner {
             reason,
         });
     }
-}
-
-/// A duration in whole milliseconds, saturating.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -13,12 +13,12 @@ use crate::codes::system::{
     ALREADY_JOINED, BAD_HANDSHAKE, DUPLICATE_ID, NOT_AUTHORIZED, VERSION_MISMATCH,
 };
 use crate::error::{Error, Result};
-use crate::inner::Inner;
 use crate::mesh::handshake::{
     admit, Admission, Hello, Holder, Refusal, HANDSHAKE, PROTOCOL_VERSION,
 };
 use crate::mesh::link::Link;
 use crate::mesh::peer::{Direction, Entry, PeerWork, Reach, Ticket};
+use crate::node::inner::Inner;
 use crate::observation::events::{ErrorSource, NodeEvent};
 
 impl Inner {
@@ -30,7 +30,7 @@ impl Inner {
             version: PROTOCOL_VERSION,
             options: self.options.read().clone(),
             router: self.config.router,
-            heartbeat_ms: crate::inner::millis(self.config.heartbeat_interval),
+            heartbeat_ms: crate::context::millis(self.config.heartbeat_interval),
             max_payload: self.config.max_payload as u64,
             token: Ticket::default(),
         }

@@ -16,7 +16,7 @@ use protocol::Server;
 use tokio::time::Instant;
 use transport::Event;
 
-use crate::inner::Inner;
+use crate::node::inner::Inner;
 use crate::observation::events::{ErrorSource, NodeEvent};
 use crate::observation::ratelimit::{RateLimit, Verdict};
 

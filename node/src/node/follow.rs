@@ -18,10 +18,10 @@ use tokio::time::Instant;
 use crate::discovery::discover::{
     Discover, DiscoverOptions, Discovery, DiscoveryError, DiscoveryEvent, Shared,
 };
-use crate::inner::Inner;
-use crate::mesh::peer::{Direction, NodeId};
-use crate::mesh::upstream::ConnectOptions;
-use crate::observation::events::{LeaveReason, NodeEvent};
+use crate::mesh::peer::{Direction, LeaveReason, NodeId};
+use crate::node::inner::Inner;
+use crate::node::upstream::ConnectOptions;
+use crate::observation::events::NodeEvent;
 use crate::observation::ratelimit::{RateLimit, Verdict};
 use crate::Error;
 
@@ -364,7 +364,7 @@ impl Driver {
                 let weak = self.inner.clone();
                 let grace = self.options.grace;
                 self.releasing.spawn(async move {
-                    let _ = crate::mesh::upstream::let_go(&weak, &address, grace).await;
+                    let _ = crate::node::upstream::let_go(&weak, &address, grace).await;
                 });
             }
             return;
@@ -437,7 +437,7 @@ impl Driver {
         let address = address.to_owned();
         let grace = self.options.grace;
         self.releasing.spawn(async move {
-            let _ = crate::mesh::upstream::let_go(&weak, &address, grace).await;
+            let _ = crate::node::upstream::let_go(&weak, &address, grace).await;
         });
     }
 }

@@ -12,15 +12,14 @@ use crate::codes::system::NO_HANDLER;
 use crate::config::BusyPolicy;
 use crate::context::Outgoing;
 use crate::error::{Error, Result};
-use crate::inner::Inner;
 use crate::mesh::link::Target;
 use crate::mesh::peer::NodeId;
+use crate::node::inner::Inner;
 use crate::node::Node;
 use crate::observation::describe::{
     millis, Description, Limits, PeerSummary, RouterCounts, Totals, DESCRIBE, REBUILD_AFTER,
 };
 use crate::routing::forward::Action;
-use crate::routing::relay::Relay;
 
 impl Inner {
     /// This node's description, built now.
@@ -174,7 +173,7 @@ impl Node {
                 Ok(reply) => reply.into_payload(),
                 Err(protocol::Error::Remote(remote)) => return Err(describe_error(remote)),
                 Err(e) => {
-                    return Err(Relay::of(&self.inner).link_error(
+                    return Err(self.inner.relay().link_error(
                         &id,
                         &reach.link,
                         DESCRIBE,
@@ -189,7 +188,8 @@ impl Node {
                     timeout,
                 };
                 let local = Error::NodeNotFound { id: id.to_string() };
-                Relay::of(&self.inner)
+                self.inner
+                    .relay()
                     .forward_from_here(
                         Action::Request,
                         &Target::Id(id.clone()),

@@ -20,13 +20,12 @@ use transport::{Curve, Key};
 
 use crate::config::ReconnectPolicy;
 use crate::error::{Error, Result};
-use crate::inner::Inner;
 use crate::mesh::handshake::BYE;
-use crate::mesh::join::handshake_upstream;
 use crate::mesh::link::{Left, Link, Signal, Upstream};
-use crate::mesh::peer::Ticket;
-use crate::mesh::peer::{Direction, Entry, PeerInfo, PeerWork, Reach};
-use crate::observation::events::{ErrorSource, LeaveReason, NodeEvent};
+use crate::mesh::peer::{Direction, Entry, LeaveReason, PeerInfo, PeerWork, Reach, Ticket};
+use crate::node::inner::Inner;
+use crate::node::join::handshake_upstream;
+use crate::observation::events::{ErrorSource, NodeEvent};
 use crate::serving::dispatch::install_upstream;
 
 /// Generations of upstream entries (see `Upstream::generation`).

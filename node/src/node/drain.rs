@@ -13,13 +13,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::codes::system::{NOT_JOINED, SHUTTING_DOWN};
-use crate::inner::Inner;
 use crate::mesh::handshake::{BYE, DRAINING};
 use crate::mesh::link::Upstream;
-use crate::mesh::peer::{Direction, NodeId};
+use crate::mesh::peer::{Direction, LeaveReason, NodeId};
 use crate::mesh::phase::{Closed, Phase};
-use crate::observation::events::{LeaveReason, NodeEvent};
+use crate::node::inner::Inner;
+use crate::observation::events::NodeEvent;
 
 /// The longest a draining node waits for its peers to acknowledge `DRAINING` (a peer
 /// answers on its socket's driver at once; one that does not within this is slow or gone,
@@ -30,27 +29,8 @@ const ACK_WAIT: Duration = Duration::from_secs(1);
 /// stop at their next poll, so this is only the time for their tasks to run once.
 const STOP_WAIT: Duration = Duration::from_millis(500);
 
-/// Whether a request to a peer picked by a filter that failed with `error` goes to
-/// another pick: only when the failure proves nothing ran there: the peer is stopping and
-/// refused it, or does not count us as joined (it restarted, and its side of the new join
-/// is not done), or it never left this node (no connection any more, a queue that refused
-/// it). A request by id goes where it was sent; its caller decides.
-pub(crate) fn pick_again(error: &protocol::Error, by_filter: bool, attempt: usize) -> bool {
-    let nothing_ran = match error {
-        // Stopping, or not (yet) counting us as joined: refused before any handler.
-        protocol::Error::Remote(refusal) => {
-            refusal.system && (refusal.code == SHUTTING_DOWN || refusal.code == NOT_JOINED)
-        }
-        other => crate::routing::forward::undelivered(other),
-    };
-    by_filter && attempt < MAX_PICKS && nothing_ran
-}
-
 /// How often a close looks at the node's own calls still out.
 const OUTGOING_POLL: Duration = Duration::from_millis(10);
-
-/// How many picks one request to "any" makes at most when the picked peers are stopping.
-const MAX_PICKS: usize = 3;
 
 impl Inner {
     /// Graceful close (see the module's docs). Idempotent: a second call waits for the
@@ -199,34 +179,6 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protocol::RemoteError;
-
-    #[test]
-    fn only_a_filter_pick_that_ran_nothing_is_picked_again() {
-        let remote = protocol::Error::Remote;
-        let stopping = remote(RemoteError::system_error(SHUTTING_DOWN, "x"));
-        assert!(pick_again(&stopping, true, 0));
-        assert!(pick_again(&stopping, true, MAX_PICKS - 1));
-        assert!(!pick_again(&stopping, true, MAX_PICKS), "bounded");
-        assert!(!pick_again(&stopping, false, 0), "a request by id stays");
-        assert!(
-            pick_again(&protocol::Error::NotConnected, true, 0),
-            "never sent"
-        );
-        assert!(
-            !pick_again(&protocol::Error::ConnectionLost, true, 0),
-            "sent, and the peer left: it may have run"
-        );
-        let handlers_own = remote(RemoteError::new(SHUTTING_DOWN, "its code"));
-        assert!(
-            !pick_again(&handlers_own, true, 0),
-            "a handler's error may have run"
-        );
-        let busy = remote(RemoteError::system_error("BUSY", "full"));
-        assert!(!pick_again(&busy, true, 0));
-        let unjoined = remote(RemoteError::system_error(NOT_JOINED, "handshake first"));
-        assert!(pick_again(&unjoined, true, 0), "refused before any handler");
-    }
 
     #[test]
     fn a_close_with_nothing_stopped_is_complete() {

@@ -13,10 +13,9 @@ use std::sync::Weak;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::inner::Inner;
 use crate::mesh::handshake::HEARTBEAT;
-use crate::mesh::peer::Direction;
-use crate::observation::events::LeaveReason;
+use crate::mesh::peer::{Direction, LeaveReason};
+use crate::node::inner::Inner;
 
 /// Sends heartbeats to every peer and declares dead the ones gone silent, until the node
 /// closes or is gone.

@@ -14,8 +14,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::task::JoinHandle;
 
+use crate::node::health::Health;
 use crate::node::WeakNode;
-use crate::observation::health::Health;
 
 /// How long a connection may take to send its request's head: a client that connects and
 /// says nothing does not hold a task for ever.
@@ -147,7 +147,7 @@ fn answer<B>(request: &hyper::Request<B>, health: &Health) -> hyper::Response<Fu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observation::health::Waiting;
+    use crate::node::health::Waiting;
 
     #[test]
     fn each_probe_passes_in_its_states() {
