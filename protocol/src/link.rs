@@ -88,7 +88,12 @@ impl Link for Dealer {
     }
 
     /// On the native engine, the connection's driver (`conversation/direct.rs`), as a
-    /// Router's; on libzmq, which cannot, the inbox.
+    /// Router's; on libzmq, which cannot, the inbox. Against the inbox and the
+    /// conversation's task (node rows, 100 B, idle machine): CPU per request of both
+    /// processes -2% one at a time and -6% with 100 in flight (`benches/cpu.sh`, 3 rounds),
+    /// rates within noise (`benches/ab.sh`, 5 rounds: 1.03 and 1.01; `block_on` caller
+    /// 1.06 and 1.00). An earlier trial, on a machine at a load of 9 to 13, had the inbox
+    /// ahead; that load made single rounds range 0.3 to 3.8.
     fn deliver_to(&self, deliver: Arc<dyn Deliver>) -> bool {
         Dealer::deliver_to(self, deliver)
     }
