@@ -119,10 +119,11 @@ fn layers(c: &mut Criterion) {
         for window in WINDOWS {
             let mut group = c.benchmark_group(format!("request/{size}B/window={window}"));
             group.throughput(Throughput::Elements(1));
+            let server = client.peer();
             group.bench_function(BenchmarkId::from_parameter("protocol"), |b| {
                 b.iter_custom(|iters| {
                     runtime.block_on(drive(window, iters, || async {
-                        client
+                        server
                             .request("echo", payload.clone(), TIMEOUT)
                             .await
                             .unwrap();

@@ -41,7 +41,9 @@ async fn raw_client(address: &str) -> protocol::Client {
 /// Sends a handshake on `client`; the refusal's code, or `None` when admitted.
 async fn handshake(client: &protocol::Client, hello: Bytes) -> Result<Hello, String> {
     match client
-        .system_request("_system:handshake", &[], hello, Duration::from_secs(5))
+        .peer()
+        .system()
+        .request_with("_system:handshake", &[], hello, Duration::from_secs(5))
         .await
     {
         Ok(reply) => Ok(reply.decode_payload().unwrap()),
@@ -147,6 +149,7 @@ async fn the_holder_on_a_new_connection_takes_its_id_over_with_its_ticket() {
     // Still one peer of that id, now behind the new connection: the old one is refused.
     assert_eq!(hub.peers().len(), 1);
     let old = first
+        .peer()
         .request("anything", Bytes::new(), Duration::from_secs(5))
         .await
         .unwrap_err();

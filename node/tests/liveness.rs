@@ -452,7 +452,9 @@ async fn a_downstream_peer_answering_our_requests_stays_alive_without_heartbeats
     })
     .unwrap();
     quiet
-        .system_request("_system:handshake", &[], hello, LIMIT)
+        .peer()
+        .system()
+        .request_with("_system:handshake", &[], hello, LIMIT)
         .await
         .unwrap();
     within("quiet joins", async {

@@ -681,7 +681,9 @@ async fn a_protocol_version_mismatch_is_refused_with_a_typed_error_on_both_sides
         options: node::Options::new(),
     };
     let refused = client
-        .system_request(
+        .peer()
+        .system()
+        .request_with(
             "_system:handshake",
             &[],
             protocol::encode_value(&hello).unwrap(),

@@ -165,10 +165,11 @@ fn request(c: &mut Criterion) {
                     })
                 })
             });
+            let server = client.peer();
             group.bench_function(BenchmarkId::from_parameter("protocol"), |b| {
                 b.iter_custom(|iters| {
                     runtime.block_on(drive(window, iters, || async {
-                        client
+                        server
                             .request("echo", payload.clone(), TIMEOUT)
                             .await
                             .unwrap();

@@ -2,10 +2,10 @@
 //! sending requests and matching replies, running handlers, expiring deadlines.
 //!
 //! One driver task per socket fires timeouts and runs the close. Each socket receives one
-//! way, chosen when it starts (`Link::deliver_to`): a Server's socket on the native engine
-//! has each connection's own driver dispatch its messages as they are read (`direct.rs`,
-//! one task wake-up fewer per message); every other socket (a Client's, and any on the
-//! libzmq engine) has the driver task receive them from its inbox. Dispatch completes
+//! way, chosen when it starts (`Link::deliver_to`): on the native engine, a Server's and a
+//! Client's alike, each connection's own driver dispatches its messages as they are read
+//! (`direct.rs`, one task wake-up fewer per message); on the libzmq engine the driver task
+//! receives them from the socket's inbox. Dispatch completes
 //! waiting requests and hands requests and ticks to their handlers. Callers send directly
 //! (the transport allows it) and wait for whoever dispatches the reply to leave their
 //! outcome in the pending table (no channel per request).

@@ -26,7 +26,10 @@
 //!   with simulated time);
 //! - `conversation.rs`: the driver shared by Client and Server;
 //! - `runners.rs`: reusable tasks that run handler work off the driver;
-//! - `client.rs`, `server.rs`, `handler.rs`, `error.rs`.
+//! - `peer.rs`: [`Peer`], the conversation with one remote end: one way to send each kind
+//!   of message, user or system;
+//! - `client.rs`, `server.rs` (what only a Client or a Server has: connecting, binding,
+//!   keys; `local.rs` what both have), `handler.rs`, `error.rs`.
 //!
 //! ## Example
 //!
@@ -43,6 +46,7 @@
 //! }));
 //! let client = Client::connect(server.endpoint(), Duration::from_secs(5)).await?;
 //! let reply = client
+//!     .peer()
 //!     .request("add", protocol::encode_value(&(2, 3))?, Duration::from_secs(1))
 //!     .await?;
 //! assert_eq!(reply.decode_payload::<i64>()?, 5);
@@ -61,7 +65,9 @@ mod envelope;
 mod error;
 mod handler;
 mod link;
+mod local;
 mod meta;
+mod peer;
 pub mod runners;
 mod server;
 mod stats;
@@ -82,6 +88,7 @@ pub use handler::{
     Responder, TickFuture, TickHandler,
 };
 pub use meta::{Meta, MetaError, MetaLimits, MetaValue, BUDGET, BUDGET_ENTRY, RESERVED_PREFIX};
+pub use peer::Peer;
 pub use runners::{Job, Runners};
 pub use server::Server;
 pub use transport::PeerId;

@@ -87,17 +87,15 @@ impl Link for Dealer {
         Dealer::close(self)
     }
 
-    /// Always the inbox, on either engine. A Client's messages are mostly the replies to
-    /// its own requests, each waking a caller: through the inbox, the connection's driver,
-    /// the conversation's task and the callers spread over the runtime's threads.
-    /// `benches/ab.sh`, node row, 100 B, 5 rounds, inbox only against the former switch
-    /// (direct delivery while at most one request was pending, the inbox above): medians
-    /// 1.90 (window 1) and 1.19 (window 100), block_on caller 1.40 and 1.15; direct only
-    /// against the switch 0.79 and 0.71 (block_on 0.83 and 0.92). Measured at a load
-    /// average of 9 to 13 on 2 cores: single rounds ranged 0.3 to 3.8, so these say no
-    /// more than that the inbox alone loses nothing worth a second path.
-    fn deliver_to(&self, _deliver: Arc<dyn Deliver>) -> bool {
-        false
+    /// On the native engine, the connection's driver (`conversation/direct.rs`), as a
+    /// Router's; on libzmq, which cannot, the inbox. Against the inbox and the
+    /// conversation's task (node rows, 100 B, idle machine): CPU per request of both
+    /// processes -2% one at a time and -6% with 100 in flight (`benches/cpu.sh`, 3 rounds),
+    /// rates within noise (`benches/ab.sh`, 5 rounds: 1.03 and 1.01; `block_on` caller
+    /// 1.06 and 1.00). An earlier trial, on a machine at a load of 9 to 13, had the inbox
+    /// ahead; that load made single rounds range 0.3 to 3.8.
+    fn deliver_to(&self, deliver: Arc<dyn Deliver>) -> bool {
+        Dealer::deliver_to(self, deliver)
     }
 }
 
@@ -143,5 +141,75 @@ impl Link for Router {
     /// libzmq, which cannot, the inbox.
     fn deliver_to(&self, deliver: Arc<dyn Deliver>) -> bool {
         Router::deliver_to(self, deliver)
+    }
+}
+
+/// Either socket, for the one conversation type that [`Peer`](crate::Peer) holds: a
+/// Client's Dealer or a Server's Router. A send costs one branch more than on the socket
+/// itself.
+#[derive(Clone)]
+pub(crate) enum Socket {
+    /// A Client's.
+    Dealer(Dealer),
+    /// A Server's.
+    Router(Router),
+}
+
+impl Link for Socket {
+    async fn send<'a>(
+        &'a self,
+        peer: &'a PeerId,
+        frames: &'a [Pieces<'a>],
+    ) -> transport::Result<()> {
+        match self {
+            Socket::Dealer(dealer) => Link::send(dealer, peer, frames).await,
+            Socket::Router(router) => Link::send(router, peer, frames).await,
+        }
+    }
+
+    async fn try_send<'a>(
+        &'a self,
+        peer: &'a PeerId,
+        frames: &'a [Pieces<'a>],
+    ) -> transport::Result<()> {
+        match self {
+            Socket::Dealer(dealer) => Link::try_send(dealer, peer, frames).await,
+            Socket::Router(router) => Link::try_send(router, peer, frames).await,
+        }
+    }
+
+    fn send_now(&self, peer: &PeerId, frames: &[Pieces<'_>]) -> transport::Result<()> {
+        match self {
+            Socket::Dealer(dealer) => Link::send_now(dealer, peer, frames),
+            Socket::Router(router) => Link::send_now(router, peer, frames),
+        }
+    }
+
+    async fn recv_into<'a>(&'a self, frames: &'a mut Vec<Bytes>) -> transport::Result<Sender> {
+        match self {
+            Socket::Dealer(dealer) => Link::recv_into(dealer, frames).await,
+            Socket::Router(router) => Link::recv_into(router, frames).await,
+        }
+    }
+
+    fn try_recv_into(&self, frames: &mut Vec<Bytes>) -> transport::Result<Option<Sender>> {
+        match self {
+            Socket::Dealer(dealer) => Link::try_recv_into(dealer, frames),
+            Socket::Router(router) => Link::try_recv_into(router, frames),
+        }
+    }
+
+    async fn close(&self) {
+        match self {
+            Socket::Dealer(dealer) => dealer.close().await,
+            Socket::Router(router) => router.close().await,
+        }
+    }
+
+    fn deliver_to(&self, deliver: Arc<dyn Deliver>) -> bool {
+        match self {
+            Socket::Dealer(dealer) => Link::deliver_to(dealer, deliver),
+            Socket::Router(router) => Link::deliver_to(router, deliver),
+        }
     }
 }

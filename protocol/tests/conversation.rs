@@ -39,7 +39,7 @@ async fn peer_of(server: &Server, client: &Client) -> transport::PeerId {
             async {}
         }),
     );
-    client.tick("hello", Bytes::new()).await.unwrap();
+    client.peer().tick("hello", Bytes::new()).await.unwrap();
     within("hello", peer_rx.recv()).await.unwrap()
 }
 
@@ -48,6 +48,7 @@ async fn request_reply_round_trip() {
     let (_server, client) = pair().await;
     assert_eq!(client.connection(), Connection::Connected);
     let reply = client
+        .peer()
         .request("echo", Bytes::from_static(b"ping"), SECOND)
         .await
         .unwrap();
@@ -68,6 +69,7 @@ async fn typed_payloads_travel_as_messagepack() {
         }),
     );
     let reply = client
+        .peer()
         .request("sum", encode_value(&vec![1, 2, 3]).unwrap(), SECOND)
         .await
         .unwrap();
@@ -91,6 +93,7 @@ async fn many_requests_in_flight_are_matched_by_id() {
         let client = client.clone();
         calls.push(tokio::spawn(async move {
             let reply = client
+                .peer()
                 .request("slow-echo", Bytes::from(vec![i, i, i]), LIMIT)
                 .await
                 .unwrap();
@@ -113,6 +116,7 @@ async fn a_request_with_no_reply_times_out() {
         }),
     );
     let err = client
+        .peer()
         .request("never", Bytes::new(), Duration::from_millis(100))
         .await
         .unwrap_err();
@@ -134,7 +138,7 @@ async fn a_request_given_up_leaves_nothing_pending_and_its_late_reply_is_unmatch
     // The caller stops waiting (its future is dropped) long before the request's deadline.
     let gave_up = tokio::time::timeout(
         Duration::from_millis(50),
-        client.request("slow", Bytes::new(), LIMIT),
+        client.peer().request("slow", Bytes::new(), LIMIT),
     )
     .await;
     assert!(gave_up.is_err());
@@ -148,7 +152,9 @@ async fn a_request_given_up_leaves_nothing_pending_and_its_late_reply_is_unmatch
     .await;
     let reply = within(
         "echo",
-        client.request("echo", Bytes::from_static(b"x"), LIMIT),
+        client
+            .peer()
+            .request("echo", Bytes::from_static(b"x"), LIMIT),
     )
     .await;
     assert_eq!(reply.unwrap().payload(), &Bytes::from_static(b"x"));
@@ -163,7 +169,7 @@ async fn handler_errors_carry_code_and_message_back() {
             |_req| async move { Err::<Bytes, _>(RemoteError::new("E_QUOTA", "quota exceeded")) },
         ),
     );
-    match client.request("fail", Bytes::new(), SECOND).await {
+    match client.peer().request("fail", Bytes::new(), SECOND).await {
         Err(Error::Remote(remote)) => {
             assert_eq!(remote.code, "E_QUOTA");
             assert_eq!(remote.message, "quota exceeded");
@@ -178,6 +184,7 @@ async fn no_handler_is_answered_at_once() {
     // A long timeout: the answer must come from the server, not from the deadline.
     let started = std::time::Instant::now();
     let err = client
+        .peer()
         .request("nobody-handles-this", Bytes::new(), Duration::from_secs(30))
         .await
         .unwrap_err();
@@ -198,11 +205,13 @@ async fn a_panicking_handler_becomes_an_error_reply_and_the_server_keeps_serving
         }),
     );
     let err = client
+        .peer()
         .request("boom", Bytes::new(), SECOND)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Remote(ref r) if r.is_system(RemoteError::PANICKED)));
     let reply = client
+        .peer()
         .request("echo", Bytes::from_static(b"still here"), SECOND)
         .await
         .unwrap();
@@ -221,10 +230,16 @@ async fn a_slow_handler_does_not_block_others() {
         }),
     );
     let slow_client = client.clone();
-    let slow = tokio::spawn(async move { slow_client.request("slow", Bytes::new(), LIMIT).await });
+    let slow = tokio::spawn(async move {
+        slow_client
+            .peer()
+            .request("slow", Bytes::new(), LIMIT)
+            .await
+    });
     tokio::time::sleep(Duration::from_millis(20)).await;
     for _ in 0..20 {
         client
+            .peer()
             .request("echo", Bytes::from_static(b"quick"), SECOND)
             .await
             .unwrap();
@@ -252,7 +267,7 @@ async fn ticks_reach_their_handler() {
         }),
     );
     for _ in 0..100 {
-        client.tick("count", Bytes::new()).await.unwrap();
+        client.peer().tick("count", Bytes::new()).await.unwrap();
     }
     within("100 ticks", done_rx.recv()).await;
     assert_eq!(seen.load(Ordering::SeqCst), 100);
@@ -268,7 +283,8 @@ async fn the_server_can_request_its_clients() {
     );
     let peer = peer_of(&server, &client).await;
     let reply = server
-        .request(&peer, "whoami", Bytes::new(), SECOND)
+        .peer(&peer)
+        .request("whoami", Bytes::new(), SECOND)
         .await
         .unwrap();
     assert_eq!(reply.payload(), &Bytes::from_static(b"the client"));
@@ -279,23 +295,28 @@ async fn system_events_are_refused_to_user_code() {
     let (server, client) = pair().await;
     for event in ["_system:handshake", "_system:anything"] {
         assert!(matches!(
-            client.request(event, Bytes::new(), SECOND).await,
+            client.peer().request(event, Bytes::new(), SECOND).await,
             Err(Error::ReservedEvent(_))
         ));
         assert!(matches!(
-            client.tick(event, Bytes::new()).await,
+            client.peer().tick(event, Bytes::new()).await,
             Err(Error::ReservedEvent(_))
         ));
         assert!(matches!(
             server
-                .tick(&protocol::PeerId::from("x"), event, Bytes::new())
+                .peer(&protocol::PeerId::from("x"))
+                .tick(event, Bytes::new())
                 .await,
             Err(Error::ReservedEvent(_))
         ));
     }
     // The system variants refuse the opposite.
     assert!(matches!(
-        client.system_tick("user-event", Bytes::new()).await,
+        client
+            .peer()
+            .system()
+            .tick("user-event", Bytes::new())
+            .await,
         Err(Error::InvalidEvent(_))
     ));
 }
@@ -326,6 +347,7 @@ async fn pending_requests_fail_at_once_when_the_connection_drops() {
     let waiting = client.clone();
     let call = tokio::spawn(async move {
         waiting
+            .peer()
             .request("hang", Bytes::new(), Duration::from_secs(60))
             .await
     });
@@ -340,7 +362,7 @@ async fn pending_requests_fail_at_once_when_the_connection_drops() {
     // And new requests are refused while disconnected.
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(matches!(
-        client.request("hang", Bytes::new(), SECOND).await,
+        client.peer().request("hang", Bytes::new(), SECOND).await,
         Err(Error::NotConnected) | Err(Error::ConnectionLost)
     ));
 }
@@ -357,13 +379,15 @@ async fn graceful_close_finishes_in_flight_requests_and_refuses_new_ones() {
     );
     let client = Client::connect(server.endpoint(), LIMIT).await.unwrap();
     let busy = client.clone();
-    let in_flight = tokio::spawn(async move { busy.request("work", Bytes::new(), LIMIT).await });
+    let in_flight =
+        tokio::spawn(async move { busy.peer().request("work", Bytes::new(), LIMIT).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     let closer = server.clone();
     let closing = tokio::spawn(async move { closer.close().await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     // A request arriving while closing is refused with a typed error.
     let refused = client
+        .peer()
         .request("work", Bytes::new(), LIMIT)
         .await
         .unwrap_err();
@@ -395,6 +419,7 @@ async fn garbage_from_a_raw_peer_is_counted_and_the_server_keeps_serving() {
     }
     assert_eq!(server.stats().invalid_envelopes, 3);
     let reply = client
+        .peer()
         .request("echo", Bytes::from_static(b"ok"), SECOND)
         .await
         .unwrap();
@@ -405,7 +430,11 @@ async fn garbage_from_a_raw_peer_is_counted_and_the_server_keeps_serving() {
 async fn large_payloads_reach_the_limit() {
     let (_server, client) = pair().await;
     let big = Bytes::from(vec![42u8; 8 * 1024 * 1024]);
-    let reply = client.request("echo", big.clone(), LIMIT).await.unwrap();
+    let reply = client
+        .peer()
+        .request("echo", big.clone(), LIMIT)
+        .await
+        .unwrap();
     assert_eq!(reply.payload().len(), big.len());
     assert!(reply.payload() == &big);
 }
@@ -428,6 +457,7 @@ async fn timeouts_follow_tokio_time() {
     let start = tokio::time::Instant::now();
     let wall = std::time::Instant::now();
     let err = client
+        .peer()
         .request("never", Bytes::new(), Duration::from_secs(3600))
         .await
         .unwrap_err();
@@ -453,6 +483,7 @@ async fn a_request_over_the_payload_limit_is_answered_with_a_typed_error() {
         .unwrap();
     let started = std::time::Instant::now();
     let err = client
+        .peer()
         .request(
             "echo",
             Bytes::from(vec![1u8; 1025]),
@@ -481,6 +512,7 @@ async fn a_request_over_the_payload_limit_is_answered_with_a_typed_error() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     let fits = client
+        .peer()
         .request("echo", Bytes::from(vec![1u8; 1024]), Duration::from_secs(5))
         .await
         .unwrap();
@@ -507,6 +539,7 @@ async fn a_connection_dropped_for_an_oversized_message_comes_back() {
         .unwrap();
     let mut connection = client.watch_connection();
     let err = client
+        .peer()
         .request("big", Bytes::new(), LIMIT)
         .await
         .unwrap_err();
@@ -515,6 +548,7 @@ async fn a_connection_dropped_for_an_oversized_message_comes_back() {
         loop {
             if *connection.borrow_and_update() == Connection::Connected {
                 if let Ok(reply) = client
+                    .peer()
                     .request("echo", Bytes::from_static(b"hi"), SECOND)
                     .await
                 {
@@ -563,7 +597,7 @@ async fn a_clients_messages_keep_their_order_as_its_load_changes() {
     let requests: Vec<_> = (0..PARKED)
         .map(|_| {
             let client = client.clone();
-            tokio::spawn(async move { client.request("park", Bytes::new(), LIMIT).await })
+            tokio::spawn(async move { client.peer().request("park", Bytes::new(), LIMIT).await })
         })
         .collect();
     within("the requests parked", async {
@@ -579,7 +613,8 @@ async fn a_clients_messages_keep_their_order_as_its_load_changes() {
             requests.iter().for_each(tokio::task::JoinHandle::abort);
         }
         server
-            .tick(&peer, "seq", Bytes::from(n.to_be_bytes().to_vec()))
+            .peer(&peer)
+            .tick("seq", Bytes::from(n.to_be_bytes().to_vec()))
             .await
             .unwrap();
     }
@@ -610,6 +645,7 @@ async fn binding_an_address_in_use_is_a_typed_error() {
     // The first server is untouched.
     let client = Client::connect(server.endpoint(), LIMIT).await.unwrap();
     let reply = client
+        .peer()
         .request("echo", Bytes::from_static(b"still"), SECOND)
         .await;
     assert_eq!(reply.unwrap().payload(), &Bytes::from_static(b"still"));

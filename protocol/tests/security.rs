@@ -34,7 +34,11 @@ async fn handlers_see_the_authenticated_client_key() {
     let server = curve_server(&server_keys).await;
     let options = Options::default().curve(Curve::client(&client_keys, server_keys.public));
     let client = connect(&server, options).await.unwrap();
-    let reply = client.request("whoami", Bytes::new(), WAIT).await.unwrap();
+    let reply = client
+        .peer()
+        .request("whoami", Bytes::new(), WAIT)
+        .await
+        .unwrap();
     assert_eq!(
         reply.payload(),
         &Bytes::from(client_keys.public.to_z85()),
@@ -65,7 +69,11 @@ async fn an_unlisted_key_is_refused_by_connect_not_left_to_time_out() {
     server.allow_key(client_keys.public).unwrap();
     let options = Options::default().curve(Curve::client(&client_keys, server_keys.public));
     let client = connect(&server, options).await.unwrap();
-    client.request("whoami", Bytes::new(), WAIT).await.unwrap();
+    client
+        .peer()
+        .request("whoami", Bytes::new(), WAIT)
+        .await
+        .unwrap();
     client.close().await;
     server.close().await;
 }

@@ -56,6 +56,7 @@ async fn a_streamed_reply_arrives_item_by_item_then_ends() {
     let (server, client) = pair().await;
     server.on_request("count", counting(Arc::default()));
     let stream = client
+        .peer()
         .request_stream(
             "count",
             &[],
@@ -97,6 +98,7 @@ async fn a_stream_both_ways() {
     );
     let words: Vec<Bytes> = (0..300).map(|i| Bytes::from(format!("word{i}"))).collect();
     let stream = client
+        .peer()
         .request_bidi(
             "upper",
             &[],
@@ -121,6 +123,7 @@ async fn a_window_of_zero_is_one() {
     let (server, client) = pair().await;
     server.on_request("count", counting(Arc::default()));
     let stream = client
+        .peer()
         .request_stream(
             "count",
             &[],
@@ -143,6 +146,7 @@ async fn the_handlers_error_is_the_last_item() {
         }),
     );
     let mut stream = client
+        .peer()
         .request_stream("fail", &[], Bytes::new(), options())
         .await
         .unwrap();
@@ -164,6 +168,7 @@ async fn a_slow_reader_holds_the_producer_to_the_window() {
     let sent = Arc::new(AtomicUsize::new(0));
     server.on_request("count", counting(Arc::clone(&sent)));
     let mut stream = client
+        .peer()
         .request_stream(
             "count",
             &[],
@@ -217,6 +222,7 @@ async fn dropping_the_stream_cancels_the_handler() {
         }),
     );
     let mut stream = client
+        .peer()
         .request_stream("forever", &[], Bytes::new(), options().window(2))
         .await
         .unwrap();
@@ -264,6 +270,7 @@ async fn an_idle_timeout_ends_the_stream_and_cancels_the_handler() {
         }),
     );
     let mut stream = client
+        .peer()
         .request_stream(
             "stall",
             &[],
@@ -296,6 +303,7 @@ async fn the_deadline_bounds_the_whole_stream() {
         }),
     );
     let stream = client
+        .peer()
         .request_stream(
             "slow",
             &[],
@@ -337,7 +345,7 @@ async fn an_upload_is_read_as_a_stream_and_answered_once() {
     let expected: u64 = (0..500u64).map(|i| (i % 251) * 1000).sum();
     let reply = within(
         "upload",
-        client.upload(
+        client.peer().upload(
             "sum",
             &[],
             protocol::encode_value("file.bin").unwrap(),
@@ -369,7 +377,9 @@ async fn an_upload_refused_early_stops_sending() {
     let endless = futures::stream::repeat(Bytes::from_static(b"chunk"));
     match within(
         "upload",
-        client.upload("picky", &[], Bytes::new(), endless, options()),
+        client
+            .peer()
+            .upload("picky", &[], Bytes::new(), endless, options()),
     )
     .await
     {
@@ -404,11 +414,11 @@ async fn a_server_streams_from_its_client_and_uploads_to_it() {
             async {}
         }),
     );
-    client.tick("hello", Bytes::new()).await.unwrap();
+    client.peer().tick("hello", Bytes::new()).await.unwrap();
     let peer = within("peer", peer_rx.recv()).await.unwrap();
     let stream = server
+        .peer(&peer)
         .request_stream(
-            &peer,
             "count",
             &[],
             protocol::encode_value(&50u32).unwrap(),
@@ -420,7 +430,9 @@ async fn a_server_streams_from_its_client_and_uploads_to_it() {
     let items = futures::stream::iter((0..100).map(|_| Bytes::from_static(b"abc")));
     let reply = within(
         "upload",
-        server.upload(&peer, "len", &[], Bytes::new(), items, options()),
+        server
+            .peer(&peer)
+            .upload("len", &[], Bytes::new(), items, options()),
     )
     .await
     .unwrap();
@@ -431,7 +443,7 @@ async fn a_server_streams_from_its_client_and_uploads_to_it() {
 async fn a_plain_request_to_a_streaming_handler_is_refused_with_a_code() {
     let (server, client) = pair().await;
     server.on_request("count", counting(Arc::default()));
-    match client.request("count", Bytes::new(), LIMIT).await {
+    match client.peer().request("count", Bytes::new(), LIMIT).await {
         Err(Error::Remote(e)) => assert!(e.is_system(RemoteError::NOT_STREAMED), "{e:?}"),
         other => panic!("expected NOT_STREAMED, got {other:?}"),
     }
@@ -441,6 +453,7 @@ async fn a_plain_request_to_a_streaming_handler_is_refused_with_a_code() {
         request_fn(|req| async move { Ok(req.payload().clone()) }),
     );
     let stream = client
+        .peer()
         .request_stream("echo", &[], Bytes::from_static(b"hi"), options())
         .await
         .unwrap();
@@ -504,6 +517,7 @@ async fn still_serves(server: &Server) {
     );
     let client = Client::connect(server.endpoint(), LIMIT).await.unwrap();
     let reply = client
+        .peer()
         .request("echo", Bytes::from_static(b"ok"), LIMIT)
         .await
         .unwrap();
@@ -794,7 +808,7 @@ async fn many_streams_opened_and_never_read_stay_bounded() {
     still_serves(&server).await;
     // The peer is gone (the node layer says so): its streams end, their handlers too.
     let peer = peer_rx.recv().await.unwrap();
-    server.fail_pending(&peer, || Error::ConnectionLost);
+    server.peer(&peer).fail_pending(|| Error::ConnectionLost);
     within("streams closed", async {
         while server.open_streams() > 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;

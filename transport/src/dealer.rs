@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::frame::Frame;
 use crate::monitor::Events;
 use crate::options::Options;
+use crate::shared::shared_methods;
 
 /// An asynchronous DEALER socket: sends and receives multipart messages.
 ///
@@ -109,33 +110,7 @@ impl Dealer {
         Ok(self.core.try_recv_into(frames, false)?.is_some())
     }
 
-    /// The connection events (connected, disconnected, handshake failed...). Can be taken once.
-    pub fn events(&self) -> Result<Events> {
-        self.core.events()
-    }
-
-    /// Drops every connection and fails further calls with
-    /// [`Error::Closed`](crate::Error::Closed).
-    pub async fn close(&self) {
-        self.core.close().await
-    }
-
-    /// Whether [`close`](Self::close) was called.
-    pub fn is_closed(&self) -> bool {
-        self.core.is_closed()
-    }
-
-    /// Hands every message received from now on to `deliver`, on the driver of the
-    /// connection it came on, instead of queueing it for [`recv`](Self::recv): one task
-    /// wake-up fewer per message (see [`Deliver`](crate::Deliver)). A message's sender is
-    /// an empty id. Connections whose handshake completed before this call go on queueing for
-    /// `recv`. `false`, and nothing changes, on the libzmq engine, where messages can only
-    /// be received. The socket holds `deliver` until it is closed. A receiver may leave a
-    /// message to `recv` ([`Delivered::Queued`](crate::Delivered)), and the connection's
-    /// next ones follow it until `recv` has taken them all.
-    pub fn deliver_to(&self, deliver: std::sync::Arc<dyn crate::Deliver>) -> bool {
-        self.core.deliver_to(deliver)
-    }
+    shared_methods!("an empty id");
 }
 
 impl fmt::Debug for Dealer {

@@ -11,14 +11,6 @@
 //! comes (with 1,000 connections a message's cost grows with every distinct thing it
 //! touches).
 //!
-//! A receiver may also leave a message to the inbox ([`Delivered::Queued`]): one that is
-//! busy, whose work spreads better over the runtime's threads through a task of its own.
-//! That message and the connection's next ones then wait for `recv`, until the receiver
-//! has taken every one of them and asks for another (the messages keep their order across
-//! the switch); the next message after that is offered to the receiver again. That order
-//! holds with one task receiving from the socket (as the protocol's conversation does):
-//! with several, one's next receive does not tell that another is done with its message.
-//!
 //! What stays the same: messages of one connection are delivered in order, one at a time;
 //! the high-water mark still bounds what a connection queues to be sent. What changes: the
 //! receive high-water mark no longer holds a connection back while the receiver takes its
@@ -33,17 +25,6 @@ use bytes::Bytes;
 
 use crate::curve::Key;
 use crate::ids::PeerId;
-
-/// What a receiver did with a message (see [`Delivery::deliver`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
-pub enum Delivered {
-    /// It took the message.
-    Taken,
-    /// It left the message to the socket's inbox, for `recv`; the connection's next
-    /// messages follow it there until the inbox has given all of them out.
-    Queued,
-}
 
 /// Takes a socket's received messages on its connections' drivers (see the module's docs).
 pub trait Deliver: Send + Sync + 'static {
@@ -60,13 +41,5 @@ pub trait Delivery: Send + 'static {
     /// It runs on the connection's driver: it must not block, and it should hand anything
     /// that takes time to a task of its own. A panic here closes the connection (the
     /// peer sees it drop), and the socket goes on.
-    ///
-    /// [`Delivered::Queued`] leaves the message to the inbox (see the module's docs).
-    fn deliver(
-        &mut self,
-        peer: &PeerId,
-        key: Option<Key>,
-        frames: &[Bytes],
-        at: Instant,
-    ) -> Delivered;
+    fn deliver(&mut self, peer: &PeerId, key: Option<Key>, frames: &[Bytes], at: Instant);
 }

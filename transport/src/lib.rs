@@ -57,7 +57,8 @@
 //!   turn it is to read).
 //! - `msg.rs`: libzmq messages owned directly, and the recent frames kept for forwarding.
 //! - `pool.rs`: buffers for sent frames, given back by libzmq instead of freed.
-//! - `router.rs`, `dealer.rs`: the two public socket types.
+//! - `router.rs`, `dealer.rs`: the two public socket types (`shared.rs`: the methods both
+//!   have, written once).
 //! - `monitor.rs`: connection events (`monitor/libzmq.rs`: libzmq's socket monitor).
 //! - `curve.rs`: CURVE keys, the [`Curve`] option and a server's allow-list; `zap.rs`: the
 //!   process-wide ZAP handler thread that applies each libzmq CURVE server's allow-list and
@@ -139,6 +140,7 @@ mod options;
 #[cfg(feature = "libzmq")]
 mod pool;
 mod router;
+mod shared;
 #[cfg(feature = "libzmq")]
 mod socket;
 #[cfg(feature = "libzmq")]
@@ -148,7 +150,7 @@ mod zap;
 
 pub use curve::{Curve, Key, KeyPair, SecretKey};
 pub use dealer::Dealer;
-pub use deliver::{Deliver, Delivered, Delivery};
+pub use deliver::{Deliver, Delivery};
 pub use error::{Error, Result};
 pub use frame::Frame;
 pub use ids::{Engine, PeerId};

@@ -1,14 +1,13 @@
 //! Direct delivery (`deliver_to`): messages handed to a receiver on the connections' own
 //! drivers, over real loopback sockets.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
-use transport::{Dealer, Deliver, Delivered, Delivery, Engine, Key, Options, PeerId, Router};
+use transport::{Dealer, Deliver, Delivery, Engine, Key, Options, PeerId, Router};
 
 mod support;
 use support::{frames, within};
@@ -41,15 +40,8 @@ impl Deliver for Collect {
 struct OnConnection(mpsc::UnboundedSender<(PeerId, Vec<Bytes>)>);
 
 impl Delivery for OnConnection {
-    fn deliver(
-        &mut self,
-        peer: &PeerId,
-        _key: Option<Key>,
-        frames: &[Bytes],
-        _at: Instant,
-    ) -> Delivered {
+    fn deliver(&mut self, peer: &PeerId, _key: Option<Key>, frames: &[Bytes], _at: Instant) {
         let _ = self.0.send((peer.clone(), frames.to_vec()));
-        Delivered::Taken
     }
 }
 
@@ -171,131 +163,6 @@ async fn the_libzmq_engine_declines_and_queues_for_recv() {
     assert_eq!(Arc::strong_count(&collect), 1, "not kept by the socket");
 }
 
-/// Leaves the messages numbered `QUEUED` to the inbox, takes the others, and writes down
-/// each message where it is handled (taken here, or received by `recv`), in one log.
-struct Switching(Arc<Mutex<Vec<(u32, bool)>>>);
-
-const QUEUED: std::ops::Range<u32> = 1_000..2_000;
-
-fn number(frames: &[Bytes]) -> u32 {
-    u32::from_be_bytes(frames[0][..4].try_into().unwrap())
-}
-
-impl Deliver for Switching {
-    fn connection(&self) -> Box<dyn Delivery> {
-        Box::new(Switching(Arc::clone(&self.0)))
-    }
-}
-
-impl Delivery for Switching {
-    fn deliver(
-        &mut self,
-        _peer: &PeerId,
-        _key: Option<Key>,
-        frames: &[Bytes],
-        _at: Instant,
-    ) -> Delivered {
-        let n = number(frames);
-        if QUEUED.contains(&n) {
-            return Delivered::Queued;
-        }
-        self.0.lock().push((n, true));
-        Delivered::Taken
-    }
-}
-
-/// A receiver that leaves messages to the inbox in the middle of a burst: every message is
-/// handled once and in the order sent, those after the queued ones only once `recv` has
-/// taken all of those; and once the inbox is idle, the receiver takes messages again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn messages_left_to_the_inbox_keep_their_order_and_then_direct_delivery_resumes() {
-    const COUNT: u32 = 3_000;
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let router = Arc::new(Router::with_options(native().hwm(100_000)).unwrap());
-    router.deliver_to(Arc::new(Switching(Arc::clone(&log))));
-    let endpoint = router.bind("tcp://127.0.0.1:0").unwrap();
-    // `recv` starts only once the whole burst has been read, so that the messages after
-    // the queued ones find the inbox busy (a driver that went back to the receiver at once
-    // would hand them on before the queued ones were received).
-    let gate = Arc::new(tokio::sync::Notify::new());
-    // How many receives the receiver has begun.
-    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let receiver = tokio::spawn({
-        let (router, log, gate) = (Arc::clone(&router), Arc::clone(&log), Arc::clone(&gate));
-        let asked = Arc::clone(&asked);
-        async move {
-            gate.notified().await;
-            loop {
-                asked.fetch_add(1, Ordering::SeqCst);
-                let Ok((_, frames)) = router.recv().await else {
-                    break;
-                };
-                log.lock().push((number(&frames), false));
-            }
-        }
-    });
-    let dealer = Dealer::with_options(native().hwm(100_000)).unwrap();
-    dealer.connect(&endpoint).unwrap();
-    let send = |n: u32| dealer.send(vec![Bytes::from(n.to_be_bytes().to_vec())]);
-    for n in 0..COUNT {
-        send(n).await.unwrap();
-    }
-    within("the messages before the queued ones", async {
-        while log.lock().len() < QUEUED.start as usize {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    // The rest are read well within this (loopback; only how sure the test is of catching
-    // a driver that goes back too early depends on it): none may be taken before `recv`.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(
-        log.lock().len(),
-        QUEUED.start as usize,
-        "the rest wait for recv"
-    );
-    gate.notify_one();
-    within("the burst handled", async {
-        while log.lock().len() < COUNT as usize {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    {
-        let log = log.lock();
-        let order: Vec<u32> = log.iter().map(|&(n, _)| n).collect();
-        assert_eq!(order, (0..COUNT).collect::<Vec<_>>(), "once each, in order");
-        for &(n, taken) in log.iter() {
-            if n < QUEUED.start {
-                assert!(taken, "{n} came before any was queued");
-            }
-            if QUEUED.contains(&n) {
-                assert!(!taken, "{n} was left to the inbox");
-            }
-        }
-    }
-    // Once `recv` waits again, the inbox holds nothing of this connection's: the next
-    // message is taken directly. (The receiver began its next receive; the short pause
-    // lets it reach the inbox, which is a few calls away.)
-    let received = log.lock().iter().filter(|&&(_, taken)| !taken).count();
-    within("the receiver asking again", async {
-        while asked.load(Ordering::SeqCst) <= received {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    send(COUNT).await.unwrap();
-    within("the last message handled", async {
-        while log.lock().len() <= COUNT as usize {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert_eq!(log.lock()[COUNT as usize], (COUNT, true));
-    receiver.abort();
-}
-
 /// Panics on a message that says so.
 struct Fragile;
 
@@ -308,15 +175,8 @@ impl Deliver for Fragile {
 struct FragileConnection;
 
 impl Delivery for FragileConnection {
-    fn deliver(
-        &mut self,
-        _peer: &PeerId,
-        _key: Option<Key>,
-        frames: &[Bytes],
-        _at: Instant,
-    ) -> Delivered {
+    fn deliver(&mut self, _peer: &PeerId, _key: Option<Key>, frames: &[Bytes], _at: Instant) {
         assert_ne!(frames[0], Bytes::from_static(b"boom"), "the receiver broke");
-        Delivered::Taken
     }
 }
 

@@ -36,8 +36,10 @@ pub(super) async fn client(job: &Job) -> Result<Point> {
     .await?;
     let payload = job.payload();
     let plan = Plan::starting_now(job.warmup, job.duration);
+    // The server's end, made once: what a request is sent through.
+    let server = client.peer();
     let recorder = drive_concurrent(job.window, plan, || async {
-        let reply = client
+        let reply = server
             .request("echo", payload.clone(), REQUEST_TIMEOUT)
             .await?;
         job.check_reply(reply.payload().len())

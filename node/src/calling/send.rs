@@ -80,7 +80,8 @@ impl Node {
             let metadata = outgoing.meta.as_bytes();
             match reach
                 .link
-                .request(event, metadata, payload.clone(), timeout)
+                .peer()
+                .request_with(event, metadata, payload.clone(), timeout)
                 .await
             {
                 Ok(reply) => {
@@ -134,7 +135,8 @@ impl Node {
             Ok(reach) => {
                 let link = &reach.link;
                 link.check_size(&payload)?;
-                link.tick(event, outgoing.meta.as_bytes(), payload)
+                link.peer()
+                    .tick_with(event, outgoing.meta.as_bytes(), payload)
                     .await
                     .map_err(Error::from)
             }
@@ -193,7 +195,11 @@ impl Node {
                 first_error.get_or_insert(e);
                 continue;
             }
-            match link.tick(event, metadata, payload.clone()).await {
+            match link
+                .peer()
+                .tick_with(event, metadata, payload.clone())
+                .await
+            {
                 Ok(()) => sent += 1,
                 Err(e) => {
                     first_error.get_or_insert(Error::from(e));

@@ -442,11 +442,13 @@ async fn open(
         // An item over the receiver's limit ends the body there with a typed error the
         // handler reads (the receiver refuses it: `Violation::ItemTooLarge`).
         Some(body) => {
-            link.request_bidi(prepared.event, metadata, payload, body, options)
+            link.peer()
+                .request_bidi(prepared.event, metadata, payload, body, options)
                 .await
         }
         None => {
-            link.request_stream(prepared.event, metadata, payload, options)
+            link.peer()
+                .request_stream(prepared.event, metadata, payload, options)
                 .await
         }
     };
@@ -651,9 +653,10 @@ async fn upload_raw(
             crate::mesh::link::check_size(item.len(), limit)?;
             Ok(item)
         });
-        let sent = link.upload(
+        let sent = link.peer().upload(
             prepared.event,
             prepared.outgoing.meta.as_bytes(),
+            Bytes::new(),
             items,
             StreamOptions::new(timeout),
         );

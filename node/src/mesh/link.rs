@@ -2,12 +2,10 @@
 //! server, by the routing id of its connection (downstream); and who a message is for.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
-use futures::Stream;
 use parking_lot::Mutex;
-use protocol::{Client, Envelope, PeerId, ReplyStream, Server, StreamOptions};
+use protocol::{Client, Peer, PeerId, Server};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -102,110 +100,90 @@ impl Reported {
     }
 }
 
-/// How to reach a joined peer.
+/// How to reach a joined peer: the conversation with it (a [`protocol::Peer`], the same
+/// whichever side connected), and what only an upstream peer has.
 #[derive(Clone)]
-pub(crate) enum Link {
-    /// Through our client connected to it.
-    Up {
-        client: Client,
-        /// Tells the upstream supervisor that the peer is declared gone, and why.
-        left: Arc<Left>,
-        /// The largest payload the peer accepts (its handshake said).
-        limit: usize,
-    },
-    /// Through our server, to the routing id of its connection.
-    Down {
-        server: Server,
-        route: PeerId,
-        /// The largest payload the peer accepts (its handshake said).
-        limit: usize,
-    },
+pub(crate) struct Link {
+    /// Our client's server (upstream), or the client of our server with the routing id of
+    /// the peer's connection (downstream).
+    peer: Peer,
+    /// The same, for `_system:` events.
+    system: Peer,
+    /// The largest payload the peer accepts (its handshake said).
+    limit: usize,
+    /// Upstream only: our client connected to the peer, and what tells the upstream
+    /// supervisor that the peer is declared gone, and why.
+    upstream: Option<(Client, Arc<Left>)>,
 }
 
 impl std::fmt::Debug for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Link::Up { client, .. } => write!(f, "Up({})", client.endpoint()),
-            Link::Down { route, .. } => write!(f, "Down({route})"),
+        match &self.upstream {
+            Some((client, _)) => write!(f, "Up({})", client.endpoint()),
+            None => write!(f, "Down({})", self.peer.route()),
         }
     }
 }
 
 impl Link {
-    /// Sends a user request and waits for its reply.
-    pub(crate) async fn request(
-        &self,
-        event: &str,
-        metadata: &[u8],
-        payload: Bytes,
-        timeout: Duration,
-    ) -> protocol::Result<Envelope> {
-        self.send_request(false, event, metadata, payload, timeout)
-            .await
-    }
-
-    /// Sends a system request (`_system:` namespace) and waits for its reply.
-    pub(crate) async fn system_request(
-        &self,
-        event: &str,
-        metadata: &[u8],
-        payload: Bytes,
-        timeout: Duration,
-    ) -> protocol::Result<Envelope> {
-        self.send_request(true, event, metadata, payload, timeout)
-            .await
-    }
-
-    async fn send_request(
-        &self,
-        system: bool,
-        event: &str,
-        metadata: &[u8],
-        payload: Bytes,
-        timeout: Duration,
-    ) -> protocol::Result<Envelope> {
-        match (self, system) {
-            (Link::Up { client, .. }, false) => {
-                client.request_with(event, metadata, payload, timeout).await
-            }
-            (Link::Up { client, .. }, true) => {
-                client
-                    .system_request(event, metadata, payload, timeout)
-                    .await
-            }
-            (Link::Down { server, route, .. }, false) => {
-                server
-                    .request_with(route, event, metadata, payload, timeout)
-                    .await
-            }
-            (Link::Down { server, route, .. }, true) => {
-                server
-                    .system_request(route, event, metadata, payload, timeout)
-                    .await
-            }
+    /// Through our client connected to the peer.
+    pub(crate) fn up(client: Client, left: Arc<Left>, limit: usize) -> Link {
+        let peer = client.peer();
+        Link {
+            system: peer.system(),
+            peer,
+            limit,
+            upstream: Some((client, left)),
         }
     }
 
-    /// Sends a user tick.
-    pub(crate) async fn tick(
-        &self,
-        event: &str,
-        metadata: &[u8],
-        payload: Bytes,
-    ) -> protocol::Result<()> {
-        match self {
-            Link::Up { client, .. } => client.tick_with(event, metadata, payload).await,
-            Link::Down { server, route, .. } => {
-                server.tick_with(route, event, metadata, payload).await
-            }
+    /// Through our server, to the routing id of the peer's connection.
+    pub(crate) fn down(server: &Server, route: &PeerId, limit: usize) -> Link {
+        let peer = server.peer(route);
+        Link {
+            system: peer.system(),
+            peer,
+            limit,
+            upstream: None,
         }
+    }
+
+    /// Our client connected to the peer (upstream only).
+    pub(crate) fn client(&self) -> Option<&Client> {
+        self.upstream.as_ref().map(|(client, _)| client)
+    }
+
+    /// What tells the upstream supervisor the peer is gone (upstream only).
+    pub(crate) fn left(&self) -> Option<&Arc<Left>> {
+        self.upstream.as_ref().map(|(_, left)| left)
+    }
+
+    /// The routing id of the peer's connection to our server (downstream only).
+    pub(crate) fn route(&self) -> Option<&PeerId> {
+        self.upstream.is_none().then(|| self.peer.route())
+    }
+
+    pub(crate) fn direction(&self) -> Direction {
+        match self.upstream {
+            Some(_) => Direction::Upstream,
+            None => Direction::Downstream,
+        }
+    }
+
+    /// The conversation with the peer, for user events.
+    pub(crate) fn peer(&self) -> &Peer {
+        &self.peer
+    }
+
+    /// The conversation with the peer, for `_system:` events (the handshake, heartbeats,
+    /// forwards).
+    pub(crate) fn system(&self) -> &Peer {
+        &self.system
     }
 
     /// The largest payload the peer accepts.
     pub(crate) fn limit(&self) -> usize {
-        match self {
-            Link::Up { limit, .. } | Link::Down { limit, .. } => *limit,
-        }
+        self.limit
     }
 
     /// Refuses a payload the peer would not accept, before anything is sent.
@@ -213,180 +191,9 @@ impl Link {
         check_size(payload.len(), self.limit())
     }
 
-    pub(crate) fn direction(&self) -> Direction {
-        match self {
-            Link::Up { .. } => Direction::Upstream,
-            Link::Down { .. } => Direction::Downstream,
-        }
-    }
-
-    pub(crate) async fn system_tick(&self, event: &str, payload: Bytes) -> protocol::Result<()> {
-        match self {
-            Link::Up { client, .. } => client.system_tick(event, payload).await,
-            Link::Down { server, route, .. } => server.system_tick(route, event, payload).await,
-        }
-    }
-
-    /// Sends a system tick only if the peer's queue has room now (heartbeats: a peer that
-    /// does not read must not hold up the others' heartbeats).
-    pub(crate) async fn try_system_tick(
-        &self,
-        event: &str,
-        payload: Bytes,
-    ) -> protocol::Result<()> {
-        match self {
-            Link::Up { client, .. } => client.try_system_tick(event, payload).await,
-            Link::Down { server, route, .. } => server.try_system_tick(route, event, payload).await,
-        }
-    }
-
     /// Fails at once the requests waiting on this link.
     pub(crate) fn fail_pending(&self) {
-        match self {
-            Link::Up { client, .. } => {
-                client.fail_pending(|| protocol::Error::ConnectionLost);
-            }
-            Link::Down { server, route, .. } => {
-                server.fail_pending(route, || protocol::Error::ConnectionLost);
-            }
-        }
-    }
-}
-
-/// Streams on a link: the node layer's `Client` and `Server` calls, one method each.
-impl Link {
-    /// Opens a streamed reply on this link.
-    pub(crate) async fn request_stream(
-        &self,
-        event: &str,
-        metadata: &[u8],
-        payload: Bytes,
-        options: StreamOptions,
-    ) -> protocol::Result<ReplyStream> {
-        match self {
-            Link::Up { client, .. } => {
-                client
-                    .request_stream(event, metadata, payload, options)
-                    .await
-            }
-            Link::Down { server, route, .. } => {
-                server
-                    .request_stream(route, event, metadata, payload, options)
-                    .await
-            }
-        }
-    }
-
-    /// Opens a stream both ways on this link.
-    pub(crate) async fn request_bidi(
-        &self,
-        event: &str,
-        metadata: &[u8],
-        payload: Bytes,
-        items: futures::stream::BoxStream<'static, Bytes>,
-        options: StreamOptions,
-    ) -> protocol::Result<ReplyStream> {
-        match self {
-            Link::Up { client, .. } => {
-                client
-                    .request_bidi(event, metadata, payload, items, options)
-                    .await
-            }
-            Link::Down { server, route, .. } => {
-                server
-                    .request_bidi(route, event, metadata, payload, items, options)
-                    .await
-            }
-        }
-    }
-
-    /// Opens a streamed system request (a forward, to a router) on this link.
-    pub(crate) async fn system_request_stream(
-        &self,
-        event: &str,
-        metadata: &[u8],
-        payload: Bytes,
-        options: StreamOptions,
-    ) -> protocol::Result<ReplyStream> {
-        match self {
-            Link::Up { client, .. } => {
-                client
-                    .system_request_stream(event, metadata, payload, options)
-                    .await
-            }
-            Link::Down { server, route, .. } => {
-                server
-                    .system_request_stream(route, event, metadata, payload, options)
-                    .await
-            }
-        }
-    }
-
-    /// Opens a stream both ways as a system request (a forward, to a router) on this link.
-    pub(crate) async fn system_request_bidi(
-        &self,
-        event: &str,
-        metadata: &[u8],
-        payload: Bytes,
-        items: futures::stream::BoxStream<'static, Bytes>,
-        options: StreamOptions,
-    ) -> protocol::Result<ReplyStream> {
-        match self {
-            Link::Up { client, .. } => {
-                client
-                    .system_request_bidi(event, metadata, payload, items, options)
-                    .await
-            }
-            Link::Down { server, route, .. } => {
-                server
-                    .system_request_bidi(route, event, metadata, payload, items, options)
-                    .await
-            }
-        }
-    }
-
-    /// Sends a streamed body as a system request (a forward, to a router) on this link.
-    pub(crate) async fn system_upload(
-        &self,
-        event: &str,
-        metadata: &[u8],
-        items: impl Stream<Item = Bytes> + Send,
-        options: StreamOptions,
-    ) -> protocol::Result<protocol::Envelope> {
-        match self {
-            Link::Up { client, .. } => {
-                client
-                    .system_upload(event, metadata, Bytes::new(), items, options)
-                    .await
-            }
-            Link::Down { server, route, .. } => {
-                server
-                    .system_upload(route, event, metadata, Bytes::new(), items, options)
-                    .await
-            }
-        }
-    }
-
-    /// Sends a streamed body on this link and waits for its reply.
-    pub(crate) async fn upload(
-        &self,
-        event: &str,
-        metadata: &[u8],
-        items: impl Stream<Item = Bytes> + Send,
-        options: StreamOptions,
-    ) -> protocol::Result<protocol::Envelope> {
-        match self {
-            Link::Up { client, .. } => {
-                client
-                    .upload(event, metadata, Bytes::new(), items, options)
-                    .await
-            }
-            Link::Down { server, route, .. } => {
-                server
-                    .upload(route, event, metadata, Bytes::new(), items, options)
-                    .await
-            }
-        }
+        self.peer.fail_pending(|| protocol::Error::ConnectionLost);
     }
 }
 

@@ -33,7 +33,7 @@ impl State {
         // The same connection handshaking again keeps its peer's work (and count); a
         // takeover from another connection stops the old connection's work.
         if let Some(old) = self.registry.get(&id, Direction::Downstream) {
-            if matches!(&**old.link(), Link::Down { route: r, .. } if r == &route) {
+            if old.link().route() == Some(&route) {
                 old.work.set_limit(entry.work.limit());
                 entry.work = Arc::clone(&old.work);
             }
@@ -43,10 +43,7 @@ impl State {
             .join(entry)
             .map_err(|_| Refusal::DuplicateId)?;
         if let Some(old) = &replaced {
-            if let Link::Down {
-                route: old_route, ..
-            } = &**old.link()
-            {
+            if let Some(old_route) = old.link().route() {
                 if old_route != &route {
                     old.work.stop_for(crate::mesh::peer::Stop::Replaced);
                     old.link().fail_pending();
@@ -62,7 +59,7 @@ impl State {
     pub(crate) fn leave(&mut self, id: &NodeId, direction: Direction) -> Option<Entry<Arc<Link>>> {
         let entry = self.registry.leave(id, direction);
         if let Some(entry) = &entry {
-            if let Link::Down { route, .. } = &**entry.link() {
+            if let Some(route) = entry.link().route() {
                 self.routes.remove(route);
             }
         }

@@ -105,7 +105,7 @@ impl Inner {
         for link in links {
             let _ = tokio::time::timeout(
                 Duration::from_millis(200),
-                link.system_tick(BYE, Bytes::new()),
+                link.system().tick(BYE, Bytes::new()),
             )
             .await;
         }
@@ -114,9 +114,10 @@ impl Inner {
     async fn announce_draining(&self, grace_end: Instant) {
         let wait = ACK_WAIT.min(grace_end.saturating_duration_since(Instant::now()));
         let links = self.state.lock().links(None);
-        let acks = links
-            .iter()
-            .map(|link| link.system_request(DRAINING, &[], Bytes::new(), wait));
+        let acks = links.iter().map(|link| {
+            link.system()
+                .request_with(DRAINING, &[], Bytes::new(), wait)
+        });
         // A peer that does not know `DRAINING` (an older version) answers with an error at
         // once: it goes on picking this node until its goodbye, as before.
         futures::future::join_all(acks).await;

@@ -452,7 +452,7 @@ impl Node {
         let payload = encode_value(&options)?;
         let links = self.inner.state.lock().links(None);
         for link in links {
-            if let Err(e) = link.system_tick(OPTIONS, payload.clone()).await {
+            if let Err(e) = link.system().tick(OPTIONS, payload.clone()).await {
                 self.inner
                     .observers
                     .report(ErrorSource::Send, format!("sending options failed: {e}"));
@@ -478,7 +478,7 @@ impl Node {
                 .peer_left(&id, Direction::Downstream, LeaveReason::Revoked);
             let _ = tokio::time::timeout(
                 Duration::from_millis(200),
-                link.system_tick(BYE, Bytes::new()),
+                link.system().tick(BYE, Bytes::new()),
             )
             .await;
         }
@@ -679,9 +679,11 @@ impl Peers<'_> {
             .lock()
             .registry
             .all()
-            .find(|entry| match &**entry.link() {
-                Link::Up { client, .. } => client.endpoint() == address,
-                Link::Down { .. } => false,
+            .find(|entry| {
+                entry
+                    .link()
+                    .client()
+                    .is_some_and(|client| client.endpoint() == address)
             })
             .map(|entry| entry.info())
     }

@@ -14,7 +14,6 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::mesh::handshake::HEARTBEAT;
-use crate::mesh::link::Link;
 use crate::mesh::peer::{Direction, LeaveReason};
 use crate::node::inner::Inner;
 
@@ -38,7 +37,7 @@ pub(crate) async fn heartbeat_loop(weak: Weak<Inner>) {
         if beat % 4 == 0 {
             let links = inner.state.lock().links(None);
             for link in links {
-                if let Err(e) = link.try_system_tick(HEARTBEAT, Bytes::new()).await {
+                if let Err(e) = link.system().try_tick(HEARTBEAT, Bytes::new()).await {
                     tracing::debug!(node = %inner.id, cause = %e, ?link, "heartbeat not sent");
                 }
             }
@@ -61,10 +60,7 @@ pub(crate) async fn heartbeat_loop(weak: Weak<Inner>) {
             let heard: Vec<_> = state
                 .registry
                 .all()
-                .filter_map(|e| match &**e.link() {
-                    Link::Up { client, .. } => Some((e.id().clone(), client.last_heard()?)),
-                    Link::Down { .. } => None,
-                })
+                .filter_map(|e| Some((e.id().clone(), e.link().client()?.last_heard()?)))
                 .collect();
             for (id, at) in heard {
                 state.registry.seen_at_least(&id, Direction::Upstream, at);

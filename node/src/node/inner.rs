@@ -31,7 +31,7 @@
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::Config;
-use crate::mesh::link::{Connections, Link};
+use crate::mesh::link::Connections;
 use crate::mesh::peer::{Direction, LeaveReason, NodeId};
 use crate::mesh::peers::{BoundKeys, State};
 use crate::mesh::phase::Life;
@@ -109,7 +109,7 @@ impl Inner {
         entry.link().fail_pending();
         // Its handlers' answers could go nowhere: they stop, their memory goes.
         entry.work.cancel();
-        if let Link::Up { left, .. } = &**entry.link() {
+        if let Some(left) = entry.link().left() {
             left.set(reason);
         }
         tracing::debug!(node = %self.id, peer = %id, ?direction, ?reason, "peer left");

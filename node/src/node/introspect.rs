@@ -166,7 +166,8 @@ impl Node {
         let payload = match route {
             Some(reach) => match reach
                 .link
-                .system_request(DESCRIBE, &[], Bytes::new(), timeout)
+                .system()
+                .request_with(DESCRIBE, &[], Bytes::new(), timeout)
                 .await
             {
                 Ok(reply) => reply.into_payload(),

@@ -75,7 +75,7 @@ pub(crate) fn handshake_downstream(
         let holder = held.map(|e| Holder {
             instance: &e.instance,
             ticket: e.token.as_ref(),
-            same_connection: matches!(&**e.link(), Link::Down { route: r, .. } if r == &route),
+            same_connection: e.link().route() == Some(&route),
         });
         let bound = key.is_none_or(|key| inner.keys.may_claim(&hello.id, &key));
         let decision = admit(
@@ -93,11 +93,7 @@ pub(crate) fn handshake_downstream(
                 reach: Reach::new(
                     hello.id.clone(),
                     Direction::Downstream,
-                    Arc::new(Link::Down {
-                        server: server.clone(),
-                        route: route.clone(),
-                        limit,
-                    }),
+                    Arc::new(Link::down(server, &route, limit)),
                 ),
                 options: hello.options.clone(),
                 instance: hello.instance.clone(),
@@ -168,7 +164,9 @@ pub(crate) async fn handshake_upstream(
     let mut attempt = 0;
     let reply = loop {
         let answer = client
-            .system_request(
+            .peer()
+            .system()
+            .request_with(
                 HANDSHAKE,
                 &[],
                 payload.clone(),

@@ -295,7 +295,7 @@ impl Inner {
             return Ok(());
         };
         supervisor.abort();
-        let _ = client.system_tick(BYE, Bytes::new()).await;
+        let _ = client.peer().system().tick(BYE, Bytes::new()).await;
         if let Some(id) = joined {
             self.peer_left(&id, Direction::Upstream, LeaveReason::Local);
         }
@@ -541,11 +541,7 @@ async fn join(
         reach: Reach::new(
             hello.id.clone(),
             Direction::Upstream,
-            Arc::new(Link::Up {
-                client: client.clone(),
-                left: Arc::clone(left),
-                limit,
-            }),
+            Arc::new(Link::up(client.clone(), Arc::clone(left), limit)),
         ),
         options: hello.options.clone(),
         instance: hello.instance.clone(),
@@ -562,7 +558,7 @@ async fn join(
         let mut entry = entry;
         // A new handshake on this same connection (a rejoin request) keeps the peer's work.
         if let Some(old) = state.registry.get(entry.id(), Direction::Upstream) {
-            if matches!(&**old.link(), Link::Up { client: c, .. } if c.same_as(client)) {
+            if old.link().client().is_some_and(|c| c.same_as(client)) {
                 old.work.set_limit(limit);
                 entry.work = Arc::clone(&old.work);
             }
@@ -571,7 +567,7 @@ async fn join(
     };
     match joined {
         Err(_) => {
-            let _ = client.system_tick(BYE, Bytes::new()).await;
+            let _ = client.peer().system().tick(BYE, Bytes::new()).await;
             return Err(Error::DuplicateId {
                 id: hello.id.to_string(),
             });

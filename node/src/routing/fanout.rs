@@ -224,7 +224,8 @@ impl Relay<'_> {
             let mut meta = user.clone();
             meta.set(":forward", MetaValue::Bytes(&header));
             let sent = (router.link)
-                .system_request(FORWARD, meta.as_bytes(), payload.clone(), left)
+                .system()
+                .request_with(FORWARD, meta.as_bytes(), payload.clone(), left)
                 .await;
             drop(router);
             self.passed(&id, &sent);
@@ -279,7 +280,10 @@ impl Relay<'_> {
                 let asks = targets.iter().map(|(peer, group)| {
                     let (leaf, payload) = (leaf.clone(), payload.clone());
                     async move {
-                        let sent = peer.link.request(&forward.event, &leaf, payload, left);
+                        let sent =
+                            peer.link
+                                .peer()
+                                .request_with(&forward.event, &leaf, payload, left);
                         let outcome = match sent.await {
                             Ok(reply) => Outcome::Reply {
                                 meta: reply.metadata().clone(),
@@ -307,7 +311,11 @@ impl Relay<'_> {
                 // A group tick answers with what it delivered and served: a node belongs
                 // to one group, so the groups served are what keeps it exactly once.
                 for (peer, group) in &targets {
-                    let sent = peer.link.tick(&forward.event, &leaf, payload.clone()).await;
+                    let sent = peer
+                        .link
+                        .peer()
+                        .tick_with(&forward.event, &leaf, payload.clone())
+                        .await;
                     self.passed(&peer.id, &sent);
                     if sent.is_ok() {
                         fanned.delivered += 1;
@@ -385,7 +393,8 @@ impl Relay<'_> {
             peer.link.check_size(&payload)?;
             if peer
                 .link
-                .tick(event, metadata, payload.clone())
+                .peer()
+                .tick_with(event, metadata, payload.clone())
                 .await
                 .is_ok()
             {
@@ -446,7 +455,12 @@ impl<'a> Relay<'a> {
                 let peer = peer.clone();
                 let (meta, payload) = (outgoing.meta.as_bytes().clone(), payload.clone());
                 async move {
-                    let result = match peer.link.request(event, &meta, payload, timeout).await {
+                    let result = match peer
+                        .link
+                        .peer()
+                        .request_with(event, &meta, payload, timeout)
+                        .await
+                    {
                         Ok(reply) => Reply::from_answer(
                             Answer {
                                 metadata: reply.metadata().clone(),

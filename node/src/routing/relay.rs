@@ -194,7 +194,8 @@ impl Relay<'_> {
             meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
             let metadata = meta.as_bytes().clone();
             let sent = (router.link)
-                .system_request(FORWARD, &metadata, payload.clone(), left)
+                .system()
+                .request_with(FORWARD, &metadata, payload.clone(), left)
                 .await;
             drop(router);
             self.passed(&id, &sent);
@@ -397,10 +398,12 @@ impl Relay<'_> {
                 Action::Request => {
                     // A description is the one system request a router passes on.
                     let sent = if forward.event == DESCRIBE {
-                        link.system_request(DESCRIBE, &metadata, payload.clone(), left)
+                        link.system()
+                            .request_with(DESCRIBE, &metadata, payload.clone(), left)
                             .await
                     } else {
-                        link.request(&forward.event, &metadata, payload.clone(), left)
+                        link.peer()
+                            .request_with(&forward.event, &metadata, payload.clone(), left)
                             .await
                     };
                     self.passed(&reach.id, &sent);
@@ -417,7 +420,10 @@ impl Relay<'_> {
                     }
                 }
                 _ => {
-                    let sent = link.tick(&forward.event, &metadata, payload).await;
+                    let sent = link
+                        .peer()
+                        .tick_with(&forward.event, &metadata, payload)
+                        .await;
                     self.passed(&reach.id, &sent);
                     match sent {
                         Ok(()) => Ok(count_answer(1)),
@@ -461,7 +467,10 @@ impl Relay<'_> {
             .collect();
         let mut reached = 0usize;
         for (id, link) in links {
-            let sent = link.tick(&forward.event, &metadata, payload.clone()).await;
+            let sent = link
+                .peer()
+                .tick_with(&forward.event, &metadata, payload.clone())
+                .await;
             self.passed(&id, &sent);
             reached += usize::from(sent.is_ok());
         }

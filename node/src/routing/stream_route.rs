@@ -123,7 +123,14 @@ impl Relay<'_> {
         let mut meta = user.clone();
         meta.set(FORWARD_KEY, MetaValue::Bytes(&header));
         let sent = (router.link)
-            .system_upload(FORWARD, meta.as_bytes(), items, StreamOptions::new(left))
+            .system()
+            .upload(
+                FORWARD,
+                meta.as_bytes(),
+                Bytes::new(),
+                items,
+                StreamOptions::new(left),
+            )
             .await;
         self.passed(id, &sent);
         sent.map(answer_of).map_err(|e| self.hop_failed(id, e))
@@ -151,7 +158,14 @@ impl Relay<'_> {
             match self.pick_for(forward, from, &[])? {
                 Some(reach) => {
                     let sent = (reach.link)
-                        .upload(&forward.event, &leaf, items, StreamOptions::new(left))
+                        .peer()
+                        .upload(
+                            &forward.event,
+                            &leaf,
+                            Bytes::new(),
+                            items,
+                            StreamOptions::new(left),
+                        )
                         .await;
                     self.passed(&reach.id, &sent);
                     sent.map(answer_of)
@@ -218,17 +232,13 @@ impl Relay<'_> {
             let options = StreamOptions::new(left).window(window);
             let opened = match body.take() {
                 Some(items) => {
-                    link.system_request_bidi(
-                        FORWARD,
-                        meta.as_bytes(),
-                        payload.clone(),
-                        items,
-                        options,
-                    )
-                    .await
+                    link.system()
+                        .request_bidi(FORWARD, meta.as_bytes(), payload.clone(), items, options)
+                        .await
                 }
                 None => {
-                    link.system_request_stream(FORWARD, meta.as_bytes(), payload.clone(), options)
+                    link.system()
+                        .request_stream(FORWARD, meta.as_bytes(), payload.clone(), options)
                         .await
                 }
             };
@@ -278,11 +288,13 @@ impl Relay<'_> {
                 let opened = match body {
                     Some(items) => {
                         (reach.link)
+                            .peer()
                             .request_bidi(&forward.event, &leaf, payload, items, options)
                             .await
                     }
                     None => {
                         (reach.link)
+                            .peer()
                             .request_stream(&forward.event, &leaf, payload, options)
                             .await
                     }

@@ -24,7 +24,9 @@ pub(crate) fn from_unjoined(inner: &Arc<Inner>, incoming: Incoming) {
     if let Some(server) = inner.server() {
         tokio::spawn(async move {
             let _ = server
-                .try_system_tick(&incoming.from, super::rejoin::EVENT, Bytes::new())
+                .peer(&incoming.from)
+                .system()
+                .try_tick(super::rejoin::EVENT, Bytes::new())
                 .await;
         });
     }

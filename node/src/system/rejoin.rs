@@ -4,7 +4,6 @@
 //! counts as left only if that fails); one that crossed our own new handshake changes
 //! nothing.
 
-use crate::mesh::link::Link;
 use crate::mesh::peer::{Direction, NodeId};
 use crate::node::inner::Inner;
 
@@ -18,7 +17,7 @@ pub(crate) fn apply(inner: &Inner, from: &NodeId, direction: Direction) {
     }
     let state = inner.state.lock();
     let link = state.registry.get_link(from, Direction::Upstream);
-    if let Some(Link::Up { left, .. }) = link.map(|link| &**link) {
+    if let Some(left) = link.and_then(|link| link.left()) {
         left.ask_rejoin();
     }
 }

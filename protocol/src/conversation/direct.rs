@@ -7,15 +7,22 @@
 //! What a message does is the same either way (`Conversation::on_message`): an answer
 //! completes its request, a request or tick goes to its handler, which returns at once.
 //!
-//! Only a Server's socket (a Router) takes its messages here; a Client's (a Dealer) takes
-//! them through its inbox and the driver task (`Link::deliver_to`).
+//! A Server's socket (a Router) and a Client's (a Dealer) both take their messages here on
+//! the native engine; on libzmq, which cannot, they come through the socket's inbox and the
+//! driver task (`Link::deliver_to`).
+//!
+//! What the driver task does after a batch that the connection's driver need not: yield so
+//! that a woken caller sends before the receiver parks (`drive.rs`). Here the receiver is
+//! the connection's driver, which parks on the socket's readiness anyway and is woken by
+//! the caller's send to write it. Nothing is drained after a lost connection either: the
+//! driver delivers what it read before it reports the loss.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use transport::{Deliver, Delivered, Delivery, Key, PeerId};
+use transport::{Deliver, Delivery, Key, PeerId};
 
 use super::helpers::nanos_at;
 use super::{Answered, Conversation};
@@ -44,13 +51,7 @@ struct OnConnection<L: Link> {
 }
 
 impl<L: Link> Delivery for OnConnection<L> {
-    fn deliver(
-        &mut self,
-        peer: &PeerId,
-        key: Option<Key>,
-        frames: &[Bytes],
-        at: Instant,
-    ) -> Delivered {
+    fn deliver(&mut self, peer: &PeerId, key: Option<Key>, frames: &[Bytes], at: Instant) {
         let conversation = &self.conversation;
         conversation.heard.store(nanos_at(at), Ordering::Relaxed);
         conversation.refresh_handlers(&mut self.handlers, &mut self.seen);
@@ -62,6 +63,5 @@ impl<L: Link> Delivery for OnConnection<L> {
             conversation.is_closing(),
             &mut Answered::default(),
         );
-        Delivered::Taken
     }
 }

@@ -20,7 +20,7 @@ use super::link::Link;
 use super::stream::Stream;
 use super::Shared;
 use crate::curve::Key;
-use crate::deliver::{Delivered, Delivery};
+use crate::deliver::Delivery;
 use crate::ids::PeerId;
 
 /// The largest block a read buffer takes: larger reads take more of a burst per system
@@ -125,9 +125,6 @@ pub(super) struct Driver {
     peer: PeerId,
     /// Who takes this connection's messages, if not the inbox (`Router::deliver_to`).
     delivery: Option<Box<dyn Delivery>>,
-    /// The receiver left a message to the inbox (`Delivered::Queued`): the next ones
-    /// follow it there until the inbox is idle for this connection.
-    queued: bool,
     /// The peer's CURVE key (on a CURVE server).
     key: Option<Key>,
     /// Whether the handshake completed and the socket took the peer.
@@ -172,7 +169,6 @@ impl Driver {
             batch: Vec::new(),
             peer: PeerId::default(),
             delivery: None,
-            queued: false,
             key: None,
             attached: false,
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
@@ -303,47 +299,28 @@ impl Driver {
         let mut outcome = Ok(());
         while let Some(event) = self.events.pop_front() {
             match event {
-                zmtp::Event::Message(frames) => {
-                    // Back from the inbox to the receiver once the inbox holds nothing of
-                    // this connection's, and the receiver is done with what it took.
-                    if self.queued
-                        && self.delivery.is_some()
-                        && self.batch.is_empty()
-                        && self.inbox.idle(self.lane)
-                    {
-                        self.queued = false;
+                zmtp::Event::Message(frames) => match &mut self.delivery {
+                    Some(_) if *budget == 0 => {
+                        self.events.push_front(zmtp::Event::Message(frames));
+                        break;
                     }
-                    match &mut self.delivery {
-                        Some(_) if self.queued => self.batch.push(self.inbound(frames)),
-                        Some(_) if *budget == 0 => {
-                            self.events.push_front(zmtp::Event::Message(frames));
+                    Some(delivery) => {
+                        // A receiver that panics ends this connection, as a broken one
+                        // ends (the peer sees it drop and the socket forgets it), rather
+                        // than the driver's task with the connection still attached.
+                        let delivered = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            delivery.deliver(&self.peer, self.key, &frames, now)
+                        }));
+                        if delivered.is_err() {
+                            tracing::error!(peer = %self.peer.short(), "message receiver panicked: connection closed");
+                            self.delivery = None;
+                            outcome = Err(End::Lost);
                             break;
                         }
-                        Some(delivery) => {
-                            // A receiver that panics ends this connection, as a broken one
-                            // ends (the peer sees it drop and the socket forgets it),
-                            // rather than the driver's task with the connection still
-                            // attached.
-                            let delivered = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                                delivery.deliver(&self.peer, self.key, &frames, now)
-                            }));
-                            match delivered {
-                                Ok(Delivered::Taken) => *budget -= 1,
-                                Ok(Delivered::Queued) => {
-                                    self.queued = true;
-                                    self.batch.push(self.inbound(frames));
-                                }
-                                Err(_) => {
-                                    tracing::error!(peer = %self.peer.short(), "message receiver panicked: connection closed");
-                                    self.delivery = None;
-                                    outcome = Err(End::Lost);
-                                    break;
-                                }
-                            }
-                        }
-                        None => self.batch.push(self.inbound(frames)),
+                        *budget -= 1;
                     }
-                }
+                    None => self.batch.push(self.inbound(frames)),
+                },
                 zmtp::Event::Ready(peer) => {
                     if let Err(end) = self.attach(&peer) {
                         outcome = Err(end);

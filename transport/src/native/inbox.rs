@@ -36,9 +36,6 @@ struct Lane {
     blocked: Option<Waker>,
     /// Whether its connection still runs (a closed lane is freed once emptied).
     open: bool,
-    /// Its last message given out may still be in the receiver's hands (until the
-    /// receiver asks for another): see `idle`.
-    taken: bool,
 }
 
 #[derive(Debug, Default)]
@@ -48,9 +45,6 @@ struct State {
     free: Vec<usize>,
     /// Lanes with messages, in the order they are served: one message, then the back.
     turn: VecDeque<usize>,
-    /// The lane of the message given out last: the receiver is done with it when it asks
-    /// for the next.
-    last: Option<usize>,
 }
 
 /// The queue of received messages.
@@ -86,10 +80,6 @@ impl Inbox {
             }
         };
         state.lanes[lane].open = true;
-        state.lanes[lane].taken = false;
-        if state.last == Some(lane) {
-            state.last = None;
-        }
         lane
     }
 
@@ -123,18 +113,6 @@ impl Inbox {
         false
     }
 
-    /// Whether nothing of `lane` waits in the inbox or is still being handled by the
-    /// receiver (it has asked for a message since it took the lane's last one): a message
-    /// handed to the receiver another way now cannot overtake one of the inbox's. It
-    /// assumes one receiver, as direct delivery's owner is.
-    pub(super) fn idle(&self, lane: usize) -> bool {
-        let state = self.state.lock();
-        state
-            .lanes
-            .get(lane)
-            .is_none_or(|entry| entry.items.is_empty() && !entry.taken)
-    }
-
     /// Queues what the driver of `lane` read (and empties `batch`).
     pub(super) fn push(&self, lane: usize, batch: &mut Vec<Inbound>) {
         if batch.is_empty() {
@@ -164,10 +142,6 @@ impl Inbox {
     /// the back.
     pub(super) fn try_pop(&self) -> Result<Option<Inbound>> {
         let mut state = self.state.lock();
-        // Asking again: the receiver is done with the message it took before.
-        if let Some(lane) = state.last.take() {
-            state.lanes[lane].taken = false;
-        }
         let Some(lane) = state.turn.pop_front() else {
             return if self.closed.load(Ordering::Acquire) {
                 Err(Error::Closed)
@@ -179,7 +153,6 @@ impl Inbox {
         let Some(item) = entry.items.pop_front() else {
             return Ok(None);
         };
-        entry.taken = true;
         let left = entry.items.len();
         let wake = if left < self.hwm {
             entry.blocked.take()
@@ -192,7 +165,6 @@ impl Inbox {
         } else if freed {
             state.free.push(lane);
         }
-        state.last = Some(lane);
         let more = !state.turn.is_empty();
         drop(state);
         if let Some(waker) = wake {
@@ -301,38 +273,5 @@ mod tests {
         inbox.close_lane(a);
         assert_eq!(order(&inbox).len(), 2, "a's messages are still delivered");
         assert_eq!(inbox.open_lane(), a, "then its lane is reused");
-    }
-
-    #[test]
-    fn a_lane_is_idle_only_once_the_receiver_asked_after_its_last_message() {
-        let inbox = Inbox::new(100);
-        let a = inbox.open_lane();
-        let b = inbox.open_lane();
-        assert!(inbox.idle(a), "nothing queued, nothing taken");
-        inbox.push(a, &mut vec![message(b"a", 0), message(b"a", 1)]);
-        assert!(!inbox.idle(a), "two wait");
-        assert!(inbox.try_pop().unwrap().is_some());
-        assert!(inbox.try_pop().unwrap().is_some());
-        assert!(
-            !inbox.idle(a),
-            "the receiver may still be handling the last one"
-        );
-        assert!(inbox.idle(b), "another lane is not held by it");
-        assert!(inbox.try_pop().unwrap().is_none());
-        assert!(inbox.idle(a), "asking again means it is done with it");
-    }
-
-    #[test]
-    fn a_reused_lane_starts_idle() {
-        let inbox = Inbox::new(100);
-        let a = inbox.open_lane();
-        inbox.push(a, &mut vec![message(b"a", 0)]);
-        inbox.close_lane(a);
-        assert!(inbox.try_pop().unwrap().is_some());
-        assert_eq!(inbox.open_lane(), a);
-        assert!(
-            inbox.idle(a),
-            "the old connection's message is not the new one's"
-        );
     }
 }
