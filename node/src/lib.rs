@@ -83,28 +83,29 @@
 //! - the leaves: `codes.rs` (the codes on the wire), `error.rs`, `options.rs` and
 //!   `filter.rs` (what nodes advertise and how to select them, pure), `context.rs` (a
 //!   request's deadline, what calls inherit, [`TraceParent`]);
-//! - `mesh/`: the peer registry and the ids ([`NodeId`], [`PeerInfo`], [`LeaveReason`]:
-//!   `peer.rs`, pure, and `peers.rs`), the handshake's decisions (`handshake.rs`, pure), links
+//! - `mesh/`: the ids ([`NodeId`], [`PeerInfo`], [`LeaveReason`]: `names.rs`), the peer
+//!   registry (`peer.rs`, pure, and `peers.rs`), the handshake's decisions (`handshake.rs`, pure), links
 //!   and connections (`link.rs`, with [`Target`]), the node's life (`phase.rs`);
-//! - `discovery/`: the sources of addresses (`discover.rs`);
+//! - `discovery/`: the sources of addresses (`discover.rs`, DNS in `dns.rs`);
 //! - `observation/`: events, hooks, counters, metrics, spans (`trace.rs`, `otel.rs`),
 //!   rate-limited error reports, the description's parts ([`Description`]) and a router's
 //!   counts per next hop;
 //! - `config.rs` and `startup.rs`;
 //! - `serving/`: handlers ([`Request`], [`Response`], [`HandlerError`], [`Reply`]:
 //!   `handler.rs`), the handler table and tower layers (`middleware.rs`), the runtime with its
-//!   node-wide and per-peer limits (`runtime.rs`, `fair.rs` pure), and what runs on a
-//!   socket's driver for each message (`dispatch.rs`: decides, never waits);
+//!   node-wide and per-peer limits (`runtime.rs`, `fair.rs` pure), its jobs
+//!   (`runtime/job.rs`);
 //! - `routing/`: router nodes: the forward header and its pure decisions (`forward.rs`),
 //!   `Relay` (`relay.rs`), gathers and group ticks (`fanout.rs`), relayed streams
 //!   (`stream_route.rs`);
 //! - `node/`: the [`Node`] handle ([`Peers`], [`Keys`]: `handle.rs`), its parts composed
-//!   (`inner.rs`, joined to the narrow types of the parts below in `host.rs`), and what works
-//!   on the whole node: joining (`join.rs`), connections upstream (`upstream.rs`),
+//!   (`inner.rs`, joined to the narrow types of the parts below in `host.rs`), what runs on
+//!   a socket's driver for each message (`dispatch.rs`: decides, never waits), the
+//!   protocol's own messages (`system/`: one type decoded once, a file each with its
+//!   effect), and what works on the whole node: joining (`join.rs`), connections upstream (`upstream.rs`),
 //!   heartbeats, the graceful close (`drain.rs`), following a discovery source
 //!   (`follow.rs`), counters ([`NodeStats`], [`Hooks`]: `stats.rs`), the description it
 //!   answers (`introspect.rs`), warnings (`watch.rs`) and [`Health`];
-//! - `system/`: the protocol's own messages, one type decoded once, a file each;
 //! - `calling/`: the [`Call`] builder (`call.rs`), sending requests and ticks (`send.rs`),
 //!   streamed replies and uploads ([`Items`], [`Sink`], [`Body`]: `stream.rs`), a stream from
 //!   every match and [`Node::find`] (`find.rs`), [`Caller`] and its layers;
@@ -130,7 +131,6 @@ mod routing;
 mod serving;
 mod shutdown;
 mod startup;
-mod system;
 #[cfg(test)]
 mod wire_vectors;
 

@@ -42,7 +42,7 @@ use crate::serving::handler::{Reply, Request};
 /// read.
 fn watch_from(node: &Node) -> Option<std::time::Instant> {
     node.inner
-        .observers
+        .observers()
         .calls_watched()
         .then(std::time::Instant::now)
 }
@@ -64,7 +64,7 @@ impl Prepared<'_> {
         let outcome = Outcome::of(result);
         self.span.ended(outcome);
         if let Some(started) = self.started {
-            self.node.inner.observers.called(&Called {
+            self.node.inner.observers().called(&Called {
                 event: self.event,
                 tick,
                 outcome,
@@ -382,7 +382,7 @@ impl<'a, Mode> Call<'a, Mode> {
                 }
             };
             if let Some(started) = started {
-                node.inner.observers.called(&Called {
+                node.inner.observers().called(&Called {
                     event,
                     tick: true,
                     outcome: Outcome::of(&result),
@@ -403,7 +403,7 @@ impl<'a, Mode> Call<'a, Mode> {
     /// The call resolved (metadata checked, timeout cut), its span made and its trace
     /// context taken.
     pub(crate) fn prepare(mut self) -> Result<Prepared<'a>> {
-        let span = trace::call_span(self.node.inner.config.span_level, self.event, &self.to);
+        let span = trace::call_span(self.node.inner.config().span_level, self.event, &self.to);
         // With `otel`, the span is current while the call is resolved and its trace
         // context taken (so the call carries it as the parent of the receiver's span);
         // never at every poll of the wait: entering a span costs the subscriber work, and
@@ -431,7 +431,7 @@ impl<'a, Mode> Call<'a, Mode> {
         if let Some(invalid) = self.invalid.take() {
             return Err(Error::Metadata(invalid));
         }
-        let config = &self.node.inner.config;
+        let config = &self.node.inner.config();
         self.meta.check(&config.max_metadata)?;
         let own = self.timeout.unwrap_or(config.request_timeout);
         // Read once: the deadline and the trace the call inherits.
@@ -505,7 +505,7 @@ impl<'a> Call<'a, Typed> {
         T: Serialize + ?Sized,
         R: FromReply + 'a,
     {
-        let limits = self.node.inner.config.max_metadata;
+        let limits = self.node.inner.config().max_metadata;
         let request = encode_value(data).map(|payload| self.request(payload));
         async move {
             let answer = request?.await?;
@@ -556,7 +556,7 @@ impl<'a> Call<'a, Raw> {
     /// handshake said, is [`Error::PayloadTooLarge`] at once, nothing sent) and returns the
     /// whole reply. Targets as for the typed [`send`](Call::send).
     pub fn send(self, payload: Bytes) -> impl Future<Output = Result<Reply>> + 'a {
-        let limits = self.node.inner.config.max_metadata;
+        let limits = self.node.inner.config().max_metadata;
         let request = self.request(payload);
         async move { Reply::from_answer(request.await?, &limits) }
     }

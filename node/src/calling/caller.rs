@@ -147,7 +147,7 @@ impl Service<Outbound> for Caller {
     type Future = CallFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        if self.node.inner.life.is_closing() {
+        if self.node.inner.life().is_closing() {
             return Poll::Ready(Err(Error::Closed));
         }
         let Some(limit) = &mut self.limit else {

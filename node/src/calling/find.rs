@@ -68,14 +68,14 @@ impl Node {
 
     /// [`find`](Self::find) with the direction of a target's filter for the peers here.
     pub(crate) async fn find_in(&self, filter: &Filter, scope: Scope) -> Result<Vec<Found>> {
-        if self.inner.life.is_closing() {
+        if self.inner.life().is_closing() {
             return Err(Error::Closed);
         }
-        let me = self.inner.id.clone();
+        let me = self.inner.id().clone();
         let mut found: BTreeMap<NodeId, Found> = BTreeMap::new();
         let mut routers: VecDeque<NodeId> = VecDeque::new();
         {
-            let state = self.inner.state.lock();
+            let state = self.inner.state().lock();
             for entry in state.registry.matching(filter, scope) {
                 let info = entry.info();
                 found.entry(info.id.clone()).or_insert(Found {
@@ -90,7 +90,7 @@ impl Node {
         let mut asked: BTreeSet<NodeId> = routers.iter().cloned().collect();
         asked.insert(me.clone());
         let remote = filter.to_spec().is_ok();
-        let timeout = self.inner.config.request_timeout;
+        let timeout = self.inner.config().request_timeout;
         let mut described = 0;
         while let Some(router) = routers.pop_front() {
             if !remote || described == MAX_FOUND_ROUTERS {

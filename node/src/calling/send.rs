@@ -49,7 +49,7 @@ impl Node {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<Answer> {
-        if self.inner.life.is_closing() {
+        if self.inner.life().is_closing() {
             return Err(Error::Closed);
         }
         if let Target::All(..) = target {
@@ -128,7 +128,7 @@ impl Node {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<()> {
-        if self.inner.life.is_closing() {
+        if self.inner.life().is_closing() {
             return Err(Error::Closed);
         }
         match self.resolve(target) {
@@ -158,12 +158,12 @@ impl Node {
         payload: Bytes,
         outgoing: &Outgoing,
     ) -> Result<usize> {
-        if self.inner.life.is_closing() {
+        if self.inner.life().is_closing() {
             return Err(Error::Closed);
         }
         let links: Vec<Arc<Link>> = self
             .inner
-            .state
+            .state()
             .lock()
             .registry
             .matching(filter, scope)
@@ -222,7 +222,7 @@ impl Node {
     /// (picked before for this request, and nothing ran there). The guard is taken under
     /// the registry's lock, with the pick (see `Reach::in_flight`).
     fn resolve_except(&self, target: &Target, tried: &[NodeId]) -> Result<InFlight<Arc<Link>>> {
-        let mut state = self.inner.state.lock();
+        let mut state = self.inner.state().lock();
         let reach = match target {
             Target::Id(id) => state
                 .registry
@@ -230,7 +230,7 @@ impl Node {
                 .ok_or_else(|| Error::NodeNotFound { id: id.to_string() }),
             Target::Any(filter, scope) => {
                 let random = rand::random::<u32>() as usize;
-                let strategy = self.inner.config.strategy;
+                let strategy = self.inner.config().strategy;
                 let picked = if tried.is_empty() {
                     state.registry.pick(filter, *scope, strategy, random)
                 } else {

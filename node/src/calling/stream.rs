@@ -210,8 +210,8 @@ impl Node {
         Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
     {
         // Not the node itself: the handler table would hold it alive.
-        let metrics = self.inner.observers.metrics.clone();
-        self.inner.handlers.add_shaped(
+        let metrics = self.inner.observers().metrics.clone();
+        self.inner.handlers().add_shaped(
             pattern.into(),
             crate::serving::handler::boxed(tower::service_fn(move |request: Request| {
                 let handler = handler.clone();
@@ -263,13 +263,13 @@ impl Node {
                 handler(request, Body { inner: body }).await
             }
         });
-        (self.inner.handlers).add_shaped(pattern.into(), service, Shape::Upload);
+        (self.inner.handlers()).add_shaped(pattern.into(), service, Shape::Upload);
     }
 
     /// Finds the peer a stream goes to (an id, or one match of a filter; no router): the
     /// stream counts as in flight to it while the guard lives.
     fn stream_reach(&self, target: &Target) -> Result<InFlight<Arc<Link>>> {
-        if self.inner.life.is_closing() {
+        if self.inner.life().is_closing() {
             return Err(Error::Closed);
         }
         if let Target::All(..) = target {
@@ -387,7 +387,7 @@ impl<'a, R> Items<'a, R> {
     /// The stream ended with `result`: recorded in its span, hooks, metrics and log.
     fn ended(&mut self, prepared: &mut Prepared<'_>, result: &Result<()>) {
         prepared.finished(false, result);
-        if let Some(metrics) = &prepared.node.inner.observers.metrics {
+        if let Some(metrics) = &prepared.node.inner.observers().metrics {
             let end = StreamEnd {
                 items: self.items,
                 bytes: self.bytes,
@@ -523,7 +523,7 @@ impl<R> Stream for Items<'_, R> {
                                     .relay()
                                     .link_error(&peer.id, &peer.link, event, timeout, e),
                                 (None, protocol::Error::Remote(remote)) => {
-                                    let me = &prepared.node.inner.id;
+                                    let me = &prepared.node.inner.id();
                                     forward_error(remote, &prepared.to, event, timeout, me)
                                 }
                                 // The stream went as a forward: the event that had no
@@ -575,7 +575,7 @@ impl<'a> Call<'a, Typed> {
         R: FromReply,
     {
         let prepared = self.prepare()?;
-        let limits = prepared.node.inner.config.max_metadata;
+        let limits = prepared.node.inner.config().max_metadata;
         let (encoded, failed) = checked(items, |item: T| Ok(encode_value(&item)?));
         let answer = tokio::select! {
             answer = upload_raw(prepared, encoded) => answer?,
@@ -609,7 +609,7 @@ impl<'a> Call<'a, Raw> {
     /// The typed [`upload`](Call::upload) with raw items, and the whole reply.
     pub async fn upload(self, items: impl Stream<Item = Bytes> + Send) -> Result<Reply> {
         let prepared = self.prepare()?;
-        let limits = prepared.node.inner.config.max_metadata;
+        let limits = prepared.node.inner.config().max_metadata;
         let answer = upload_raw(prepared, items).await?;
         Reply::from_answer(answer, &limits)
     }

@@ -21,7 +21,7 @@ use crate::options::Options;
 /// The node protocol version exchanged in the handshake.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-// The names of the system messages about joining and membership (`crate::system` has one
+// The names of the system messages about joining and membership (`crate::node::system` has one
 // file per message, with its payload and its effect; the names stay here, in a leaf, so
 // that the senders need not import the effects).
 pub(crate) const HANDSHAKE: &str = "_system:handshake";

@@ -21,13 +21,13 @@ use crate::mesh::handshake::{BYE, OPTIONS};
 use crate::mesh::link::Link;
 use crate::mesh::peer::{Direction, LeaveReason, NodeId, PeerInfo, Scope};
 use crate::mesh::phase::Closed;
+use crate::node::dispatch::install_downstream;
 use crate::node::heartbeat::heartbeat_loop;
 use crate::node::inner::Inner;
 use crate::node::upstream::ConnectOptions;
 use crate::observation::events::{ErrorSource, EventStream};
 use crate::options::Options;
 use crate::routing::forward::RouterStats;
-use crate::serving::dispatch::install_downstream;
 use crate::serving::handler::{self, HandlerError, HandlerService, Pattern, Request, Response};
 
 /// What a node has been through, for operators and tests.

@@ -43,37 +43,63 @@ use crate::serving::middleware::Handlers;
 use crate::serving::runtime::Runtime;
 use crate::startup::Startup;
 
-/// A node's parts (the state its handles and tasks share). The fields `pub(super)` are
-/// private to `node/`; those `pub(crate)` are still read by the rooms around it: the id, the
-/// config, the registry, the handlers, the runtime, the node's life and the observers by
-/// `serving/dispatch.rs` (the dispatcher, which answers for the whole node), and some of
-/// them by `system/` and `calling/` (above the node: they work on it).
+/// A node's parts (the state its handles and tasks share), private to `node/`: the parts
+/// below reach the node through their narrow types (`host.rs`), and the calling side, on
+/// top, reads the few it needs through the accessors below.
 pub(crate) struct Inner {
-    pub(crate) id: NodeId,
+    pub(super) id: NodeId,
     /// Random per process (see `Hello::instance`).
     pub(super) instance: String,
     pub(super) options: RwLock<Options>,
-    pub(crate) config: Config,
+    pub(super) config: Config,
     /// The peer registry and the routes (`peers.rs`).
-    pub(crate) state: Mutex<State>,
+    pub(super) state: Mutex<State>,
     /// With CURVE: the key each id is bound to.
     pub(super) keys: BoundKeys,
     /// Our bound server, the upstream links, the heartbeat task.
     pub(super) links: Connections,
     /// The handlers and the middleware in front of them.
-    pub(crate) handlers: Handlers,
+    pub(super) handlers: Handlers,
     /// Where handler work runs, and its limits.
-    pub(crate) runtime: Runtime,
+    pub(super) runtime: Runtime,
     /// Routing's own state (counters, ids seen, the fan-outs' turn); the forwarding runs
     /// through [`Inner::relay`].
     pub(super) routing: Routing,
     /// Where the node is in its life: open, draining, closing.
-    pub(crate) life: Life,
+    pub(super) life: Life,
     /// Observability: the events, hooks and metrics, the error reports, the counts of
     /// refused messages.
-    pub(crate) observers: Observers,
+    pub(super) observers: Observers,
     /// What its startup waits for (`health.rs`).
     pub(super) startup: Startup,
+}
+
+/// What the calling side reads of the node: its id, settings, registry, handler table (a
+/// stream handler registers there), life and observers.
+impl Inner {
+    pub(crate) fn id(&self) -> &NodeId {
+        &self.id
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn state(&self) -> &Mutex<State> {
+        &self.state
+    }
+
+    pub(crate) fn handlers(&self) -> &Handlers {
+        &self.handlers
+    }
+
+    pub(crate) fn life(&self) -> &Life {
+        &self.life
+    }
+
+    pub(crate) fn observers(&self) -> &Observers {
+        &self.observers
+    }
 }
 
 impl Inner {

@@ -23,10 +23,10 @@ use crate::error::{Error, Result};
 use crate::mesh::handshake::BYE;
 use crate::mesh::link::{Left, Link, Signal, Upstream};
 use crate::mesh::peer::{Direction, Entry, LeaveReason, PeerInfo, PeerWork, Reach, Ticket};
+use crate::node::dispatch::install_upstream;
 use crate::node::inner::Inner;
 use crate::node::join::handshake_upstream;
 use crate::observation::events::{ErrorSource, NodeEvent};
-use crate::serving::dispatch::install_upstream;
 
 /// Generations of upstream entries (see `Upstream::generation`).
 static GENERATIONS: AtomicU64 = AtomicU64::new(0);

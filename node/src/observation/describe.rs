@@ -34,7 +34,7 @@ use crate::observation::metrics::table::Table;
 use crate::observation::observe::Outcome;
 use crate::options::Options;
 
-/// The system request a node answers with its [`Description`] (`crate::system::describe`).
+/// The system request a node answers with its [`Description`] (`crate::node::system::describe`).
 pub(crate) const DESCRIBE: &str = "_system:describe";
 
 /// The most distinct event names with a slot of their own; later ones share `_other`

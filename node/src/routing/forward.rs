@@ -24,7 +24,7 @@ use crate::filter::FilterSpec;
 use crate::mesh::peer::{NodeId, Scope};
 
 /// The system event that carries a [`Forward`] (as metadata; the payload is the user's;
-/// `crate::system::forward`).
+/// `crate::node::system::forward`).
 pub(crate) const FORWARD: &str = "_system:forward";
 
 /// What is forwarded.

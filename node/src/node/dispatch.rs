@@ -2,7 +2,7 @@
 //! calls. They run on a driver (for a native server socket each connection's own, so two
 //! peers' messages may be dispatched at once on two threads; else the socket's) and never
 //! wait. A system message is decoded once here ([`System`]) and its effect, in its own file
-//! under `system/`, runs here (a forward, which waits on its next hop, goes to the handler
+//! under `node/system/`, runs here (a forward, which waits on its next hop, goes to the handler
 //! runtime); a user request or tick is checked (joined? a handler? closing?), its deadline
 //! computed and its handler found, once, and handed to the handler runtime (`runtime.rs`).
 
@@ -18,9 +18,9 @@ use crate::codes::system::{BAD_METADATA, NOT_JOINED, NO_HANDLER, SHUTTING_DOWN};
 use crate::context::deadline_of;
 use crate::mesh::peer::{Direction, NodeId, PeerInfo, PeerWork};
 use crate::node::inner::Inner;
+use crate::node::system::{self, System};
 use crate::observation::events::ErrorSource;
 use crate::serving::runtime::Received;
-use crate::system::{self, System};
 
 impl Inner {
     /// A request from a joined peer (`system`: the system message it is, decoded once):
