@@ -87,15 +87,16 @@ impl Link for Dealer {
         Dealer::close(self)
     }
 
-    /// On the native engine, the connection's driver (`conversation/direct.rs`), as a
-    /// Router's; on libzmq, which cannot, the inbox. Against the inbox and the
-    /// conversation's task (node rows, 100 B, idle machine): CPU per request of both
-    /// processes -2% one at a time and -6% with 100 in flight (`benches/cpu.sh`, 3 rounds),
-    /// rates within noise (`benches/ab.sh`, 5 rounds: 1.03 and 1.01; `block_on` caller
-    /// 1.06 and 1.00). An earlier trial, on a machine at a load of 9 to 13, had the inbox
-    /// ahead; that load made single rounds range 0.3 to 3.8.
-    fn deliver_to(&self, deliver: Arc<dyn Deliver>) -> bool {
-        Dealer::deliver_to(self, deliver)
+    /// Never: a Client's messages (mostly replies, each waking a caller) come through the
+    /// socket's inbox and the conversation's driver task, on both engines. Taken on the
+    /// connection's driver instead, as a Server's are (`conversation/direct.rs`), a reply
+    /// costs a task hand-off less and both processes' CPU per request fell 2% one at a
+    /// time and 6% with 100 in flight (`benches/cpu.sh`), but with 100 in flight the rate
+    /// fell to 0.90 (`LAYER=node-native benches/ab.sh`, 3 rounds, 0.88-0.90, idle 2-core
+    /// machine; one at a time 1.02): reading and completing replies then run on one task,
+    /// where the inbox lets a second thread complete them while the driver reads on.
+    fn deliver_to(&self, _deliver: Arc<dyn Deliver>) -> bool {
+        false
     }
 }
 

@@ -7,9 +7,9 @@
 //! What a message does is the same either way (`Conversation::on_message`): an answer
 //! completes its request, a request or tick goes to its handler, which returns at once.
 //!
-//! A Server's socket (a Router) and a Client's (a Dealer) both take their messages here on
-//! the native engine; on libzmq, which cannot, they come through the socket's inbox and the
-//! driver task (`Link::deliver_to`).
+//! A Server's socket (a Router) takes its messages here on the native engine; a Client's
+//! (a Dealer), and any on libzmq, which cannot, through the socket's inbox and the driver
+//! task (`Link::deliver_to` says why a Client's does).
 //!
 //! What the driver task does after a batch that the connection's driver need not: yield so
 //! that a woken caller sends before the receiver parks (`drive.rs`). Here the receiver is

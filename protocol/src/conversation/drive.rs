@@ -1,5 +1,5 @@
 //! The conversation's driver task: the pending table's timer, the close, and (on a socket
-//! that receives from its inbox: any on the libzmq engine) the receive side.
+//! that receives from its inbox: a Client's, or any on the libzmq engine) the receive side.
 
 use super::*;
 
