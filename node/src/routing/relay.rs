@@ -95,6 +95,14 @@ impl<'a> Relay<'a> {
 }
 
 impl Relay<'_> {
+    /// The routers joined to this node, but the one a forward came from (a forward never
+    /// goes back where it came from).
+    pub(crate) fn routers_except(&self, from: &NodeId) -> Vec<(NodeId, Arc<Link>)> {
+        let mut routers = self.state.lock().registry.routers();
+        routers.retain(|(id, _)| id != from);
+        routers
+    }
+
     /// Sends a message that found no joined destination here through the routers we are
     /// joined to. `local` is the error when there is no router. Returns the reply payload
     /// (requests) and how many nodes were reached (ticks).
@@ -380,8 +388,7 @@ impl Relay<'_> {
             let left = deadline.saturating_duration_since(Instant::now());
             let Some(reach) = local else {
                 let next = forward.next_hop(self.id, left);
-                let routers = self.state.lock().registry.routers();
-                let routers = routers.into_iter().filter(|(id, _)| id != from).collect();
+                let routers = self.routers_except(from);
                 let (reply, reached) = self
                     .forward_via(&next, routers, payload, deadline, user)
                     .await?;
@@ -476,14 +483,7 @@ impl Relay<'_> {
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let next = forward.next_hop(self.id, left);
-        let routers: Vec<(NodeId, Arc<Link>)> = self
-            .state
-            .lock()
-            .registry
-            .routers()
-            .into_iter()
-            .filter(|(id, _)| id != from)
-            .collect();
+        let routers = self.routers_except(from);
         if !routers.is_empty() && next.hops_left > 0 {
             if let Ok((_, further)) = self
                 .forward_via(&next, routers, payload, deadline, user)

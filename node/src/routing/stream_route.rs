@@ -174,13 +174,9 @@ impl Relay<'_> {
                 None => {
                     let next = forward.next_hop(self.id, left);
                     let routers = self
-                        .state
-                        .lock()
-                        .registry
-                        .routers()
+                        .routers_except(from)
                         .into_iter()
                         .map(|(id, _)| id)
-                        .filter(|id| id != from)
                         .collect();
                     self.upload_via(&next, routers, items, deadline, user).await
                 }
@@ -307,13 +303,9 @@ impl Relay<'_> {
             None => {
                 let next = forward.next_hop(self.id, left);
                 let routers = self
-                    .state
-                    .lock()
-                    .registry
-                    .routers()
+                    .routers_except(from)
                     .into_iter()
                     .map(|(id, _)| id)
-                    .filter(|id| id != from)
                     .collect();
                 let stream = self.stream_via(
                     &next,
