@@ -26,10 +26,9 @@ use crate::envelope::{
     check_event, encode_value, kind_and_id, request_id, Encoded, Envelope, Kind,
 };
 use crate::error::{DecodeError, Error, Limit, RemoteError, Result};
-use crate::handler::{
-    Answer, Answering, Handlers, Incoming, RequestHandler, Responder, TickHandler,
-};
+use crate::handler::{Answer, Answering, Incoming, RequestHandler, Responder};
 use crate::link::Link;
+use crate::serve::{Receiver, Serve};
 use crate::stats::Counters;
 pub use crate::stats::Stats;
 use crate::table::Table;
@@ -51,12 +50,13 @@ pub type Rejected = (PeerId, Error);
 pub(crate) struct Conversation<L: Link> {
     pub(crate) link: L,
     pending: Mutex<Pending>,
-    /// The handlers, replaced whole (copy on write) when one is set: the driver keeps its
-    /// own reference and looks here again only when `handlers_version` moved, so a message
-    /// costs no lock and no reference count to find its handler.
-    handlers: RwLock<Arc<Handlers>>,
-    /// Bumped (under the write lock) every time `handlers` changes.
-    handlers_version: AtomicU64,
+    /// Who takes requests and ticks (`serve.rs`), replaced whole (copy on write) when it
+    /// changes: each dispatcher keeps its own reference and looks here again only when
+    /// `receiver_version` moved, so a message costs no lock and no reference count to find
+    /// its handler.
+    receiver: RwLock<Arc<Receiver>>,
+    /// Bumped (under the write lock) every time `receiver` changes.
+    receiver_version: AtomicU64,
     /// Ids of ticks (a request gets its id from the pending table).
     next_id: AtomicU64,
     /// Wakes the driver when a request with an earlier deadline than all others is added.
@@ -114,8 +114,8 @@ impl<L: Link> Conversation<L> {
                 table: Table::starting_at(rand_start() as u32),
                 ..Pending::default()
             }),
-            handlers: RwLock::new(Arc::new(Handlers::default())),
-            handlers_version: AtomicU64::new(0),
+            receiver: RwLock::new(Arc::new(Receiver::default())),
+            receiver_version: AtomicU64::new(0),
             next_id: AtomicU64::new(rand_start()),
             timer_reset: Notify::new(),
             closing: CancellationToken::new(),
@@ -149,27 +149,20 @@ impl<L: Link> Conversation<L> {
         Ok((conversation, opened))
     }
 
-    pub(crate) fn set_request_handler(&self, event: Option<String>, h: Option<RequestHandler>) {
-        self.change_handlers(|handlers| handlers.set_request(event, h));
+    /// Changes who takes requests and ticks (`local.rs`: a named handler, or a receiver).
+    pub(crate) fn change_receiver(&self, change: impl FnOnce(&mut Receiver)) {
+        let mut receiver = self.receiver.write();
+        change(Arc::make_mut(&mut receiver));
+        self.receiver_version.fetch_add(1, Ordering::Release);
     }
 
-    pub(crate) fn set_tick_handler(&self, event: Option<String>, h: Option<TickHandler>) {
-        self.change_handlers(|handlers| handlers.set_tick(event, h));
-    }
-
-    fn change_handlers(&self, change: impl FnOnce(&mut Handlers)) {
-        let mut handlers = self.handlers.write();
-        change(Arc::make_mut(&mut handlers));
-        self.handlers_version.fetch_add(1, Ordering::Release);
-    }
-
-    /// The driver's view of the handlers: `seen` is the version it holds, refreshed when
-    /// they changed since.
-    fn refresh_handlers(&self, current: &mut Arc<Handlers>, seen: &mut u64) {
-        let version = self.handlers_version.load(Ordering::Acquire);
+    /// A dispatcher's view of the receiver: `seen` is the version it holds, refreshed when
+    /// it changed since.
+    fn refresh_receiver(&self, current: &mut Arc<Receiver>, seen: &mut u64) {
+        let version = self.receiver_version.load(Ordering::Acquire);
         if version != *seen {
             // Read after the version: a change in between is seen at the next look.
-            *current = Arc::clone(&self.handlers.read());
+            *current = Arc::clone(&self.receiver.read());
             *seen = version;
         }
     }
@@ -473,11 +466,12 @@ impl<L: Link> Conversation<L> {
     }
 
     /// Handles one received message: an answer completes its request (and sets
-    /// `answered`), a request or tick goes to its handler, which returns at once. Returns
+    /// `answered`), a request or tick goes to the receiver (its handler in the socket's
+    /// table, or the receiver a layer above gave it), which returns at once. Returns
     /// whether a handler was called (it may have started a task).
     fn on_message(
         self: &Arc<Self>,
-        handlers: &Handlers,
+        receiver: &Receiver,
         peer: PeerId,
         key: Option<Key>,
         frames: &[Bytes],
@@ -525,15 +519,25 @@ impl<L: Link> Conversation<L> {
                 false
             }
             Kind::Tick => {
-                let handler = handlers.tick(envelope.event_bytes());
-                let Some(handler) = handler else {
-                    tracing::debug!(event = envelope.event(), "tick with no handler dropped");
-                    self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
-                    return false;
+                let incoming = Incoming::new(peer, key, envelope);
+                let handled = match receiver {
+                    Receiver::Table(table) => {
+                        let Some(handler) = table.tick(incoming.envelope().event_bytes()) else {
+                            tracing::debug!(
+                                event = incoming.event(),
+                                "tick with no handler dropped"
+                            );
+                            self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
+                            return false;
+                        };
+                        std::panic::catch_unwind(AssertUnwindSafe(|| handler(incoming)))
+                    }
+                    Receiver::Serve(serve) => {
+                        std::panic::catch_unwind(AssertUnwindSafe(|| serve.tick(incoming)))
+                    }
                 };
                 self.counters.ticks_handled.fetch_add(1, Ordering::Relaxed);
-                let incoming = Incoming::new(peer, key, envelope);
-                if std::panic::catch_unwind(AssertUnwindSafe(|| handler(incoming))).is_err() {
+                if handled.is_err() {
                     self.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
                     tracing::error!("tick handler panicked");
                 }
@@ -549,15 +553,19 @@ impl<L: Link> Conversation<L> {
                     self.answer(&peer, id, Err(refusal));
                     return false;
                 }
-                let handler = handlers.request(envelope.event_bytes());
-                let Some(handler) = handler else {
-                    self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
-                    let missing = RemoteError::system_error(
-                        RemoteError::NO_HANDLER,
-                        format!("no handler for {:?}", envelope.event()),
-                    );
-                    self.answer(&peer, id, Err(missing));
-                    return false;
+                // A table's miss is refused before a stream is opened for it; a receiver
+                // of its own refuses once it has looked.
+                let taker = match receiver {
+                    Receiver::Table(table) => match table.request(envelope.event_bytes()) {
+                        Some(handler) => Taker::Handler(handler),
+                        None => {
+                            self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
+                            let missing = RemoteError::no_handler(envelope.event());
+                            self.answer(&peer, id, Err(missing));
+                            return false;
+                        }
+                    },
+                    Receiver::Serve(serve) => Taker::Serve(serve),
                 };
                 let streamed = envelope.reply_streamed() || envelope.body_streamed();
                 let caller_gone = if streamed {
@@ -579,9 +587,11 @@ impl<L: Link> Conversation<L> {
                 }
                 // A handler that panics drops its responder while unwinding, which answers
                 // the request with an error: the driver goes on.
-                if std::panic::catch_unwind(AssertUnwindSafe(|| handler(incoming, responder)))
-                    .is_err()
-                {
+                let handled = std::panic::catch_unwind(AssertUnwindSafe(|| match taker {
+                    Taker::Handler(handler) => handler(incoming, responder),
+                    Taker::Serve(serve) => serve.request(incoming, responder),
+                }));
+                if handled.is_err() {
                     self.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(id, "request handler panicked");
                 }
@@ -659,6 +669,12 @@ impl<L: Link> Conversation<L> {
     }
 }
 
+/// Who takes a request: its handler in the socket's table, or the socket's receiver.
+enum Taker<'a> {
+    Handler(&'a RequestHandler),
+    Serve(&'a Arc<dyn Serve>),
+}
+
 /// What the first message of a batch completed, for the driver's choice of how to let
 /// the woken callers run.
 #[derive(Debug, Default, Clone, Copy)]
@@ -687,6 +703,10 @@ impl<L: Link> Answering for Conversation<L> {
 
     fn panicked(&self) {
         self.counters.handler_panics.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn unhandled(&self) {
+        self.counters.no_handler.fetch_add(1, Ordering::Relaxed);
     }
 
     fn abort(&self) -> &CancellationToken {

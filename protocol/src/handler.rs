@@ -1,6 +1,5 @@
 //! Handlers: what runs when a request or tick arrives.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -195,6 +194,8 @@ pub(crate) trait Answering: Send + Sync {
     fn released(&self);
     /// Counts a handler that panicked.
     fn panicked(&self);
+    /// Counts a request nobody handles.
+    fn unhandled(&self);
     /// The conversation's abort signal.
     fn abort(&self) -> &CancellationToken;
     /// Takes one credit for the streamed reply of `(peer, id)`, or says why it stopped.
@@ -261,6 +262,14 @@ impl Responder {
     pub fn answer(mut self, result: Result<Answer, RemoteError>) {
         self.answered = true;
         self.to.answer(&self.peer, self.id, result);
+    }
+
+    /// Refuses the request: no handler takes its event `event`. Answers
+    /// [`RemoteError::no_handler`] and counts it in
+    /// [`Stats::no_handler`](crate::Stats::no_handler).
+    pub fn no_handler(self, event: &str) {
+        self.to.unhandled();
+        self.answer(Err(RemoteError::no_handler(event)));
     }
 
     /// Closes this request's stream, if it has one (it answered, or it is going).
@@ -450,57 +459,5 @@ where
         {
             tracing::error!("tick handler panicked");
         }
-    }
-}
-
-/// The handlers' maps hash event names with foldhash (a lookup per message, and names are
-/// short, where SipHash's set-up dominates: about 60 instructions for a 4-byte name,
-/// callgrind). Only the names of registered handlers are ever inserted, so names from the
-/// network cannot flood a map with collisions; foldhash's per-map seed is kept all the same.
-type NameMap<V> = HashMap<Box<[u8]>, V, foldhash::fast::RandomState>;
-
-/// Handlers by exact event name, with an optional catch-all for each kind (the node layer
-/// installs its own dispatcher as the catch-all).
-#[derive(Default, Clone)]
-pub(crate) struct Handlers {
-    // Keyed by the name's bytes: a received event name is looked up as it came, without
-    // checking its UTF-8 a second time (decoding checked it).
-    requests: NameMap<RequestHandler>,
-    ticks: NameMap<TickHandler>,
-    any_request: Option<RequestHandler>,
-    any_tick: Option<TickHandler>,
-}
-
-impl Handlers {
-    pub(crate) fn set_request(&mut self, event: Option<String>, handler: Option<RequestHandler>) {
-        match (event, handler) {
-            (Some(event), Some(h)) => {
-                self.requests.insert(event.into_bytes().into(), h);
-            }
-            (Some(event), None) => {
-                self.requests.remove(event.as_bytes());
-            }
-            (None, h) => self.any_request = h,
-        }
-    }
-
-    pub(crate) fn set_tick(&mut self, event: Option<String>, handler: Option<TickHandler>) {
-        match (event, handler) {
-            (Some(event), Some(h)) => {
-                self.ticks.insert(event.into_bytes().into(), h);
-            }
-            (Some(event), None) => {
-                self.ticks.remove(event.as_bytes());
-            }
-            (None, h) => self.any_tick = h,
-        }
-    }
-
-    pub(crate) fn request(&self, event: &[u8]) -> Option<&RequestHandler> {
-        self.requests.get(event).or(self.any_request.as_ref())
-    }
-
-    pub(crate) fn tick(&self, event: &[u8]) -> Option<&TickHandler> {
-        self.ticks.get(event).or(self.any_tick.as_ref())
     }
 }

@@ -69,6 +69,7 @@ mod local;
 mod meta;
 mod peer;
 pub mod runners;
+mod serve;
 mod server;
 mod stats;
 pub mod table;
@@ -90,5 +91,6 @@ pub use handler::{
 pub use meta::{Meta, MetaError, MetaLimits, MetaValue, BUDGET, BUDGET_ENTRY, RESERVED_PREFIX};
 pub use peer::Peer;
 pub use runners::{Job, Runners};
+pub use serve::Serve;
 pub use server::Server;
 pub use transport::PeerId;

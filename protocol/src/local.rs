@@ -6,39 +6,41 @@
 /// in the docs ("client" or "server").
 macro_rules! local_end {
     ($side:literal) => {
-        /// Handles requests for `event` sent by the remote end(s).
+        /// Handles requests for `event` sent by the remote end(s), in this
+        #[doc = concat!($side, "'s own table of handlers (one given to [`serve`](Self::serve) before")]
+        /// is replaced by a new table with this handler alone).
         pub fn on_request(&self, event: &str, handler: $crate::RequestHandler) {
             self.conversation
-                .set_request_handler(Some(event.to_owned()), Some(handler));
+                .change_receiver(|receiver| receiver.table().set_request(event, Some(handler)));
         }
 
         /// Removes the request handler for `event`.
         pub fn off_request(&self, event: &str) {
             self.conversation
-                .set_request_handler(Some(event.to_owned()), None);
+                .change_receiver(|receiver| receiver.table().set_request(event, None));
         }
 
-        /// Handles ticks for `event` sent by the remote end(s).
+        /// Handles ticks for `event` sent by the remote end(s) (see
+        /// [`on_request`](Self::on_request)).
         pub fn on_tick(&self, event: &str, handler: $crate::TickHandler) {
             self.conversation
-                .set_tick_handler(Some(event.to_owned()), Some(handler));
+                .change_receiver(|receiver| receiver.table().set_tick(event, Some(handler)));
         }
 
         /// Removes the tick handler for `event`.
         pub fn off_tick(&self, event: &str) {
             self.conversation
-                .set_tick_handler(Some(event.to_owned()), None);
+                .change_receiver(|receiver| receiver.table().set_tick(event, None));
         }
 
-        /// Handles every request that has no handler of its own (the node layer's
-        /// dispatcher).
-        pub fn on_any_request(&self, handler: Option<$crate::RequestHandler>) {
-            self.conversation.set_request_handler(None, handler);
-        }
-
-        /// Handles every tick that has no handler of its own.
-        pub fn on_any_tick(&self, handler: Option<$crate::TickHandler>) {
-            self.conversation.set_tick_handler(None, handler);
+        #[doc = concat!("Hands every request and tick this ", $side, " receives to `receiver`, in place")]
+        /// of its table of named handlers ([`on_request`](Self::on_request),
+        /// [`on_tick`](Self::on_tick)), which it drops: a layer with its own handlers (the
+        /// node's) looks them up once, and refuses what none takes itself
+        /// ([`Responder::no_handler`](crate::Responder::no_handler)).
+        pub fn serve(&self, receiver: std::sync::Arc<dyn $crate::Serve>) {
+            self.conversation
+                .change_receiver(|current| *current = $crate::serve::Receiver::Serve(receiver));
         }
 
         /// Reports each received message that was dropped as invalid.

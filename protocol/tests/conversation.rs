@@ -650,3 +650,74 @@ async fn binding_an_address_in_use_is_a_typed_error() {
         .await;
     assert_eq!(reply.unwrap().payload(), &Bytes::from_static(b"still"));
 }
+
+/// A receiver of every request and tick, as a layer with its own handlers gives a socket:
+/// it answers `echo`, refuses the rest with `no_handler`, and counts ticks.
+struct OwnTable {
+    ticks: Arc<AtomicUsize>,
+}
+
+impl protocol::Serve for OwnTable {
+    fn request(&self, incoming: protocol::Incoming, responder: protocol::Responder) {
+        match incoming.event() {
+            "echo" => responder.answer(Ok(incoming.payload().clone().into())),
+            other => responder.no_handler(other),
+        }
+    }
+
+    fn tick(&self, _incoming: protocol::Incoming) {
+        self.ticks.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_receiver_of_its_own_takes_every_message_in_place_of_the_table() {
+    let (server, client) = pair().await;
+    server.on_request(
+        "table-only",
+        request_fn(|_req| async move { Ok(Bytes::from_static(b"table")) }),
+    );
+    let ticks = Arc::new(AtomicUsize::new(0));
+    server.serve(Arc::new(OwnTable {
+        ticks: Arc::clone(&ticks),
+    }));
+    // The receiver answers what it handles...
+    let reply = client
+        .peer()
+        .request("echo", Bytes::from_static(b"mine"), SECOND)
+        .await
+        .unwrap();
+    assert_eq!(reply.payload(), &Bytes::from_static(b"mine"));
+    // ...and the socket's table is gone: its handler is not asked, the receiver refuses.
+    let err = client
+        .peer()
+        .request("table-only", Bytes::new(), SECOND)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NoHandler { ref event } if event == "table-only"));
+    assert_eq!(server.stats().no_handler, 1, "the refusal is counted");
+    client.peer().tick("any", Bytes::new()).await.unwrap();
+    within("the tick", async {
+        while ticks.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    // A named handler set afterwards starts a new table: the receiver is no longer asked.
+    server.on_request(
+        "table-only",
+        request_fn(|_req| async move { Ok(Bytes::from_static(b"table")) }),
+    );
+    let reply = client
+        .peer()
+        .request("table-only", Bytes::new(), SECOND)
+        .await
+        .unwrap();
+    assert_eq!(reply.payload(), &Bytes::from_static(b"table"));
+    let err = client
+        .peer()
+        .request("echo", Bytes::new(), SECOND)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NoHandler { ref event } if event == "echo"));
+}

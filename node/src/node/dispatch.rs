@@ -9,12 +9,12 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use protocol::{Client, Incoming, Meta, RemoteError, Responder, Server};
+use protocol::{Client, Incoming, Meta, RemoteError, Responder, Serve, Server};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use transport::Key;
 
-use crate::codes::system::{BAD_METADATA, NOT_JOINED, NO_HANDLER, SHUTTING_DOWN};
+use crate::codes::system::{BAD_METADATA, NOT_JOINED, SHUTTING_DOWN};
 use crate::context::deadline_of;
 use crate::mesh::peer::{Direction, NodeId, PeerInfo, PeerWork};
 use crate::node::inner::Inner;
@@ -74,10 +74,7 @@ impl Inner {
             None
         } else {
             let Some(first) = self.handlers.first(incoming.event(), false) else {
-                responder.answer(Err(RemoteError::system_error(
-                    NO_HANDLER,
-                    format!("no handler for {:?}", incoming.event()),
-                )));
+                responder.no_handler(incoming.event());
                 return;
             };
             Some(first)
@@ -170,40 +167,42 @@ fn not_joined() -> RemoteError {
     RemoteError::system_error(NOT_JOINED, "handshake first")
 }
 
-/// Installs the dispatchers of our bound server. They hold the node weakly and not the
-/// server (which holds them: a cycle would keep a closed server's state forever); the
-/// server is the node's bound one, taken when a handshake needs it.
-pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
-    let weak = Arc::downgrade(inner);
-    server.on_any_request(Some(Arc::new(
-        move |incoming: Incoming, responder: Responder| {
-            let Some(inner) = weak.upgrade() else {
-                responder.answer(Err(RemoteError::system_error(SHUTTING_DOWN, "node closed")));
-                return;
-            };
-            let system = System::request(incoming.event());
-            if system == Some(System::Handshake) {
-                responder.answer(system::handshake::answer(&inner, &incoming));
-                return;
-            }
-            // Identity is bound to the connection: no handshake, no service.
-            let now = Instant::now();
-            let found = inner
-                .state
-                .lock()
-                .downstream(&incoming.from, now.into_std());
-            let Some(from) = found else {
-                inner.unjoined("request", &incoming);
-                responder.answer(Err(not_joined()));
-                return;
-            };
-            let how = (Direction::Downstream, system);
-            inner.dispatch_request(from, how, incoming, responder, now);
-        },
-    )));
-    let weak = Arc::downgrade(inner);
-    server.on_any_tick(Some(Arc::new(move |incoming: Incoming| {
-        let Some(inner) = weak.upgrade() else { return };
+/// The receiver of our bound server's requests and ticks (`protocol::Serve`): the
+/// node's own table is the only one looked in. It holds the node weakly and not the server
+/// (which holds it: a cycle would keep a closed server's state forever); the server is the
+/// node's bound one, taken when a handshake needs it.
+struct Downstream(Weak<Inner>);
+
+impl Serve for Downstream {
+    fn request(&self, incoming: Incoming, responder: Responder) {
+        let Some(inner) = self.0.upgrade() else {
+            responder.answer(Err(RemoteError::system_error(SHUTTING_DOWN, "node closed")));
+            return;
+        };
+        let system = System::request(incoming.event());
+        if system == Some(System::Handshake) {
+            responder.answer(system::handshake::answer(&inner, &incoming));
+            return;
+        }
+        // Identity is bound to the connection: no handshake, no service.
+        let now = Instant::now();
+        let found = inner
+            .state
+            .lock()
+            .downstream(&incoming.from, now.into_std());
+        let Some(from) = found else {
+            inner.unjoined("request", &incoming);
+            responder.answer(Err(not_joined()));
+            return;
+        };
+        let how = (Direction::Downstream, system);
+        inner.dispatch_request(from, how, incoming, responder, now);
+    }
+
+    fn tick(&self, incoming: Incoming) {
+        let Some(inner) = self.0.upgrade() else {
+            return;
+        };
         let found = inner
             .state
             .lock()
@@ -217,62 +216,75 @@ pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
             return;
         };
         inner.dispatch_tick(from, Direction::Downstream, incoming);
-    })));
+    }
 }
 
-/// Installs the dispatchers of an upstream connection: messages our server-side peer sends
-/// us through `client`. `joined` says who the peer is once the handshake is done.
+/// Makes the node the receiver of our bound server's requests and ticks.
+pub(crate) fn install_downstream(inner: &Arc<Inner>, server: &Server) {
+    server.serve(Arc::new(Downstream(Arc::downgrade(inner))));
+}
+
+/// The receiver of an upstream connection's requests and ticks: what our server-side peer
+/// sends us through our client. `joined` says who the peer is once the handshake is done.
+struct Upstream {
+    inner: Weak<Inner>,
+    joined: watch::Receiver<Option<PeerInfo>>,
+    /// The key of the server we checked, on a CURVE connection.
+    server_key: Option<Key>,
+}
+
+impl Upstream {
+    /// The peer, once joined, and its record in the registry (a sign of life).
+    fn peer(&self, now: Instant) -> Option<(Arc<Inner>, NodeId, Arc<PeerWork>)> {
+        let from = self.joined.borrow().as_ref().map(|p| p.id.clone())?;
+        let inner = self.inner.upgrade()?;
+        let work =
+            inner
+                .state
+                .lock()
+                .registry
+                .seen_work(&from, Direction::Upstream, now.into_std())?;
+        Some((inner, from, work))
+    }
+}
+
+impl Serve for Upstream {
+    fn request(&self, incoming: Incoming, responder: Responder) {
+        let now = Instant::now();
+        let Some((inner, from, work)) = self.peer(now) else {
+            responder.answer(Err(not_joined()));
+            return;
+        };
+        // Our side of a CURVE connection: the peer is the server whose key we checked.
+        let incoming = match self.server_key {
+            Some(key) => Incoming::new(
+                incoming.from.clone(),
+                Some(key),
+                incoming.envelope().clone(),
+            ),
+            None => incoming,
+        };
+        let how = (Direction::Upstream, System::request(incoming.event()));
+        inner.dispatch_request((from, work), how, incoming, responder, now);
+    }
+
+    fn tick(&self, incoming: Incoming) {
+        if let Some((inner, from, work)) = self.peer(Instant::now()) {
+            inner.dispatch_tick((from, work), Direction::Upstream, incoming);
+        }
+    }
+}
+
+/// Makes the node the receiver of an upstream connection's requests and ticks.
 pub(crate) fn install_upstream(
-    weak: Weak<Inner>,
+    inner: Weak<Inner>,
     client: &Client,
     joined: watch::Receiver<Option<PeerInfo>>,
     server_key: Option<Key>,
 ) {
-    let peer = joined.clone();
-    let weak_requests = weak.clone();
-    client.on_any_request(Some(Arc::new(
-        move |incoming: Incoming, responder: Responder| {
-            let from = peer.borrow().as_ref().map(|p| p.id.clone());
-            let (Some(inner), Some(from)) = (weak_requests.upgrade(), from) else {
-                responder.answer(Err(not_joined()));
-                return;
-            };
-            // Our side of a CURVE connection: the peer is the server whose key we checked.
-            let incoming = match server_key {
-                Some(key) => Incoming::new(
-                    incoming.from.clone(),
-                    Some(key),
-                    incoming.envelope().clone(),
-                ),
-                None => incoming,
-            };
-            let now = Instant::now();
-            let work =
-                inner
-                    .state
-                    .lock()
-                    .registry
-                    .seen_work(&from, Direction::Upstream, now.into_std());
-            let Some(work) = work else {
-                responder.answer(Err(not_joined()));
-                return;
-            };
-            let how = (Direction::Upstream, System::request(incoming.event()));
-            inner.dispatch_request((from, work), how, incoming, responder, now);
-        },
-    )));
-    client.on_any_tick(Some(Arc::new(move |incoming: Incoming| {
-        let from = joined.borrow().as_ref().map(|p| p.id.clone());
-        let (Some(inner), Some(from)) = (weak.upgrade(), from) else {
-            return;
-        };
-        let work = inner.state.lock().registry.seen_work(
-            &from,
-            Direction::Upstream,
-            Instant::now().into_std(),
-        );
-        if let Some(work) = work {
-            inner.dispatch_tick((from, work), Direction::Upstream, incoming);
-        }
-    })));
+    client.serve(Arc::new(Upstream {
+        inner,
+        joined,
+        server_key,
+    }));
 }

@@ -596,9 +596,9 @@ pub(crate) fn hop_error(error: protocol::Error, me: &NodeId, to: &NodeId) -> Rem
         protocol::Error::Timeout { timeout, .. } => {
             failed(code::TIMEOUT, "no answer in time".into()).with_timeout(timeout)
         }
-        protocol::Error::NoHandler { event } => {
-            failed(NO_HANDLER, format!("no handler for {event:?}"))
-        }
+        protocol::Error::NoHandler { event } => RemoteError::no_handler(&event)
+            .with_hop(me.as_str())
+            .with_peer(to.as_str()),
         protocol::Error::ConnectionLost | protocol::Error::NotConnected => {
             failed(code::PEER_LEFT, "the node left before answering".into())
         }

@@ -24,7 +24,6 @@ use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Layer, Service};
 
-use crate::codes::system::NO_HANDLER;
 use crate::codes::Code;
 use crate::mesh::peer::NodeId;
 
@@ -393,7 +392,7 @@ pub(crate) fn to_remote(error: BoxError) -> RemoteError {
         return RemoteError::new(e.code.as_str(), e.message.clone());
     }
     if let Some(NoHandler(event)) = error.downcast_ref::<NoHandler>() {
-        return RemoteError::system_error(NO_HANDLER, format!("no handler for {event:?}"));
+        return RemoteError::no_handler(event);
     }
     if error.is::<tower::timeout::error::Elapsed>() {
         return RemoteError::new(Code::DeadlineExceeded.as_str(), "the handler took too long");
@@ -572,6 +571,7 @@ impl Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codes::system::NO_HANDLER;
 
     #[test]
     fn errors_become_error_replies_with_codes() {

@@ -26,8 +26,8 @@ use transport::{Deliver, Delivery, Key, PeerId};
 
 use super::helpers::nanos_at;
 use super::{Answered, Conversation};
-use crate::handler::Handlers;
 use crate::link::Link;
+use crate::serve::Receiver;
 
 /// What the socket holds: it makes each connection's receiver.
 pub(super) struct Direct<L: Link>(pub(super) Arc<Conversation<L>>);
@@ -36,17 +36,17 @@ impl<L: Link> Deliver for Direct<L> {
     fn connection(&self) -> Box<dyn Delivery> {
         Box::new(OnConnection {
             conversation: Arc::clone(&self.0),
-            handlers: Arc::new(Handlers::default()),
+            receiver: Arc::new(Receiver::default()),
             seen: u64::MAX,
         })
     }
 }
 
-/// One connection's receiver: it keeps its own view of the handlers, as the driver task
+/// One connection's receiver: it keeps its own view of the receiver, as the driver task
 /// does, so a message costs no lock to find its handler.
 struct OnConnection<L: Link> {
     conversation: Arc<Conversation<L>>,
-    handlers: Arc<Handlers>,
+    receiver: Arc<Receiver>,
     seen: u64,
 }
 
@@ -54,9 +54,9 @@ impl<L: Link> Delivery for OnConnection<L> {
     fn deliver(&mut self, peer: &PeerId, key: Option<Key>, frames: &[Bytes], at: Instant) {
         let conversation = &self.conversation;
         conversation.heard.store(nanos_at(at), Ordering::Relaxed);
-        conversation.refresh_handlers(&mut self.handlers, &mut self.seen);
+        conversation.refresh_receiver(&mut self.receiver, &mut self.seen);
         conversation.on_message(
-            &self.handlers,
+            &self.receiver,
             peer.clone(),
             key,
             frames,

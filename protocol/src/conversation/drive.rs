@@ -17,8 +17,8 @@ impl<L: Link> Conversation<L> {
         // appears (see `Pending::armed`).
         let timer = tokio::time::sleep(Duration::from_secs(3600));
         tokio::pin!(timer);
-        let mut handlers = Arc::new(Handlers::default());
-        let mut handlers_seen = u64::MAX;
+        let mut receiver = Arc::new(Receiver::default());
+        let mut receiver_seen = u64::MAX;
         loop {
             let armed = {
                 let mut pending = self.pending.lock();
@@ -43,9 +43,9 @@ impl<L: Link> Conversation<L> {
                 received = self.link.recv_into(&mut frames), if receives => match received {
                     Ok((peer, key)) => {
                         self.heard.store(elapsed_nanos(), Ordering::Relaxed);
-                        self.refresh_handlers(&mut handlers, &mut handlers_seen);
+                        self.refresh_receiver(&mut receiver, &mut receiver_seen);
                         let mut answered = Answered::default();
-                        let mut dispatched = self.on_message(&handlers, peer, key, &frames, closing, &mut answered);
+                        let mut dispatched = self.on_message(&receiver, peer, key, &frames, closing, &mut answered);
                         // An answer woke its caller, which usually sends its next request
                         // at once: let it (and whoever else is ready) run before looking for
                         // more. Its send then comes before the look that finds the socket
@@ -74,7 +74,7 @@ impl<L: Link> Conversation<L> {
                         for _ in 0..BATCH {
                             match self.link.try_recv_into(&mut frames) {
                                 Ok(Some((peer, key))) => {
-                                    dispatched |= self.on_message(&handlers, peer, key, &frames, closing, &mut Answered::default());
+                                    dispatched |= self.on_message(&receiver, peer, key, &frames, closing, &mut Answered::default());
                                 }
                                 _ => break,
                             }
@@ -105,7 +105,7 @@ impl<L: Link> Conversation<L> {
                     // What arrived before the connection dropped is still in the socket:
                     // replies (and a goodbye) are read first, only what is left unanswered
                     // fails.
-                    self.refresh_handlers(&mut handlers, &mut handlers_seen);
+                    self.refresh_receiver(&mut receiver, &mut receiver_seen);
                     // Bounded: what arrived before the drop is at most a queue's worth; a
                     // peer that keeps sending on the new connection must not hold the
                     // driver here.
@@ -114,7 +114,7 @@ impl<L: Link> Conversation<L> {
                     for _ in 0..drain {
                         match self.link.try_recv_into(&mut frames) {
                             Ok(Some((peer, key))) => {
-                                self.on_message(&handlers, peer, key, &frames, closing, &mut Answered::default());
+                                self.on_message(&receiver, peer, key, &frames, closing, &mut Answered::default());
                             }
                             _ => break,
                         }
@@ -145,7 +145,7 @@ impl<L: Link> Conversation<L> {
         self.link.close().await;
         // Nothing more arrives: let the handlers go (they often hold what holds this
         // conversation) and end whoever listens for rejected messages.
-        self.change_handlers(|handlers| *handlers = Handlers::default());
+        self.change_receiver(|receiver| *receiver = Receiver::default());
         self.rejected.lock().take();
         self.finished.cancel();
         tracing::debug!("conversation finished");
