@@ -23,6 +23,8 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::Either;
+use futures::FutureExt;
 use protocol::{decode_value, encode_value, Answer, Meta, MetaError, MetaLimits};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -506,10 +508,15 @@ impl<'a> Call<'a, Typed> {
         R: FromReply + 'a,
     {
         let limits = self.node.inner.config().max_metadata;
-        let request = encode_value(data).map(|payload| self.request(payload));
-        async move {
-            let answer = request?.await?;
-            R::from_answer(answer, &limits)
+        // Combinators, not an `async` block around the request's future: a block would
+        // hold that future twice (as the captured value and as the one awaited), and a
+        // request's future is moved at each level that awaits it.
+        match encode_value(data) {
+            Ok(payload) => Either::Left(
+                self.request(payload)
+                    .map(move |answer| R::from_answer(answer?, &limits)),
+            ),
+            Err(e) => Either::Right(std::future::ready(Err(e.into()))),
         }
     }
 
@@ -557,8 +564,9 @@ impl<'a> Call<'a, Raw> {
     /// whole reply. Targets as for the typed [`send`](Call::send).
     pub fn send(self, payload: Bytes) -> impl Future<Output = Result<Reply>> + 'a {
         let limits = self.node.inner.config().max_metadata;
-        let request = self.request(payload);
-        async move { Reply::from_answer(request.await?, &limits) }
+        // A combinator, not an `async` block (see the typed `send`).
+        self.request(payload)
+            .map(move |answer| Reply::from_answer(answer?, &limits))
     }
 
     /// The typed [`gather`](Call::gather) with a raw payload and whole replies.

@@ -67,13 +67,20 @@ impl Node {
         loop {
             let reach = match self.resolve_except(target, &tried) {
                 Ok(found) => found,
+                // Boxed: the way through a router is the rare one, and its future, held
+                // inline, would make every request's future several times larger, and a
+                // request's future is moved at each level that awaits it.
                 Err(local) => {
-                    return self
-                        .inner
-                        .relay()
-                        .forward_from_here(Action::Request, target, event, payload, outgoing, local)
-                        .await
-                        .map(|(reply, _)| reply)
+                    let relay = self.inner.relay();
+                    let forward = relay.forward_from_here(
+                        Action::Request,
+                        target,
+                        event,
+                        payload,
+                        outgoing,
+                        local,
+                    );
+                    return Box::pin(forward).await.map(|(reply, _)| reply);
                 }
             };
             reach.link.check_size(&payload)?;
