@@ -110,8 +110,8 @@ impl<J: Job> Runners<J> {
     fn next(&self) -> Option<J> {
         let mut jobs = self.jobs.lock();
         let job = jobs.pop_front();
-        // A burst grows the queue (jobs pushed faster than runners start: 4,096 of them,
-        // 448 B each in the node, when 50,000 requests park at once); emptied, it gives
+        // A burst grows the queue (jobs pushed faster than runners start: 4,096 of them
+        // when 50,000 requests park at once); emptied, it gives
         // that room back instead of holding its high-water mark for the node's life.
         if jobs.is_empty() && jobs.capacity() > KEEP_JOBS {
             jobs.shrink_to(KEEP_JOBS);

@@ -68,10 +68,12 @@ mod from_fn;
 
 pub use from_fn::{from_fn, from_fn_with_state, FromFn, FromFnLayer, Next};
 
+use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, Either};
+use futures::FutureExt;
 use parking_lot::RwLock;
 use tower::{BoxError, Service, ServiceExt};
 
@@ -272,14 +274,23 @@ pub(crate) enum First {
 
 impl First {
     /// Runs the request (or tick) from here to its handler(s).
-    pub(crate) async fn run(self, request: Request) -> Result<Response, BoxError> {
+    ///
+    /// A future made of its parts, not an `async fn`: that would hold the request twice
+    /// (as its argument and inside the service's future), and a request's work is moved
+    /// into its runner whole.
+    pub(crate) fn run(
+        self,
+        request: Request,
+    ) -> impl Future<Output = Result<Response, BoxError>> + Send + 'static {
         match self {
-            First::Stage(stage, resolved) => stage.oneshot(request.resolved(resolved)).await,
-            First::Service(service) => service.oneshot(request).await,
-            First::Ticks(handlers) => {
-                futures::future::join_all(handlers.iter().map(|h| h(request.clone()))).await;
-                Ok(Response::default())
+            First::Stage(stage, resolved) => {
+                Either::Left(stage.oneshot(request.resolved(resolved)))
             }
+            First::Service(service) => Either::Right(Either::Left(service.oneshot(request))),
+            First::Ticks(handlers) => Either::Right(Either::Right(
+                futures::future::join_all(handlers.iter().map(|h| h(request.clone())))
+                    .map(|_| Ok(Response::default())),
+            )),
         }
     }
 }

@@ -24,12 +24,13 @@
 //! slots with compare-and-swaps. Only a message that finds no slot, or whose peer has work
 //! waiting, takes the lanes' lock; a slot given back takes it only while work waits.
 
+use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, Either};
 use futures::FutureExt;
 use parking_lot::Mutex;
 use protocol::{Answer, Incoming, Limit, Meta, RemoteError, Responder};
