@@ -16,8 +16,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::time::Sleep;
 
 use super::inbox::{Inbound, Inbox};
-use super::link::Link;
-use super::stream::Stream;
+use super::link::{Link, IOVECS};
+use super::stream::Reader;
 use super::Shared;
 use crate::curve::Key;
 use crate::deliver::Delivery;
@@ -52,10 +52,6 @@ const READS_PER_POLL: usize = 16;
 /// Messages handed to a direct receiver per wake-up before the driver lets other tasks
 /// run (the protocol's own receive loop took 64 per wake-up too).
 const DELIVERIES_PER_POLL: usize = 64;
-
-/// The most pieces one vectored write takes (Linux's IOV_MAX is 1024; a write of 64 pieces
-/// already carries every frame a burst queues here).
-const IOVECS: usize = 64;
 
 /// Makes room in the read buffer `input` for the next read, which needs at least `wanted`
 /// more bytes for the frame it holds a part of; a new block is `block` bytes (see
@@ -104,7 +100,8 @@ pub(super) enum End {
 /// One connection's driver.
 pub(super) struct Driver {
     link: Arc<Link>,
-    stream: Stream,
+    /// The driver's end of the stream (senders write through the link's other end).
+    stream: Reader,
     inbox: Arc<Inbox>,
     /// This connection's lane in the inbox.
     lane: usize,
@@ -138,16 +135,18 @@ pub(super) struct Driver {
 
 impl Drop for Driver {
     /// However the driver ends (its connection closed, or its task dropped with the
-    /// runtime), its lane is given back once.
+    /// runtime), its lane is given back once, and the senders' end of the stream is let go
+    /// with its own: the connection closes now, not when the last handle of its link goes.
     fn drop(&mut self) {
         self.inbox.close_lane(self.lane);
+        self.release_writer();
     }
 }
 
 impl Driver {
     pub(super) fn new(
         link: Arc<Link>,
-        stream: Stream,
+        stream: Reader,
         inbox: Arc<Inbox>,
         socket: Weak<Shared>,
         endpoint: Arc<str>,
@@ -182,6 +181,7 @@ impl Driver {
     pub(super) async fn run(mut self) -> (End, bool) {
         let end = std::future::poll_fn(|cx| self.poll_connection(cx)).await;
         self.link.state.lock().closing = true;
+        self.release_writer();
         self.link.writable.notify_waiters();
         if self.attached {
             if let Some(socket) = self.socket.upgrade() {
@@ -189,6 +189,15 @@ impl Driver {
             }
         }
         (end, self.attached)
+    }
+
+    /// Takes the senders' end of the stream from the link (no more write-through) and lets
+    /// it go.
+    fn release_writer(&self) {
+        let writer = self.link.state.lock().writer.take();
+        if let Some(writer) = writer {
+            writer.release();
+        }
     }
 
     fn poll_connection(&mut self, cx: &mut Context<'_>) -> Poll<End> {
@@ -422,6 +431,11 @@ impl Driver {
     /// TCP, several microseconds). What `writing` holds goes out before anything queued
     /// after it. The high-water count is cleared only once both are empty, so it still
     /// counts every message not yet written.
+    ///
+    /// While `writing` holds bytes, `LinkState::flushing` says so, and no sender writes
+    /// through (`link.rs`). Finding nothing left to write, the driver lets the next send
+    /// write through: at most one per run of the driver, so a burst still goes out in
+    /// one vectored write here.
     fn poll_write(&mut self, cx: &mut Context<'_>) -> io::Result<bool> {
         loop {
             if self.writing.is_empty() {
@@ -430,6 +444,8 @@ impl Driver {
                 if outbox.is_empty() {
                     let was_full = state.queued >= self.link.hwm;
                     state.queued = 0;
+                    state.flushing = false;
+                    state.through = true;
                     drop(state);
                     if was_full {
                         // One blocked sender; each that sends wakes the next (`pass_on`).
@@ -438,6 +454,7 @@ impl Driver {
                     return Ok(true);
                 }
                 std::mem::swap(&mut self.writing, outbox);
+                state.flushing = true;
             }
             let mut slices = [IoSlice::new(&[]); IOVECS];
             let n = self.writing.io_slices(&mut slices);
