@@ -325,38 +325,73 @@ impl Still {
 }
 
 /// On an idle connection the sender writes its message itself (it arrives while the
-/// driver cannot run); the next one, before the driver has run again, waits for it.
-fn one_write_through_per_driver_run(endpoint: &str, curve: bool) {
+/// driver cannot run); the next one, before the driver has run again, waits for it. The
+/// connection is idle again after a run of the driver that wrote nothing and received one
+/// message, not after one that wrote, nor after one that received several (a batch of
+/// requests, whose answers are best written together).
+fn write_through_only_when_idle(endpoint: &str, curve: bool) {
     let (server, client) = options(curve);
     let still = Still::new(endpoint, server, client);
-    still.dealer.send_now(&frames(&[b"first"])).unwrap();
-    assert_eq!(
-        still.at_router(support::LIMIT),
-        Some(frames(&[b"first"])),
-        "written through by the sender, its driver standing still"
-    );
-    still.dealer.send_now(&frames(&[b"second"])).unwrap();
-    still.dealer.send_now(&frames(&[b"third"])).unwrap();
-    assert_eq!(
-        still.at_router(QUIET),
-        None,
-        "queued for the driver, which has not run"
-    );
-    assert_eq!(still.drive_until_received(), frames(&[b"second"]));
-    assert_eq!(still.at_router(support::LIMIT), Some(frames(&[b"third"])));
-    // The driver has run: the connection is idle again.
-    still.dealer.send_now(&frames(&[b"fourth"])).unwrap();
-    assert_eq!(still.at_router(support::LIMIT), Some(frames(&[b"fourth"])));
+    let written_through = |what: &'static [u8]| {
+        still.dealer.send_now(&frames(&[what])).unwrap();
+        assert_eq!(
+            still.at_router(support::LIMIT),
+            Some(frames(&[what])),
+            "written through by the sender, its driver standing still"
+        );
+    };
+    let queued = |what: &[&'static [u8]]| {
+        for message in what {
+            still.dealer.send_now(&frames(&[message])).unwrap();
+        }
+        assert_eq!(
+            still.at_router(QUIET),
+            None,
+            "queued for the driver, which has not run"
+        );
+        assert_eq!(still.drive_until_received(), frames(&[what[0]]));
+        for message in &what[1..] {
+            assert_eq!(still.at_router(support::LIMIT), Some(frames(&[message])));
+        }
+    };
+    // From the router, `n` messages the dealer's driver reads in one run.
+    let answers = |n: usize| {
+        for _ in 0..n {
+            still
+                .server
+                .block_on(still.router.send(&still.peer, frames(&[b"answer"])))
+                .unwrap();
+        }
+        std::thread::sleep(QUIET);
+        still.client.block_on(async {
+            for _ in 0..n {
+                let got = within("answer", still.dealer.recv()).await.unwrap();
+                assert_eq!(got, frames(&[b"answer"]));
+            }
+        });
+    };
+    written_through(b"first");
+    queued(&[b"second", b"third"]);
+    // The driver's last run wrote those two: the connection is not idle yet.
+    queued(&[b"fourth"]);
+    // A run that read one message and wrote nothing: idle.
+    answers(1);
+    written_through(b"fifth");
+    // A run that read several: their answers queue.
+    answers(3);
+    queued(&[b"sixth", b"seventh"]);
+    answers(1);
+    written_through(b"eighth");
 }
 
 #[test]
-fn a_sender_writes_through_once_per_driver_run_over_tcp() {
-    one_write_through_per_driver_run("tcp://127.0.0.1:0", false);
+fn a_sender_writes_through_only_on_an_idle_connection_over_tcp() {
+    write_through_only_when_idle("tcp://127.0.0.1:0", false);
 }
 
 #[test]
-fn a_sender_writes_through_once_per_driver_run_over_ipc_with_curve() {
-    one_write_through_per_driver_run("ipc://*", true);
+fn a_sender_writes_through_only_on_an_idle_connection_over_ipc_with_curve() {
+    write_through_only_when_idle("ipc://*", true);
 }
 
 /// A message larger than the socket takes at once, written through: its first part goes

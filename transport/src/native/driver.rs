@@ -120,6 +120,8 @@ pub(super) struct Driver {
     batch: Vec<Inbound>,
     /// The routing id the socket gave the peer, once attached.
     peer: PeerId,
+    /// Messages received in this run of the driver (see `poll_write`).
+    received: usize,
     /// Who takes this connection's messages, if not the inbox (`Router::deliver_to`).
     delivery: Option<Box<dyn Delivery>>,
     /// The peer's CURVE key (on a CURVE server).
@@ -167,6 +169,7 @@ impl Driver {
             events: VecDeque::new(),
             batch: Vec::new(),
             peer: PeerId::default(),
+            received: 0,
             delivery: None,
             key: None,
             attached: false,
@@ -205,6 +208,7 @@ impl Driver {
         // tokio's clock (the system's, unless a test paused it): the timer below fires by
         // it, so the deadlines it is set to must be read by it too.
         let now = tokio::time::Instant::now().into_std();
+        self.received = 0;
         let closing = self.link.state.lock().closing;
         if closing && self.linger_until.is_none() {
             self.linger_until = Some(now + self.linger);
@@ -327,8 +331,12 @@ impl Driver {
                             break;
                         }
                         *budget -= 1;
+                        self.received += 1;
                     }
-                    None => self.batch.push(self.inbound(frames)),
+                    None => {
+                        self.batch.push(self.inbound(frames));
+                        self.received += 1;
+                    }
                 },
                 zmtp::Event::Ready(peer) => {
                     if let Err(end) = self.attach(&peer) {
@@ -434,9 +442,12 @@ impl Driver {
     ///
     /// While `writing` holds bytes, `LinkState::flushing` says so, and no sender writes
     /// through (`link.rs`). Finding nothing left to write, the driver lets the next send
-    /// write through: at most one per run of the driver, so a burst still goes out in
-    /// one vectored write here.
+    /// write through, if the connection looks idle: this run wrote nothing and received at
+    /// most one message. One message in, one out (a request and its answer) go without
+    /// the driver; after a batch of them, or while sends keep the driver writing, every
+    /// send queues and a burst goes out in one vectored write here.
     fn poll_write(&mut self, cx: &mut Context<'_>) -> io::Result<bool> {
+        let mut wrote = false;
         loop {
             if self.writing.is_empty() {
                 let mut state = self.link.state.lock();
@@ -445,7 +456,7 @@ impl Driver {
                     let was_full = state.queued >= self.link.hwm;
                     state.queued = 0;
                     state.flushing = false;
-                    state.through = true;
+                    state.through = !wrote && self.received <= 1;
                     drop(state);
                     if was_full {
                         // One blocked sender; each that sends wakes the next (`pass_on`).
@@ -458,6 +469,7 @@ impl Driver {
             }
             let mut slices = [IoSlice::new(&[]); IOVECS];
             let n = self.writing.io_slices(&mut slices);
+            wrote = true;
             match self.stream.try_write_vectored(&slices[..n]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(written) => self.writing.advance(written),
