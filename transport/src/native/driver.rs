@@ -2,6 +2,12 @@
 //! into a reused buffer and feeds the ZMTP state machine, hands whole messages to the
 //! socket's inbox, writes what senders queued in vectored writes, and keeps the state
 //! machine's timers (handshake timeout, heartbeats).
+//!
+//! It shares the writing: on a quiet connection a sender writes its message itself
+//! (write-through, `link.rs`), through a second handle on the stream that the link holds
+//! until the driver ends. The driver says when the connection is quiet (a run that wrote
+//! nothing and received at most one message), and while it holds bytes it has taken out
+//! of the outbox and not written, nobody else writes.
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -3,8 +3,9 @@
 //! One driver task per connection owns its stream, TCP or Unix (see `driver.rs`); senders encode
 //! straight into the connection's outbox under a short lock and wake the driver, so a send
 //! from a task on the same runtime costs no thread hop and a burst of sends goes out in one
-//! vectored write. Received messages wait in one inbox per socket, bounded by the receive
-//! high-water mark.
+//! vectored write. On a quiet connection the sender writes its message itself instead
+//! (write-through, `link.rs`). Received messages wait in one inbox per socket, bounded by
+//! the receive high-water mark.
 //!
 //! Layout: `mod.rs` (the socket: peers, endpoints, the public operations), `link.rs` (one
 //! connection's shared state), `driver.rs` (its task), `inbox.rs` (received messages),
