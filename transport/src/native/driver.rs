@@ -2,6 +2,12 @@
 //! into a reused buffer and feeds the ZMTP state machine, hands whole messages to the
 //! socket's inbox, writes what senders queued in vectored writes, and keeps the state
 //! machine's timers (handshake timeout, heartbeats).
+//!
+//! It shares the writing: on a quiet connection a sender writes its message itself
+//! (write-through, `link.rs`), through a second handle on the stream that the link holds
+//! until the driver ends. The driver says when the connection is quiet (a run that wrote
+//! nothing and received at most one message), and while it holds bytes it has taken out
+//! of the outbox and not written, nobody else writes.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -16,8 +22,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::time::Sleep;
 
 use super::inbox::{Inbound, Inbox};
-use super::link::Link;
-use super::stream::Stream;
+use super::link::{Link, IOVECS};
+use super::stream::Reader;
 use super::Shared;
 use crate::curve::Key;
 use crate::deliver::Delivery;
@@ -52,10 +58,6 @@ const READS_PER_POLL: usize = 16;
 /// Messages handed to a direct receiver per wake-up before the driver lets other tasks
 /// run (the protocol's own receive loop took 64 per wake-up too).
 const DELIVERIES_PER_POLL: usize = 64;
-
-/// The most pieces one vectored write takes (Linux's IOV_MAX is 1024; a write of 64 pieces
-/// already carries every frame a burst queues here).
-const IOVECS: usize = 64;
 
 /// Makes room in the read buffer `input` for the next read, which needs at least `wanted`
 /// more bytes for the frame it holds a part of; a new block is `block` bytes (see
@@ -104,7 +106,8 @@ pub(super) enum End {
 /// One connection's driver.
 pub(super) struct Driver {
     link: Arc<Link>,
-    stream: Stream,
+    /// The driver's end of the stream (senders write through the link's other end).
+    stream: Reader,
     inbox: Arc<Inbox>,
     /// This connection's lane in the inbox.
     lane: usize,
@@ -123,6 +126,8 @@ pub(super) struct Driver {
     batch: Vec<Inbound>,
     /// The routing id the socket gave the peer, once attached.
     peer: PeerId,
+    /// Messages received in this run of the driver (see `poll_write`).
+    received: usize,
     /// Who takes this connection's messages, if not the inbox (`Router::deliver_to`).
     delivery: Option<Box<dyn Delivery>>,
     /// The peer's CURVE key (on a CURVE server).
@@ -138,16 +143,18 @@ pub(super) struct Driver {
 
 impl Drop for Driver {
     /// However the driver ends (its connection closed, or its task dropped with the
-    /// runtime), its lane is given back once.
+    /// runtime), its lane is given back once, and the senders' end of the stream is let go
+    /// with its own: the connection closes now, not when the last handle of its link goes.
     fn drop(&mut self) {
         self.inbox.close_lane(self.lane);
+        self.release_writer();
     }
 }
 
 impl Driver {
     pub(super) fn new(
         link: Arc<Link>,
-        stream: Stream,
+        stream: Reader,
         inbox: Arc<Inbox>,
         socket: Weak<Shared>,
         endpoint: Arc<str>,
@@ -168,6 +175,7 @@ impl Driver {
             events: VecDeque::new(),
             batch: Vec::new(),
             peer: PeerId::default(),
+            received: 0,
             delivery: None,
             key: None,
             attached: false,
@@ -182,6 +190,7 @@ impl Driver {
     pub(super) async fn run(mut self) -> (End, bool) {
         let end = std::future::poll_fn(|cx| self.poll_connection(cx)).await;
         self.link.state.lock().closing = true;
+        self.release_writer();
         self.link.writable.notify_waiters();
         if self.attached {
             if let Some(socket) = self.socket.upgrade() {
@@ -191,11 +200,21 @@ impl Driver {
         (end, self.attached)
     }
 
+    /// Takes the senders' end of the stream from the link (no more write-through) and lets
+    /// it go.
+    fn release_writer(&self) {
+        let writer = self.link.state.lock().writer.take();
+        if let Some(writer) = writer {
+            writer.release();
+        }
+    }
+
     fn poll_connection(&mut self, cx: &mut Context<'_>) -> Poll<End> {
         self.link.driver.register(cx.waker());
         // tokio's clock (the system's, unless a test paused it): the timer below fires by
         // it, so the deadlines it is set to must be read by it too.
         let now = tokio::time::Instant::now().into_std();
+        self.received = 0;
         let closing = self.link.state.lock().closing;
         if closing && self.linger_until.is_none() {
             self.linger_until = Some(now + self.linger);
@@ -318,8 +337,12 @@ impl Driver {
                             break;
                         }
                         *budget -= 1;
+                        self.received += 1;
                     }
-                    None => self.batch.push(self.inbound(frames)),
+                    None => {
+                        self.batch.push(self.inbound(frames));
+                        self.received += 1;
+                    }
                 },
                 zmtp::Event::Ready(peer) => {
                     if let Err(end) = self.attach(&peer) {
@@ -422,7 +445,15 @@ impl Driver {
     /// TCP, several microseconds). What `writing` holds goes out before anything queued
     /// after it. The high-water count is cleared only once both are empty, so it still
     /// counts every message not yet written.
+    ///
+    /// While `writing` holds bytes, `LinkState::flushing` says so, and no sender writes
+    /// through (`link.rs`). Finding nothing left to write, the driver lets the next send
+    /// write through, if the connection looks idle: this run wrote nothing and received at
+    /// most one message. One message in, one out (a request and its answer) go without
+    /// the driver; after a batch of them, or while sends keep the driver writing, every
+    /// send queues and a burst goes out in one vectored write here.
     fn poll_write(&mut self, cx: &mut Context<'_>) -> io::Result<bool> {
+        let mut wrote = false;
         loop {
             if self.writing.is_empty() {
                 let mut state = self.link.state.lock();
@@ -430,6 +461,8 @@ impl Driver {
                 if outbox.is_empty() {
                     let was_full = state.queued >= self.link.hwm;
                     state.queued = 0;
+                    state.flushing = false;
+                    state.through = !wrote && self.received <= 1;
                     drop(state);
                     if was_full {
                         // One blocked sender; each that sends wakes the next (`pass_on`).
@@ -438,9 +471,11 @@ impl Driver {
                     return Ok(true);
                 }
                 std::mem::swap(&mut self.writing, outbox);
+                state.flushing = true;
             }
             let mut slices = [IoSlice::new(&[]); IOVECS];
             let n = self.writing.io_slices(&mut slices);
+            wrote = true;
             match self.stream.try_write_vectored(&slices[..n]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(written) => self.writing.advance(written),

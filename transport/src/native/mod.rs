@@ -3,8 +3,9 @@
 //! One driver task per connection owns its stream, TCP or Unix (see `driver.rs`); senders encode
 //! straight into the connection's outbox under a short lock and wake the driver, so a send
 //! from a task on the same runtime costs no thread hop and a burst of sends goes out in one
-//! vectored write. Received messages wait in one inbox per socket, bounded by the receive
-//! high-water mark.
+//! vectored write. On a quiet connection the sender writes its message itself instead
+//! (write-through, `link.rs`). Received messages wait in one inbox per socket, bounded by
+//! the receive high-water mark.
 //!
 //! Layout: `mod.rs` (the socket: peers, endpoints, the public operations), `link.rs` (one
 //! connection's shared state), `driver.rs` (its task), `inbox.rs` (received messages),
@@ -31,7 +32,7 @@ use tokio::task::JoinHandle;
 use self::driver::Driver;
 use self::endpoint::Cancel;
 use self::inbox::{Inbound, Inbox};
-use self::link::{Link, Refused};
+use self::link::{Link, Refused, Sent};
 use self::stream::{Address, Stream};
 use crate::curve::{Curve, Key};
 use crate::deliver::{Deliver, Delivery};
@@ -166,15 +167,16 @@ impl Shared {
     /// A connection on `stream`: its link (known to `close`) and its driver, to be run.
     fn open(self: &Arc<Self>, stream: Stream, endpoint: &Arc<str>) -> (Arc<Link>, Driver) {
         stream.set_nodelay();
+        let (reader, writer) = stream.split();
         let conn = zmtp::Connection::new(self.zmtp_config(), std::time::Instant::now());
-        let link = Link::new(conn, hwm(self.options.send_hwm));
+        let link = Link::new(conn, hwm(self.options.send_hwm), writer);
         self.peers.lock().all.push(Arc::clone(&link));
         if self.closed.load(Ordering::Acquire) {
             link.close();
         }
         let driver = Driver::new(
             Arc::clone(&link),
-            stream,
+            reader,
             Arc::clone(&self.inbox),
             Arc::downgrade(self),
             Arc::clone(endpoint),
@@ -559,10 +561,30 @@ impl Socket {
 
     /// One attempt: `Err(Blocked(link))` at the high-water mark of `link` (`None`: a
     /// Dealer's queue before any peer).
+    ///
+    /// A message queued on an idle connection is written through here, once the socket's
+    /// lock is let go (`link.rs`): a sender writing to one connection does not hold up
+    /// sends to the others.
     fn try_send<F: Frame>(
         &self,
         frames: &[F],
         peer: Option<&Bytes>,
+    ) -> Result<Result<()>, Blocked> {
+        let mut through = None;
+        let result = self.try_queue(frames, peer, &mut through);
+        if let Some(link) = through {
+            link.write_through();
+        }
+        result
+    }
+
+    /// [`try_send`](Self::try_send) under the socket's lock: `through` is the link to write
+    /// through, if the message was queued on an idle one.
+    fn try_queue<F: Frame>(
+        &self,
+        frames: &[F],
+        peer: Option<&Bytes>,
+        through: &mut Option<Arc<Link>>,
     ) -> Result<Result<()>, Blocked> {
         if frames.is_empty() {
             return Ok(Err(Error::EmptyMessage));
@@ -585,7 +607,12 @@ impl Socket {
                 return unknown();
             };
             return match link.send(frames) {
-                Ok(()) => Ok(Ok(())),
+                Ok(sent) => {
+                    if sent == Sent::Through {
+                        *through = Some(Arc::clone(link));
+                    }
+                    Ok(Ok(()))
+                }
                 Err(Refused::Full) => Err(Blocked(Some(Arc::clone(link)))),
                 Err(Refused::Gone) => unknown(),
             };
@@ -596,7 +623,10 @@ impl Socket {
         for k in 0..n {
             let i = (peers.next + k) % n;
             match peers.ready[i].send(frames) {
-                Ok(()) => {
+                Ok(sent) => {
+                    if sent == Sent::Through {
+                        *through = Some(Arc::clone(&peers.ready[i]));
+                    }
                     peers.next = (i + 1) % n;
                     return Ok(Ok(()));
                 }

@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{tcp, unix, TcpListener, TcpStream, UnixListener, UnixStream};
 
 use crate::error::Error;
 
@@ -260,17 +260,45 @@ impl Stream {
         }
     }
 
+    /// Splits the stream: the driver's end, which reads (and writes what is queued), and a
+    /// second handle to write with from another thread (see `link.rs`, write-through).
+    pub(super) fn split(self) -> (Reader, Writer) {
+        match self {
+            Stream::Tcp(s) => {
+                let (read, write) = s.into_split();
+                (Reader::Tcp(read), Writer::Tcp(write))
+            }
+            Stream::Unix(s) => {
+                let (read, write) = s.into_split();
+                (Reader::Unix(read), Writer::Unix(write))
+            }
+        }
+    }
+}
+
+/// The driver's end of a connection's stream: it reads, waits for readiness, and writes
+/// what senders queued. Its half owns the stream with the [`Writer`]: the connection's file
+/// descriptor closes once both are dropped.
+#[derive(Debug)]
+pub(super) enum Reader {
+    /// Over TCP.
+    Tcp(tcp::OwnedReadHalf),
+    /// Over a Unix domain socket.
+    Unix(unix::OwnedReadHalf),
+}
+
+impl Reader {
     pub(super) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
-            Stream::Tcp(s) => s.poll_read_ready(cx),
-            Stream::Unix(s) => s.poll_read_ready(cx),
+            Reader::Tcp(s) => s.as_ref().poll_read_ready(cx),
+            Reader::Unix(s) => s.as_ref().poll_read_ready(cx),
         }
     }
 
     pub(super) fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
-            Stream::Tcp(s) => s.poll_write_ready(cx),
-            Stream::Unix(s) => s.poll_write_ready(cx),
+            Reader::Tcp(s) => s.as_ref().poll_write_ready(cx),
+            Reader::Unix(s) => s.as_ref().poll_write_ready(cx),
         }
     }
 
@@ -282,22 +310,54 @@ impl Stream {
     /// forgets the stream's readiness: the next call waits for the next wake-up without a
     /// system call. `try_read_buf` forgets it only on a read that finds nothing, so every
     /// wake-up cost a second `recvfrom` answering `EAGAIN`, on a socket that is cold when
-    /// calls are spread over many connections.
+    /// calls are spread over many connections. (The read halves' `poll_read` is the
+    /// stream's own.)
     pub(super) fn poll_read_buf(
         &mut self,
         cx: &mut Context<'_>,
         buf: &mut BytesMut,
     ) -> Poll<io::Result<usize>> {
         match self {
-            Stream::Tcp(s) => tokio_util::io::poll_read_buf(Pin::new(s), cx, buf),
-            Stream::Unix(s) => tokio_util::io::poll_read_buf(Pin::new(s), cx, buf),
+            Reader::Tcp(s) => tokio_util::io::poll_read_buf(Pin::new(s), cx, buf),
+            Reader::Unix(s) => tokio_util::io::poll_read_buf(Pin::new(s), cx, buf),
         }
     }
 
     pub(super) fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
-            Stream::Tcp(s) => s.try_write_vectored(bufs),
-            Stream::Unix(s) => s.try_write_vectored(bufs),
+            Reader::Tcp(s) => s.as_ref().try_write_vectored(bufs),
+            Reader::Unix(s) => s.as_ref().try_write_vectored(bufs),
+        }
+    }
+}
+
+/// A handle to write on a connection from any thread, without waiting (see `link.rs`).
+///
+/// Dropped as it is, a tokio write half shuts the stream's sending side down; this one is
+/// [`release`](Writer::release)d instead, so a connection ends as it did before it was
+/// split: when the driver drops its [`Reader`], which closes the file descriptor.
+#[derive(Debug)]
+pub(super) enum Writer {
+    /// Over TCP.
+    Tcp(tcp::OwnedWriteHalf),
+    /// Over a Unix domain socket.
+    Unix(unix::OwnedWriteHalf),
+}
+
+impl Writer {
+    /// Writes what the socket takes now: `WouldBlock` when it takes nothing.
+    pub(super) fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Writer::Tcp(s) => s.try_write_vectored(bufs),
+            Writer::Unix(s) => s.try_write_vectored(bufs),
+        }
+    }
+
+    /// Lets go of the stream without shutting its sending side down.
+    pub(super) fn release(self) {
+        match self {
+            Writer::Tcp(s) => s.forget(),
+            Writer::Unix(s) => s.forget(),
         }
     }
 }
