@@ -7,7 +7,8 @@
 //!
 //! **Write-through.** On an idle connection the sender writes its message to the socket
 //! itself, without waking the driver: a request or an answer then costs no hand-off to the
-//! driver's task (from a thread outside the runtime, no wake-up of a worker either). Idle
+//! driver's task. Only a task on one of the runtime's workers does, or any thread on a
+//! current-thread runtime (`Socket::may_write_through` says why). Idle
 //! means, under the lock: the driver holds no bytes it took out of the outbox and has not
 //! written ([`LinkState::flushing`]), the outbox held nothing before this message, and the
 //! driver's last run found the connection quiet ([`LinkState::through`]: it wrote nothing

@@ -104,6 +104,9 @@ struct Shared {
     endpoints: Mutex<Endpoints>,
     closed: AtomicBool,
     runtime: Handle,
+    /// The runtime is a current-thread one: any thread may write through (see
+    /// [`Socket::may_write_through`]).
+    one_thread: bool,
     /// A CURVE server's allow-list, which its connections' authorizer reads.
     allow_list: Option<Arc<AllowList>>,
     /// The CURVE settings of every connection (`None`: NULL).
@@ -324,6 +327,8 @@ impl Socket {
                 events_taken: AtomicBool::new(false),
                 endpoints: Mutex::new(Endpoints::default()),
                 closed: AtomicBool::new(false),
+                one_thread: runtime.runtime_flavor()
+                    == tokio::runtime::RuntimeFlavor::CurrentThread,
                 runtime,
                 allow_list,
                 curve,
@@ -573,9 +578,29 @@ impl Socket {
         let mut through = None;
         let result = self.try_queue(frames, peer, &mut through);
         if let Some(link) = through {
-            link.write_through();
+            if self.may_write_through() {
+                link.write_through();
+            } else {
+                link.driver.wake();
+            }
         }
         result
+    }
+
+    /// Whether this thread may write a message through rather than wake the driver: on a
+    /// multi-thread runtime, only a task on one of its workers may.
+    ///
+    /// Waking the driver from elsewhere (a `block_on` future, a thread of its own) wakes a
+    /// parked worker as well, and that worker, parking again, takes the runtime's I/O
+    /// driver. Without that wake nobody may be polling the I/O: a worker blocked by a
+    /// handler is not, and the idle ones park on a condition variable, not on the I/O
+    /// driver, so a node whose handler blocked its thread heard no reply until the handler
+    /// returned (`node/tests/runtime.rs`, a caller on the test's `block_on`: answered after
+    /// 1.5 s, the handler's sleep, instead of at once). A task on a worker wakes nobody
+    /// either way, and its worker parks on the I/O driver itself once it has nothing to run;
+    /// on a current-thread runtime the one thread that runs it polls its I/O.
+    fn may_write_through(&self) -> bool {
+        self.shared.one_thread || tokio::task::try_id().is_some()
     }
 
     /// [`try_send`](Self::try_send) under the socket's lock: `through` is the link to write
