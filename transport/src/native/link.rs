@@ -115,10 +115,11 @@ impl Link {
         })
     }
 
-    /// Queues one message and wakes the driver to write it, or, on an idle connection,
-    /// leaves it to the caller to write through ([`Sent::Through`]: call
-    /// [`write_through`](Link::write_through) next).
-    pub(super) fn send<F: Frame>(&self, frames: &[F]) -> Result<Sent, Refused> {
+    /// Queues one message and wakes the driver to write it, or, on an idle connection and
+    /// when the caller `may_through` (see `Socket::may_write_through`), leaves it to the
+    /// caller to write through ([`Sent::Through`]: call [`write_through`](Link::write_through)
+    /// next). A caller that may not leaves the connection idle for the next one that may.
+    pub(super) fn send<F: Frame>(&self, frames: &[F], may_through: bool) -> Result<Sent, Refused> {
         let mut state = self.state.lock();
         if state.closing || !state.conn.is_ready() {
             return Err(Refused::Gone);
@@ -126,7 +127,8 @@ impl Link {
         if state.queued >= self.hwm {
             return Err(Refused::Full);
         }
-        let idle = state.through && !state.flushing && state.conn.outbox().is_empty();
+        let idle =
+            may_through && state.through && !state.flushing && state.conn.outbox().is_empty();
         encode(&mut state, frames);
         if idle {
             state.through = false;

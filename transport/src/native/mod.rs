@@ -578,11 +578,7 @@ impl Socket {
         let mut through = None;
         let result = self.try_queue(frames, peer, &mut through);
         if let Some(link) = through {
-            if self.may_write_through() {
-                link.write_through();
-            } else {
-                link.driver.wake();
-            }
+            link.write_through();
         }
         result
     }
@@ -604,7 +600,8 @@ impl Socket {
     }
 
     /// [`try_send`](Self::try_send) under the socket's lock: `through` is the link to write
-    /// through, if the message was queued on an idle one.
+    /// through, if the message was queued on an idle one and this thread may write
+    /// (`may_write_through`).
     fn try_queue<F: Frame>(
         &self,
         frames: &[F],
@@ -617,6 +614,7 @@ impl Socket {
         if self.is_closed() {
             return Ok(Err(Error::Closed));
         }
+        let may_through = self.may_write_through();
         let mut peers = self.shared.peers.lock();
         if let Some(id) = peer.filter(|_| self.shared.router) {
             let unknown = || {
@@ -631,7 +629,7 @@ impl Socket {
             let Some(link) = peers.by_id.get(id) else {
                 return unknown();
             };
-            return match link.send(frames) {
+            return match link.send(frames, may_through) {
                 Ok(sent) => {
                     if sent == Sent::Through {
                         *through = Some(Arc::clone(link));
@@ -647,7 +645,7 @@ impl Socket {
         let mut full = None;
         for k in 0..n {
             let i = (peers.next + k) % n;
-            match peers.ready[i].send(frames) {
+            match peers.ready[i].send(frames, may_through) {
                 Ok(sent) => {
                     if sent == Sent::Through {
                         *through = Some(Arc::clone(&peers.ready[i]));
